@@ -1,0 +1,251 @@
+//! `BlockGrid`: where the blocks of one task sit.
+//!
+//! Every block of a task reads `total.offset + k` and writes
+//! `TW.offset + k` for a grid position `k` (a multiple of the write shape)
+//! relative to the task's origin. This module turns positions into blocks
+//! (applying the fit rule) and checks a task's geometry; the levels and
+//! conflicts on top of it live in `graph`.
+
+use crate::block::{Block, TaskIdx};
+use crate::coordinate::{Coordinate, MAX_DIMS};
+use crate::roi::Roi;
+use crate::task::{Fit, TaskSpec};
+
+/// The geometry of one task's blocks. `Copy` so that lazy block iterators
+/// can own one without borrowing the graph.
+#[derive(Clone, Copy, Debug)]
+pub struct BlockGrid {
+    pub task: TaskIdx,
+    pub total_read: Roi,
+    /// `TW`: the total read region shrunk by the block context.
+    pub total_write: Roi,
+    pub read_shape: Coordinate,
+    pub write_shape: Coordinate,
+    /// How far the write region begins after the read region begins.
+    pub context_begin: Coordinate,
+    /// How far the read region ends after the write region ends.
+    pub context_end: Coordinate,
+    pub fit: Fit,
+}
+
+impl BlockGrid {
+    /// The grid of a task whose geometry passed [`geometry_problems`].
+    pub fn new(task: TaskIdx, spec: &TaskSpec) -> Self {
+        let context_begin = spec.write_roi.begin() - spec.read_roi.begin();
+        let context_end = spec.read_roi.end() - spec.write_roi.end();
+        Self {
+            task,
+            total_read: spec.total_roi,
+            total_write: spec.total_roi.grow(-context_begin, -context_end),
+            read_shape: spec.read_roi.shape(),
+            write_shape: spec.write_roi.shape(),
+            context_begin,
+            context_end,
+            fit: spec.fit,
+        }
+    }
+
+    /// The block at grid position `k`, or `None` if the fit rule drops it.
+    #[inline]
+    pub fn block_at(&self, k: Coordinate) -> Option<Block> {
+        let write = Roi::new(self.total_write.offset() + k, self.write_shape);
+        let kept = match self.fit {
+            Fit::Valid => self.total_write.contains_roi(&write),
+            Fit::Overhang | Fit::Shrink => self.total_write.contains_point(&write.begin()),
+        };
+        if !kept {
+            return None;
+        }
+        let read = Roi::new(self.total_read.offset() + k, self.read_shape);
+        let block = Block::new(self.task, &self.total_read, read, write);
+        Some(match self.fit {
+            Fit::Shrink => Block {
+                read_roi: self.total_read.intersect(&read),
+                write_roi: self.total_write.intersect(&write),
+                ..block
+            },
+            Fit::Valid | Fit::Overhang => block,
+        })
+    }
+
+    /// The grid position of a block of this task.
+    #[inline]
+    pub fn position_of(&self, block: &Block) -> Coordinate {
+        block.read_roi.offset() - self.total_read.offset()
+    }
+
+    /// Blocks whose WRITE region overlaps `region`, in row-major order.
+    pub fn blocks_writing(&self, region: &Roi) -> Vec<Block> {
+        let region = region.intersect(&self.total_write);
+        if region.is_empty() {
+            return Vec::new();
+        }
+        let begin = (region.begin() - self.total_write.offset()) / self.write_shape;
+        let end = (region.end() - self.total_write.offset()).div_ceil(&self.write_shape);
+        GridWalk::new(begin, end)
+            .filter_map(|j| self.block_at(j * self.write_shape))
+            .collect()
+    }
+
+    /// Blocks whose READ region overlaps `region`, in row-major order.
+    pub fn blocks_reading(&self, region: &Roi) -> Vec<Block> {
+        self.blocks_writing(&region.grow(self.context_begin, self.context_end))
+    }
+}
+
+/// An odometer over the integer box `[begin, end)` stepping by `step`,
+/// last dimension fastest; allocation-free.
+#[derive(Clone, Debug)]
+pub struct GridWalk {
+    begin: Coordinate,
+    end: Coordinate,
+    step: Coordinate,
+    next: Option<Coordinate>,
+}
+
+impl GridWalk {
+    pub fn new(begin: Coordinate, end: Coordinate) -> Self {
+        Self::with_step(begin, end, Coordinate::splat(begin.dims(), 1))
+    }
+
+    pub fn with_step(begin: Coordinate, end: Coordinate, step: Coordinate) -> Self {
+        let empty = (0..begin.dims()).any(|d| begin[d] >= end[d]);
+        Self {
+            begin,
+            end,
+            step,
+            next: (!empty).then_some(begin),
+        }
+    }
+}
+
+impl Iterator for GridWalk {
+    type Item = Coordinate;
+
+    #[inline]
+    fn next(&mut self) -> Option<Coordinate> {
+        let current = self.next?;
+        let mut advanced = current;
+        for d in (0..current.dims()).rev() {
+            let v = advanced[d] + self.step[d];
+            if v < self.end[d] {
+                advanced.set(d, v);
+                self.next = Some(advanced);
+                return Some(current);
+            }
+            advanced.set(d, self.begin[d]);
+        }
+        self.next = None;
+        Some(current)
+    }
+}
+
+/// One thing wrong with a task's geometry, naming the field at fault.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct GeometryProblem {
+    pub field: &'static str,
+    pub message: String,
+}
+
+/// Everything wrong with a task's ROIs, all at once: dimension counts,
+/// non-positive shapes, a write region outside the read region.
+pub fn geometry_problems(spec: &TaskSpec) -> Vec<GeometryProblem> {
+    let mut problems = Vec::new();
+    let rois = [
+        ("total_roi", spec.total_roi),
+        ("read_roi", spec.read_roi),
+        ("write_roi", spec.write_roi),
+    ];
+    let dims = spec.total_roi.dims();
+    for (field, roi) in rois {
+        if roi.dims() == 0 || roi.dims() > MAX_DIMS {
+            problems.push(GeometryProblem {
+                field,
+                message: format!("has {} dimensions, expected 1 to {MAX_DIMS}", roi.dims()),
+            });
+        } else if roi.dims() != dims {
+            problems.push(GeometryProblem {
+                field,
+                message: format!("has {} dimensions but total_roi has {dims}", roi.dims()),
+            });
+        }
+        if !roi.shape().all(|s| s > 0) {
+            problems.push(GeometryProblem {
+                field,
+                message: format!("shape {} must be positive in every dimension", roi.shape()),
+            });
+        }
+    }
+    let same_dims = spec.read_roi.dims() == spec.write_roi.dims();
+    if problems.is_empty() && same_dims && !spec.read_roi.contains_roi(&spec.write_roi) {
+        problems.push(GeometryProblem {
+            field: "write_roi",
+            message: format!("{} lies outside read_roi {}", spec.write_roi, spec.read_roi),
+        });
+    }
+    problems
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn grid_walk_runs_last_dimension_fastest() {
+        let walk: Vec<Coordinate> = GridWalk::new([0, 0].into(), [2, 3].into()).collect();
+        let expected: Vec<Coordinate> = [[0, 0], [0, 1], [0, 2], [1, 0], [1, 1], [1, 2]]
+            .into_iter()
+            .map(Coordinate::from)
+            .collect();
+        assert_eq!(walk, expected);
+        assert_eq!(GridWalk::new([0, 5].into(), [2, 5].into()).count(), 0);
+        let stepped: Vec<Coordinate> =
+            GridWalk::with_step([1].into(), [8].into(), [3].into()).collect();
+        assert_eq!(stepped, vec![[1].into(), [4].into(), [7].into()]);
+    }
+
+    #[test]
+    fn shrink_cuts_border_blocks_to_the_totals() {
+        let mut spec = TaskSpec::new(
+            "t",
+            Roi::from_slices(&[0], &[11]),
+            Roi::from_slices(&[0], &[4]),
+            Roi::from_slices(&[1], &[2]),
+        );
+        spec.fit = Fit::Shrink;
+        let grid = BlockGrid::new(TaskIdx(0), &spec);
+        let block = grid.block_at([6].into()).unwrap();
+        assert_eq!(block.write_roi, Roi::from_slices(&[7], &[2]));
+        let last = grid.block_at([8].into()).unwrap();
+        assert_eq!(last.write_roi, Roi::from_slices(&[9], &[1]));
+        assert_eq!(last.read_roi, Roi::from_slices(&[8], &[3]));
+        spec.fit = Fit::Valid;
+        assert!(BlockGrid::new(TaskIdx(0), &spec)
+            .block_at([8].into())
+            .is_none());
+    }
+
+    #[test]
+    fn geometry_problems_are_all_reported() {
+        let spec = TaskSpec::new(
+            "t",
+            Roi::from_slices(&[0, 0], &[10, 0]),
+            Roi::from_slices(&[0], &[4]),
+            Roi::from_slices(&[0, 0], &[-1, 2]),
+        );
+        let fields: Vec<&str> = geometry_problems(&spec).iter().map(|p| p.field).collect();
+        assert_eq!(fields, vec!["total_roi", "read_roi", "write_roi"]);
+        let outside = TaskSpec::new(
+            "t",
+            Roi::from_slices(&[0], &[10]),
+            Roi::from_slices(&[0], &[4]),
+            Roi::from_slices(&[2], &[4]),
+        );
+        let problems = geometry_problems(&outside);
+        assert_eq!(problems.len(), 1);
+        assert!(
+            problems[0].message.contains("outside read_roi"),
+            "{problems:?}"
+        );
+    }
+}

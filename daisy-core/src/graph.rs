@@ -1,0 +1,449 @@
+//! The blockwise dependency graph, with daisy 2.0's semantics.
+//!
+//! Terms:
+//! - **level**: a set of blocks of one task that can run at the same time
+//!   because no block's read region overlaps another's write region.
+//!   Without read/write conflicts a task has one level. With them, blocks
+//!   are spaced `stride` apart and the levels are the offsets of that
+//!   lattice; level L depends only on level L-1.
+//! - **conflict offsets**: the grid steps from a block of level L to the
+//!   blocks of level L-1 it has to wait for.
+//! - **upstream/downstream**: the blocks a block waits for, and the blocks
+//!   that wait for it, within its task (through conflict offsets) and
+//!   across tasks (write region of the upstream task's block overlaps the
+//!   read region of the downstream task's block).
+//!
+//! Nothing here stores blocks: they are computed from their position, so
+//! enumeration is lazy and a graph over a billion blocks costs a few
+//! hundred bytes. The scheduler keeps only the frontier.
+
+use crate::block::{Block, TaskIdx};
+use crate::coordinate::Coordinate;
+use crate::geometry::{geometry_problems, BlockGrid, GridWalk};
+use crate::task::{Fit, TaskSpec};
+use std::fmt;
+
+/// The levels of one task and how they depend on each other.
+#[derive(Clone, Debug)]
+pub struct TaskGraph {
+    grid: BlockGrid,
+    /// Blocks are kept when their position is below this in every dimension.
+    position_end: Coordinate,
+    /// Spacing of the blocks within one level.
+    stride: Coordinate,
+    /// Number of level offsets per dimension (`stride / write_shape`).
+    radix: Coordinate,
+    level_offsets: Vec<Coordinate>,
+    /// Per level, the steps to the blocks of the previous level it waits for.
+    level_conflicts: Vec<Vec<Coordinate>>,
+}
+
+impl TaskGraph {
+    /// The graph of a task whose geometry passed [`geometry_problems`].
+    pub fn new(task: TaskIdx, spec: &TaskSpec) -> Self {
+        let grid = BlockGrid::new(task, spec);
+        let ws = grid.write_shape;
+        let rounding = match spec.fit {
+            Fit::Valid => ws,
+            Fit::Overhang | Fit::Shrink => Coordinate::splat(ws.dims(), 1),
+        };
+        let position_end = grid.total_write.shape() + 1 - rounding;
+        let stride = level_stride(&grid, spec.read_write_conflict);
+        let radix = stride / ws;
+        let level_offsets = level_offsets(stride, ws);
+        let level_conflicts = (0..level_offsets.len())
+            .map(|level| match level {
+                0 => Vec::new(),
+                _ if !spec.read_write_conflict => Vec::new(),
+                _ => conflict_offsets(level_offsets[level - 1] - level_offsets[level], stride),
+            })
+            .collect();
+        Self {
+            grid,
+            position_end,
+            stride,
+            radix,
+            level_offsets,
+            level_conflicts,
+        }
+    }
+
+    pub fn grid(&self) -> &BlockGrid {
+        &self.grid
+    }
+
+    pub fn num_levels(&self) -> usize {
+        self.level_offsets.len()
+    }
+
+    pub fn stride(&self) -> Coordinate {
+        self.stride
+    }
+
+    /// Number of blocks of `level`, computed without enumerating them.
+    pub fn num_level_blocks(&self, level: usize) -> u64 {
+        let offset = self.level_offsets[level];
+        (0..offset.dims())
+            .map(|d| {
+                let span = self.position_end[d] - offset[d];
+                (span + self.stride[d] - 1)
+                    .div_euclid(self.stride[d])
+                    .max(0) as u64
+            })
+            .product()
+    }
+
+    /// Number of blocks of the task.
+    pub fn num_blocks(&self) -> u64 {
+        (0..self.num_levels())
+            .map(|l| self.num_level_blocks(l))
+            .sum()
+    }
+
+    /// The blocks of `level`, lazily, last dimension fastest.
+    pub fn level_blocks(&self, level: usize) -> LevelBlocks {
+        let walk = GridWalk::with_step(self.level_offsets[level], self.position_end, self.stride);
+        LevelBlocks {
+            grid: self.grid,
+            walk,
+        }
+    }
+
+    /// Every block of the task, level by level.
+    pub fn all_blocks(&self) -> impl Iterator<Item = Block> + '_ {
+        (0..self.num_levels()).flat_map(|level| self.level_blocks(level))
+    }
+
+    /// The level of a block of this task (`None` if it is not one).
+    pub fn level_of(&self, block: &Block) -> Option<usize> {
+        let residue = self.grid.position_of(block) % self.stride;
+        let mut index = 0i64;
+        for d in 0..residue.dims() {
+            if residue[d] % self.grid.write_shape[d] != 0 {
+                return None;
+            }
+            index = index * self.radix[d] + residue[d] / self.grid.write_shape[d];
+        }
+        Some(self.num_levels() - 1 - index as usize)
+    }
+
+    /// The blocks of this task that `block` waits for (previous level).
+    pub fn upstream(&self, block: &Block, out: &mut Vec<Block>) {
+        let Some(level) = self.level_of(block) else {
+            return;
+        };
+        let position = self.grid.position_of(block);
+        for step in &self.level_conflicts[level] {
+            push_unique(out, self.grid.block_at(position + *step));
+        }
+    }
+
+    /// The blocks of this task that wait for `block` (next level).
+    pub fn downstream(&self, block: &Block, out: &mut Vec<Block>) {
+        let Some(level) = self.level_of(block) else {
+            return;
+        };
+        let Some(conflicts) = self.level_conflicts.get(level + 1) else {
+            return;
+        };
+        let position = self.grid.position_of(block);
+        for step in conflicts {
+            push_unique(out, self.grid.block_at(position - *step));
+        }
+    }
+}
+
+fn push_unique(out: &mut Vec<Block>, block: Option<Block>) {
+    if let Some(block) = block {
+        if !out.iter().any(|b| b.id == block.id) {
+            out.push(block);
+        }
+    }
+}
+
+/// Spacing of blocks within one level: far enough apart that no block
+/// reads what another writes, capped so that no level is empty.
+fn level_stride(grid: &BlockGrid, read_write_conflict: bool) -> Coordinate {
+    let ws = grid.write_shape;
+    if !read_write_conflict {
+        return ws;
+    }
+    let min_stride = grid.context_begin.max(&grid.context_end) + ws;
+    let stride = min_stride.div_ceil(&ws) * ws;
+    let total = grid.total_write.shape();
+    let cap = match grid.fit {
+        Fit::Valid => total - total % ws,
+        Fit::Overhang | Fit::Shrink => total + (-total) % ws,
+    };
+    // A total region smaller than one block makes the cap 0 or negative;
+    // daisy 2.0 divides by zero there. One block of spacing gives the
+    // right answer: no blocks at all.
+    stride.min(&cap).max(&ws)
+}
+
+/// The lattice offsets of the levels: all multiples of the write shape
+/// below the stride, last dimension fastest, then reversed (daisy's order).
+fn level_offsets(stride: Coordinate, write_shape: Coordinate) -> Vec<Coordinate> {
+    let zero = Coordinate::zeros(stride.dims());
+    let mut offsets: Vec<Coordinate> = GridWalk::new(zero, stride / write_shape)
+        .map(|index| index * write_shape)
+        .collect();
+    offsets.reverse();
+    offsets
+}
+
+/// The steps from a block of one level to the blocks of the previous
+/// level (offset `to_previous` away on the lattice) that overlap it: per
+/// dimension the offset and its neighbour one stride towards zero.
+fn conflict_offsets(to_previous: Coordinate, stride: Coordinate) -> Vec<Coordinate> {
+    let choices: Vec<Vec<i64>> = (0..to_previous.dims())
+        .map(|d| {
+            let op = to_previous[d];
+            match op.cmp(&0) {
+                std::cmp::Ordering::Less => vec![op, op + stride[d]],
+                std::cmp::Ordering::Equal => vec![0],
+                std::cmp::Ordering::Greater => vec![op - stride[d], op],
+            }
+        })
+        .collect();
+    let counts: Vec<i64> = choices.iter().map(|c| c.len() as i64).collect();
+    GridWalk::new(Coordinate::zeros(counts.len()), Coordinate::new(&counts))
+        .map(|pick| {
+            let values: Vec<i64> = (0..pick.dims())
+                .map(|d| choices[d][pick[d] as usize])
+                .collect();
+            Coordinate::new(&values)
+        })
+        .collect()
+}
+
+/// Lazy iterator over the blocks of one level.
+#[derive(Clone, Debug)]
+pub struct LevelBlocks {
+    grid: BlockGrid,
+    walk: GridWalk,
+}
+
+impl Iterator for LevelBlocks {
+    type Item = Block;
+
+    #[inline]
+    fn next(&mut self) -> Option<Block> {
+        loop {
+            let position = self.walk.next()?;
+            if let Some(block) = self.grid.block_at(position) {
+                return Some(block);
+            }
+        }
+    }
+}
+
+/// Why a set of task specs cannot form a graph.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum GraphError {
+    #[error("task {task:?}: {field} {message}")]
+    Geometry {
+        task: String,
+        field: &'static str,
+        message: String,
+    },
+    #[error("task {task:?}: upstream task #{index} does not exist")]
+    UnknownUpstream { task: String, index: u32 },
+    #[error("task {task:?}: upstream task {upstream:?} has {upstream_dims} dimensions, this task has {dims}")]
+    UpstreamDimensions {
+        task: String,
+        upstream: String,
+        upstream_dims: usize,
+        dims: usize,
+    },
+    #[error("the upstream relation has a cycle through task {task:?}")]
+    Cycle { task: String },
+}
+
+/// The graph of a whole pipeline: one [`TaskGraph`] per task plus the
+/// dependencies between tasks.
+#[derive(Clone, Debug)]
+pub struct DependencyGraph {
+    tasks: Vec<TaskSpec>,
+    graphs: Vec<TaskGraph>,
+    downstream_tasks: Vec<Vec<TaskIdx>>,
+}
+
+impl DependencyGraph {
+    /// Builds the graph; refuses geometry problems, dangling upstream
+    /// indices and cycles (the driver validates pipeline files with
+    /// friendlier messages before it gets here).
+    pub fn new(tasks: Vec<TaskSpec>) -> Result<Self, GraphError> {
+        check_tasks(&tasks)?;
+        let graphs = tasks
+            .iter()
+            .enumerate()
+            .map(|(i, spec)| TaskGraph::new(TaskIdx(i as u32), spec))
+            .collect();
+        let mut downstream_tasks = vec![Vec::new(); tasks.len()];
+        for (i, spec) in tasks.iter().enumerate() {
+            for up in &spec.upstream {
+                downstream_tasks[up.index()].push(TaskIdx(i as u32));
+            }
+        }
+        Ok(Self {
+            tasks,
+            graphs,
+            downstream_tasks,
+        })
+    }
+
+    pub fn num_tasks(&self) -> usize {
+        self.tasks.len()
+    }
+
+    pub fn task_indices(&self) -> impl Iterator<Item = TaskIdx> {
+        (0..self.tasks.len() as u32).map(TaskIdx)
+    }
+
+    pub fn task(&self, task: TaskIdx) -> &TaskSpec {
+        &self.tasks[task.index()]
+    }
+
+    pub fn task_graph(&self, task: TaskIdx) -> &TaskGraph {
+        &self.graphs[task.index()]
+    }
+
+    /// The position of the task with the id users wrote.
+    pub fn task_index(&self, id: &str) -> Option<TaskIdx> {
+        self.tasks
+            .iter()
+            .position(|t| t.id == id)
+            .map(|i| TaskIdx(i as u32))
+    }
+
+    pub fn is_root(&self, task: TaskIdx) -> bool {
+        self.task(task).upstream.is_empty()
+    }
+
+    pub fn downstream_tasks(&self, task: TaskIdx) -> &[TaskIdx] {
+        &self.downstream_tasks[task.index()]
+    }
+
+    /// Every block `block` waits for, in its task and in upstream tasks,
+    /// ordered by spatial id.
+    pub fn upstream(&self, block: &Block) -> Vec<Block> {
+        let mut out = Vec::new();
+        self.task_graph(block.id.task).upstream(block, &mut out);
+        for up in &self.task(block.id.task).upstream {
+            out.extend(
+                self.graphs[up.index()]
+                    .grid()
+                    .blocks_writing(&block.read_roi),
+            );
+        }
+        out.sort_by_key(|b| (b.id.spatial, b.id.task));
+        out
+    }
+
+    /// Every block that waits for `block`, ordered by spatial id.
+    pub fn downstream(&self, block: &Block) -> Vec<Block> {
+        let mut out = Vec::new();
+        self.task_graph(block.id.task).downstream(block, &mut out);
+        for down in self.downstream_tasks(block.id.task) {
+            out.extend(
+                self.graphs[down.index()]
+                    .grid()
+                    .blocks_reading(&block.write_roi),
+            );
+        }
+        out.sort_by_key(|b| (b.id.spatial, b.id.task));
+        out
+    }
+
+    /// The blocks of `task` whose write region overlaps `region`: what to
+    /// look at, reset or re-run for a sub-volume.
+    pub fn blocks_in(&self, task: TaskIdx, region: &crate::roi::Roi) -> Vec<Block> {
+        self.task_graph(task).grid().blocks_writing(region)
+    }
+}
+
+fn check_tasks(tasks: &[TaskSpec]) -> Result<(), GraphError> {
+    for spec in tasks {
+        if let Some(problem) = geometry_problems(spec).into_iter().next() {
+            return Err(GraphError::Geometry {
+                task: spec.id.clone(),
+                field: problem.field,
+                message: problem.message,
+            });
+        }
+        for up in &spec.upstream {
+            let Some(upstream) = tasks.get(up.index()) else {
+                return Err(GraphError::UnknownUpstream {
+                    task: spec.id.clone(),
+                    index: up.0,
+                });
+            };
+            if upstream.total_roi.dims() != spec.total_roi.dims() {
+                return Err(GraphError::UpstreamDimensions {
+                    task: spec.id.clone(),
+                    upstream: upstream.id.clone(),
+                    upstream_dims: upstream.total_roi.dims(),
+                    dims: spec.total_roi.dims(),
+                });
+            }
+        }
+    }
+    match find_cycle(tasks.len(), |i| {
+        tasks[i].upstream.iter().map(|u| u.index()).collect()
+    }) {
+        Some(i) => Err(GraphError::Cycle {
+            task: tasks[i].id.clone(),
+        }),
+        None => Ok(()),
+    }
+}
+
+/// A node on a cycle of the directed graph with `n` nodes and edges
+/// `edges(i)`, if there is one (iterative DFS, so deep chains don't
+/// overflow the stack).
+pub fn find_cycle(n: usize, edges: impl Fn(usize) -> Vec<usize>) -> Option<usize> {
+    #[derive(Clone, Copy, PartialEq)]
+    enum Mark {
+        New,
+        Open,
+        Done,
+    }
+    let mut marks = vec![Mark::New; n];
+    for start in 0..n {
+        if marks[start] != Mark::New {
+            continue;
+        }
+        let mut stack = vec![(start, edges(start), 0usize)];
+        marks[start] = Mark::Open;
+        while let Some((node, next, cursor)) = stack.last_mut() {
+            let Some(&target) = next.get(*cursor) else {
+                marks[*node] = Mark::Done;
+                stack.pop();
+                continue;
+            };
+            *cursor += 1;
+            match marks.get(target) {
+                Some(Mark::Open) => return Some(target),
+                Some(Mark::New) => {
+                    marks[target] = Mark::Open;
+                    stack.push((target, edges(target), 0));
+                }
+                _ => {}
+            }
+        }
+    }
+    None
+}
+
+impl fmt::Display for TaskGraph {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{} levels of stride {}, {} blocks",
+            self.num_levels(),
+            self.stride,
+            self.num_blocks()
+        )
+    }
+}

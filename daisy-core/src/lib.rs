@@ -1,0 +1,32 @@
+//! daisy-core: the shared model of daisy.
+//!
+//! Geometry (`Coordinate`, `Roi`), blocks and their ids, the task spec the
+//! scheduler needs, the blockwise dependency graph, and the scheduler
+//! state machine with a serial runner. No I/O, no sockets, no launcher
+//! knowledge: the driver, the worker, the launchers and the tests all
+//! build on this without pulling in policy.
+//!
+//! # Layout
+//! - [`coordinate`], [`roi`]: n-dimensional geometry with floor division.
+//! - [`block`]: `Block`, `BlockId`, `TaskIdx`, Cantor ids.
+//! - [`task`]: `TaskSpec`, `Fit`.
+//! - [`geometry`]: where a task's blocks sit (`BlockGrid`), geometry checks.
+//! - [`graph`]: levels, conflicts, upstream/downstream (`DependencyGraph`).
+//! - [`scheduler`]: the ready surface, retries, orphans, counters.
+//! - [`serial`]: run a pipeline in-process, one block at a time.
+
+pub mod block;
+pub mod coordinate;
+pub mod geometry;
+pub mod graph;
+pub mod roi;
+pub mod scheduler;
+pub mod serial;
+pub mod task;
+
+pub use block::{Block, BlockId, TaskIdx};
+pub use coordinate::Coordinate;
+pub use graph::{DependencyGraph, GraphError, TaskGraph};
+pub use roi::Roi;
+pub use scheduler::{BlockOutcome, Scheduler, TaskCounters};
+pub use task::{Fit, TaskSpec};

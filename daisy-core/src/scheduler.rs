@@ -1,0 +1,318 @@
+//! The scheduler: a synchronous state machine over the dependency graph.
+//!
+//! It owns which blocks are ready, in flight, done, failed or orphaned,
+//! and nothing else: no sockets, no clocks, no files. Callers (the serial
+//! runner, the driver's block server) feed it events (`acquire`,
+//! `release`) and act on what it returns, so daisy 2.0's semantics are
+//! tested here without any I/O.
+//!
+//! Memory grows with the frontier, not the block count:
+//! - root blocks are enumerated lazily from the graph;
+//! - the **surface** holds succeeded blocks that still have downstream
+//!   blocks waiting, with the number of those not yet resolved; a block
+//!   leaves it when all its downstream blocks completed or died;
+//! - the **dead** set holds blocks that failed for good or were
+//!   orphaned, so no block is ever counted twice. It grows with failures
+//!   only.
+//!
+//! A block becomes ready when all its upstream blocks are on the surface;
+//! only level-0 blocks of root tasks are ready at the start.
+
+use crate::block::{Block, BlockId, TaskIdx};
+use crate::graph::{DependencyGraph, LevelBlocks};
+use serde::Serialize;
+use std::collections::{HashMap, HashSet, VecDeque};
+use std::sync::Arc;
+
+/// What happened to a block a worker held.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum BlockOutcome {
+    /// The block was processed; its downstream blocks may become ready.
+    Success,
+    /// The block failed; it is retried up to the task's `max_retries`.
+    Failure,
+    /// The block was handed back unprocessed (a worker draining or lost);
+    /// it becomes ready again without using up a retry.
+    Returned,
+}
+
+/// Per-task block counts. `completed` includes `skipped`; a task is done
+/// when `completed + failed + orphaned == total`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct TaskCounters {
+    pub total: u64,
+    pub ready: u64,
+    pub processing: u64,
+    pub completed: u64,
+    pub skipped: u64,
+    pub failed: u64,
+    pub orphaned: u64,
+}
+
+impl TaskCounters {
+    /// Blocks still waiting for upstream blocks.
+    pub fn pending(&self) -> u64 {
+        self.total
+            .saturating_sub(self.ready + self.processing + self.completed)
+            .saturating_sub(self.failed + self.orphaned)
+    }
+
+    pub fn is_done(&self) -> bool {
+        self.completed + self.failed + self.orphaned == self.total
+    }
+}
+
+/// What a release did.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Released {
+    /// The block was not in flight (late, duplicate or unknown): nothing
+    /// changed.
+    Ignored,
+    /// The block succeeded; `unlocked` blocks became ready.
+    Succeeded { unlocked: usize },
+    /// The block failed and is queued again; `attempt` retries used so far.
+    Retrying { attempt: u32 },
+    /// The block failed for good; these blocks can now never run.
+    FailedForGood { orphaned: Vec<BlockId> },
+    /// The block was handed back and is ready again.
+    Requeued,
+}
+
+/// Where one task's ready blocks come from.
+struct TaskQueue {
+    counters: TaskCounters,
+    /// Level-0 blocks of a root task not yet handed out.
+    roots: Option<LevelBlocks>,
+    /// Blocks made ready by their upstream, and retries, in FIFO order.
+    ready: VecDeque<Block>,
+    /// Failures so far of blocks that failed and may still be retried.
+    retries: HashMap<BlockId, u32>,
+}
+
+/// The scheduling state of one run.
+pub struct Scheduler {
+    graph: Arc<DependencyGraph>,
+    tasks: Vec<TaskQueue>,
+    surface: HashMap<BlockId, u32>,
+    dead: HashSet<BlockId>,
+    in_flight: HashMap<BlockId, Block>,
+}
+
+impl Scheduler {
+    pub fn new(graph: Arc<DependencyGraph>) -> Self {
+        let tasks = graph
+            .task_indices()
+            .map(|task| {
+                let task_graph = graph.task_graph(task);
+                let root = graph.is_root(task) && task_graph.num_levels() > 0;
+                let roots = root.then(|| task_graph.level_blocks(0));
+                let counters = TaskCounters {
+                    total: task_graph.num_blocks(),
+                    ready: if root {
+                        task_graph.num_level_blocks(0)
+                    } else {
+                        0
+                    },
+                    ..TaskCounters::default()
+                };
+                TaskQueue {
+                    counters,
+                    roots,
+                    ready: VecDeque::new(),
+                    retries: HashMap::new(),
+                }
+            })
+            .collect();
+        Self {
+            graph,
+            tasks,
+            surface: HashMap::new(),
+            dead: HashSet::new(),
+            in_flight: HashMap::new(),
+        }
+    }
+
+    pub fn graph(&self) -> &Arc<DependencyGraph> {
+        &self.graph
+    }
+
+    pub fn counters(&self, task: TaskIdx) -> TaskCounters {
+        self.tasks[task.index()].counters
+    }
+
+    /// True when every block of every task is completed, failed or orphaned.
+    pub fn is_done(&self) -> bool {
+        self.tasks.iter().all(|t| t.counters.is_done())
+    }
+
+    /// True when work remains but nothing is ready or in flight, so
+    /// nothing can ever become ready: blocks that wait for no upstream
+    /// block in a task with upstream tasks (a pipeline whose regions do
+    /// not overlap) are never seeded. Callers must stop instead of wait.
+    pub fn is_stalled(&self) -> bool {
+        !self.is_done()
+            && self.in_flight.is_empty()
+            && self.tasks.iter().all(|t| t.counters.ready == 0)
+    }
+
+    /// Number of blocks handed out and not yet released.
+    pub fn num_in_flight(&self) -> usize {
+        self.in_flight.len()
+    }
+
+    /// Hands out the next ready block of `task`. Blocks for which
+    /// `is_done` says true (done in an earlier run) are skipped: counted
+    /// as completed and skipped, their downstream unlocked, and the next
+    /// one tried.
+    pub fn acquire(
+        &mut self,
+        task: TaskIdx,
+        is_done: &mut dyn FnMut(&Block) -> bool,
+    ) -> Option<Block> {
+        loop {
+            let block = self.next_ready(task)?;
+            if is_done(&block) {
+                self.tasks[task.index()].counters.skipped += 1;
+                self.on_success(&block);
+                continue;
+            }
+            self.tasks[task.index()].counters.processing += 1;
+            self.in_flight.insert(block.id, block);
+            return Some(block);
+        }
+    }
+
+    fn next_ready(&mut self, task: TaskIdx) -> Option<Block> {
+        let queue = &mut self.tasks[task.index()];
+        if queue.counters.ready == 0 {
+            return None;
+        }
+        let block = match queue.roots.as_mut().and_then(Iterator::next) {
+            Some(root) => root,
+            None => {
+                queue.roots = None;
+                queue.ready.pop_front()?
+            }
+        };
+        queue.counters.ready -= 1;
+        Some(block)
+    }
+
+    /// Records what happened to a block that was handed out. A block that
+    /// is not in flight (released twice, released after it was reclaimed,
+    /// or never handed out) is ignored.
+    pub fn release(&mut self, id: BlockId, outcome: BlockOutcome) -> Released {
+        let Some(block) = self.in_flight.remove(&id) else {
+            return Released::Ignored;
+        };
+        self.tasks[id.task.index()].counters.processing -= 1;
+        match outcome {
+            BlockOutcome::Success => Released::Succeeded {
+                unlocked: self.on_success(&block),
+            },
+            BlockOutcome::Returned => {
+                self.push_ready(block);
+                Released::Requeued
+            }
+            BlockOutcome::Failure => self.on_failure(block),
+        }
+    }
+
+    /// The blocks currently handed out, for reclaiming them.
+    pub fn in_flight(&self) -> impl Iterator<Item = &Block> {
+        self.in_flight.values()
+    }
+
+    fn push_ready(&mut self, block: Block) {
+        let queue = &mut self.tasks[block.id.task.index()];
+        queue.ready.push_back(block);
+        queue.counters.ready += 1;
+    }
+
+    fn on_failure(&mut self, block: Block) -> Released {
+        let max_retries = self.graph.task(block.id.task).max_retries;
+        let queue = &mut self.tasks[block.id.task.index()];
+        let attempts = queue.retries.entry(block.id).or_insert(0);
+        if *attempts < max_retries {
+            *attempts += 1;
+            let attempt = *attempts;
+            self.push_ready(block);
+            return Released::Retrying { attempt };
+        }
+        queue.retries.remove(&block.id);
+        queue.counters.failed += 1;
+        self.bury(&block);
+        Released::FailedForGood {
+            orphaned: self.orphan_downstream_of(&block),
+        }
+    }
+
+    /// Marks a completed block (run or skipped) and returns how many
+    /// blocks became ready.
+    fn on_success(&mut self, block: &Block) -> usize {
+        let queue = &mut self.tasks[block.id.task.index()];
+        queue.counters.completed += 1;
+        queue.retries.remove(&block.id);
+        for up in self.graph.upstream(block) {
+            self.resolve_one_downstream_of(up.id);
+        }
+        let downstream: Vec<Block> = self
+            .graph
+            .downstream(block)
+            .into_iter()
+            .filter(|d| !self.dead.contains(&d.id))
+            .collect();
+        if downstream.is_empty() {
+            return 0;
+        }
+        self.surface.insert(block.id, downstream.len() as u32);
+        let mut unlocked = 0;
+        for down in downstream {
+            let ready = self
+                .graph
+                .upstream(&down)
+                .iter()
+                .all(|up| self.surface.contains_key(&up.id));
+            if ready {
+                self.push_ready(down);
+                unlocked += 1;
+            }
+        }
+        unlocked
+    }
+
+    /// One downstream block of the surface block `up` completed or died.
+    fn resolve_one_downstream_of(&mut self, up: BlockId) {
+        if let Some(waiting) = self.surface.get_mut(&up) {
+            *waiting -= 1;
+            if *waiting == 0 {
+                self.surface.remove(&up);
+            }
+        }
+    }
+
+    /// Marks a block dead (failed for good or orphaned).
+    fn bury(&mut self, block: &Block) -> bool {
+        if !self.dead.insert(block.id) {
+            return false;
+        }
+        for up in self.graph.upstream(block) {
+            self.resolve_one_downstream_of(up.id);
+        }
+        true
+    }
+
+    /// Orphans everything downstream of `failed`, transitively.
+    fn orphan_downstream_of(&mut self, failed: &Block) -> Vec<BlockId> {
+        let mut orphaned = Vec::new();
+        let mut to_visit = self.graph.downstream(failed);
+        while let Some(block) = to_visit.pop() {
+            if self.bury(&block) {
+                self.tasks[block.id.task.index()].counters.orphaned += 1;
+                orphaned.push(block.id);
+                to_visit.extend(self.graph.downstream(&block));
+            }
+        }
+        orphaned
+    }
+}
