@@ -74,22 +74,45 @@ impl BlockGrid {
         block.read_roi.offset() - self.total_read.offset()
     }
 
-    /// Blocks whose WRITE region overlaps `region`, in row-major order.
+    /// Blocks whose write region, as far as other tasks see it (clipped to
+    /// the total write region), overlaps `region`, in row-major order.
     pub fn blocks_writing(&self, region: &Roi) -> Vec<Block> {
-        let region = region.intersect(&self.total_write);
+        self.cells_overlapping(&region.intersect(&self.total_write))
+    }
+
+    /// Blocks whose read region, as the block carries it (clipped to the
+    /// total for shrink), overlaps `region`, in row-major order.
+    pub fn blocks_reading(&self, region: &Roi) -> Vec<Block> {
+        let region = match self.fit {
+            Fit::Shrink => region.intersect(&self.total_read),
+            Fit::Valid | Fit::Overhang => *region,
+        };
         if region.is_empty() {
             return Vec::new();
         }
-        let begin = (region.begin() - self.total_write.offset()) / self.write_shape;
-        let end = (region.end() - self.total_write.offset()).div_ceil(&self.write_shape);
+        // A read region reaches `context_begin` before its write region and
+        // `context_end` past it, so the write regions that matter lie that
+        // far the other way round. (daisy 2.0 grows the wrong way, which
+        // only shows with asymmetric contexts.)
+        self.cells_overlapping(&region.grow(self.context_end, self.context_begin))
+    }
+
+    /// Blocks whose unclipped write region overlaps `region`. Not clipped
+    /// to the total write region: an overhanging block's cell sticks out of
+    /// it, and what it reads there still counts.
+    fn cells_overlapping(&self, region: &Roi) -> Vec<Block> {
+        if region.is_empty() {
+            return Vec::new();
+        }
+        let origin = self.total_write.offset();
+        let cells = self.total_write.shape().div_ceil(&self.write_shape);
+        let begin = ((region.begin() - origin) / self.write_shape).map(|j| j.max(0));
+        let end = (region.end() - origin)
+            .div_ceil(&self.write_shape)
+            .min(&cells);
         GridWalk::new(begin, end)
             .filter_map(|j| self.block_at(j * self.write_shape))
             .collect()
-    }
-
-    /// Blocks whose READ region overlaps `region`, in row-major order.
-    pub fn blocks_reading(&self, region: &Roi) -> Vec<Block> {
-        self.blocks_writing(&region.grow(self.context_begin, self.context_end))
     }
 }
 

@@ -20,6 +20,7 @@
 use crate::block::{Block, TaskIdx};
 use crate::coordinate::Coordinate;
 use crate::geometry::{geometry_problems, BlockGrid, GridWalk};
+use crate::roi::Roi;
 use crate::task::{Fit, TaskSpec};
 use std::fmt;
 
@@ -112,6 +113,27 @@ impl TaskGraph {
     /// Every block of the task, level by level.
     pub fn all_blocks(&self) -> impl Iterator<Item = Block> + '_ {
         (0..self.num_levels()).flat_map(|level| self.level_blocks(level))
+    }
+
+    /// The region the blocks of this task write, as far as other tasks
+    /// see it (clipped to the total write region).
+    pub fn written_region(&self) -> Roi {
+        let ws = self.grid.write_shape;
+        let positions = self.position_end.div_ceil(&ws).map(|n| n.max(0));
+        Roi::new(self.grid.total_write.offset(), positions * ws).intersect(&self.grid.total_write)
+    }
+
+    /// True if the read region of every block of this task overlaps
+    /// `region`. Read regions move monotonically with the grid position,
+    /// so checking the first and the last position per dimension is enough.
+    pub fn every_read_overlaps(&self, region: &Roi) -> bool {
+        let total = self.grid.total_read;
+        (0..total.dims()).all(|d| {
+            let ws = self.grid.write_shape[d];
+            let last = (self.position_end[d] - 1).div_euclid(ws) * ws;
+            let first_end = (total.begin()[d] + self.grid.read_shape[d]).min(total.end()[d]);
+            total.begin()[d] + last < region.end()[d] && first_end > region.begin()[d]
+        })
     }
 
     /// The level of a block of this task (`None` if it is not one).
@@ -345,20 +367,37 @@ impl DependencyGraph {
     pub fn downstream(&self, block: &Block) -> Vec<Block> {
         let mut out = Vec::new();
         self.task_graph(block.id.task).downstream(block, &mut out);
+        let total_write = self.task_graph(block.id.task).grid().total_write;
+        let written = block.write_roi.intersect(&total_write);
         for down in self.downstream_tasks(block.id.task) {
-            out.extend(
-                self.graphs[down.index()]
-                    .grid()
-                    .blocks_reading(&block.write_roi),
-            );
+            out.extend(self.graphs[down.index()].grid().blocks_reading(&written));
         }
         out.sort_by_key(|b| (b.id.spatial, b.id.task));
         out
     }
 
+    /// Blocks of a task with upstream tasks that wait for no block at all,
+    /// because their read region misses everything the upstream tasks
+    /// write. daisy 2.0 seeds only root tasks, so such blocks never run and
+    /// the run never ends; the scheduler seeds them instead. The usual
+    /// pipeline (overlapping regions) is recognised without enumerating.
+    pub fn blocks_without_upstream(&self, task: TaskIdx) -> Vec<Block> {
+        let reads_everywhere = self.task(task).upstream.iter().any(|up| {
+            let written = self.task_graph(*up).written_region();
+            self.task_graph(task).every_read_overlaps(&written)
+        });
+        if self.is_root(task) || reads_everywhere {
+            return Vec::new();
+        }
+        self.task_graph(task)
+            .all_blocks()
+            .filter(|b| self.upstream(b).is_empty())
+            .collect()
+    }
+
     /// The blocks of `task` whose write region overlaps `region`: what to
     /// look at, reset or re-run for a sub-volume.
-    pub fn blocks_in(&self, task: TaskIdx, region: &crate::roi::Roi) -> Vec<Block> {
+    pub fn blocks_in(&self, task: TaskIdx, region: &Roi) -> Vec<Block> {
         self.task_graph(task).grid().blocks_writing(region)
     }
 }

@@ -16,7 +16,9 @@
 //!   only.
 //!
 //! A block becomes ready when all its upstream blocks are on the surface;
-//! only level-0 blocks of root tasks are ready at the start.
+//! at the start, level-0 blocks of root tasks are ready, and so are the
+//! blocks of other tasks that wait for nothing (see
+//! [`DependencyGraph::blocks_without_upstream`]).
 
 use crate::block::{Block, BlockId, TaskIdx};
 use crate::graph::{DependencyGraph, LevelBlocks};
@@ -89,6 +91,28 @@ struct TaskQueue {
     retries: HashMap<BlockId, u32>,
 }
 
+impl TaskQueue {
+    /// The queue of a task at the start of a run: level-0 blocks of a root
+    /// task (enumerated lazily), plus blocks that wait for nothing.
+    fn seeded(graph: &DependencyGraph, task: TaskIdx) -> Self {
+        let task_graph = graph.task_graph(task);
+        let root = graph.is_root(task) && task_graph.num_levels() > 0;
+        let roots = root.then(|| task_graph.level_blocks(0));
+        let seeds = VecDeque::from(graph.blocks_without_upstream(task));
+        let num_roots = if root { task_graph.num_level_blocks(0) } else { 0 };
+        Self {
+            counters: TaskCounters {
+                total: task_graph.num_blocks(),
+                ready: num_roots + seeds.len() as u64,
+                ..TaskCounters::default()
+            },
+            roots,
+            ready: seeds,
+            retries: HashMap::new(),
+        }
+    }
+}
+
 /// The scheduling state of one run.
 pub struct Scheduler {
     graph: Arc<DependencyGraph>,
@@ -102,26 +126,7 @@ impl Scheduler {
     pub fn new(graph: Arc<DependencyGraph>) -> Self {
         let tasks = graph
             .task_indices()
-            .map(|task| {
-                let task_graph = graph.task_graph(task);
-                let root = graph.is_root(task) && task_graph.num_levels() > 0;
-                let roots = root.then(|| task_graph.level_blocks(0));
-                let counters = TaskCounters {
-                    total: task_graph.num_blocks(),
-                    ready: if root {
-                        task_graph.num_level_blocks(0)
-                    } else {
-                        0
-                    },
-                    ..TaskCounters::default()
-                };
-                TaskQueue {
-                    counters,
-                    roots,
-                    ready: VecDeque::new(),
-                    retries: HashMap::new(),
-                }
-            })
+            .map(|task| TaskQueue::seeded(&graph, task))
             .collect();
         Self {
             graph,
@@ -146,9 +151,8 @@ impl Scheduler {
     }
 
     /// True when work remains but nothing is ready or in flight, so
-    /// nothing can ever become ready: blocks that wait for no upstream
-    /// block in a task with upstream tasks (a pipeline whose regions do
-    /// not overlap) are never seeded. Callers must stop instead of wait.
+    /// nothing can ever become ready. The graph rules make this impossible;
+    /// callers check it anyway so that a bug shows as an error, not a hang.
     pub fn is_stalled(&self) -> bool {
         !self.is_done()
             && self.in_flight.is_empty()
