@@ -12,6 +12,7 @@
 //! - [`task`]: `TaskSpec`, `Fit`.
 //! - [`geometry`]: where a task's blocks sit (`BlockGrid`), geometry checks.
 //! - [`graph`]: levels, conflicts, upstream/downstream (`DependencyGraph`).
+//! - [`protocol`]: blocks and results as user code sees them.
 //! - [`scheduler`]: the ready surface, retries, orphans, counters.
 //! - [`serial`]: run a pipeline in-process, one block at a time.
 
@@ -19,6 +20,7 @@ pub mod block;
 pub mod coordinate;
 pub mod geometry;
 pub mod graph;
+pub mod protocol;
 pub mod roi;
 pub mod scheduler;
 pub mod serial;

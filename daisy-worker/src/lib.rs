@@ -1,4 +1,10 @@
-//! The daisy worker: it will read `DAISY_CONTEXT`, connect back to the
-//! driver, run the user's command per block and watch over it (see
-//! `DESIGN.md`, "Workers and user code"). Nothing lives here yet; the
-//! crate exists so the workspace has the shape the design fixes.
+//! daisy-worker: runs user code on blocks.
+//!
+//! # Layout
+//! - [`user_code`]: the two ways user code runs: a block command started
+//!   once per block, or a long-running worker command fed JSON lines.
+//!
+//! The connection to the driver, the watchdog and the `daisy-worker`
+//! binary come next (see DESIGN.md, "Workers and user code"); the serial
+//! `daisy-driver run` already uses [`user_code`] in process.
+pub mod user_code;

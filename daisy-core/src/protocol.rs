@@ -1,0 +1,108 @@
+//! What crosses process boundaries: the block as user code sees it and
+//! the result user code reports.
+//!
+//! These shapes are a contract with code in other languages (a worker
+//! command written in Python reads `WireBlock` JSON lines on its stdin),
+//! so field names are fixed and documented in docs/protocol.md. Unknown
+//! fields are ignored when reading, so more can be added later.
+
+use crate::roi::Roi;
+use crate::coordinate::Coordinate;
+use serde::{Deserialize, Serialize};
+
+/// An ROI as plain lists: `{"offset": [..], "shape": [..]}`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WireRoi {
+    pub offset: Vec<i64>,
+    pub shape: Vec<i64>,
+}
+
+impl From<&Roi> for WireRoi {
+    fn from(roi: &Roi) -> Self {
+        Self {
+            offset: roi.offset().as_slice().to_vec(),
+            shape: roi.shape().as_slice().to_vec(),
+        }
+    }
+}
+
+impl WireRoi {
+    /// The ROI, if offset and shape agree in dimension and fit in a
+    /// [`Coordinate`].
+    pub fn to_roi(&self) -> Option<Roi> {
+        let fits = |v: &Vec<i64>| v.len() <= crate::coordinate::MAX_DIMS;
+        (self.offset.len() == self.shape.len() && fits(&self.offset)).then(|| {
+            Roi::new(Coordinate::new(&self.offset), Coordinate::new(&self.shape))
+        })
+    }
+}
+
+/// One block as user code receives it (`DAISY_BLOCK`, or a line on a
+/// worker command's stdin).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WireBlock {
+    pub task_id: String,
+    pub block_id: u64,
+    pub read_roi: WireRoi,
+    pub write_roi: WireRoi,
+}
+
+impl WireBlock {
+    pub fn new(task_id: &str, block: &crate::block::Block) -> Self {
+        Self {
+            task_id: task_id.to_string(),
+            block_id: block.id.spatial,
+            read_roi: WireRoi::from(&block.read_roi),
+            write_roi: WireRoi::from(&block.write_roi),
+        }
+    }
+}
+
+/// What user code reports for one block: `{"block_id": 17, "ok": true}`
+/// or `{"block_id": 17, "ok": false, "error": "why"}`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BlockResult {
+    pub block_id: u64,
+    pub ok: bool,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::block::{Block, TaskIdx};
+
+    #[test]
+    fn a_block_serialises_to_the_documented_json() {
+        let total = Roi::from_slices(&[0, 0], &[6, 6]);
+        let block = Block::new(
+            TaskIdx(0),
+            &total,
+            Roi::from_slices(&[1, 1], &[3, 3]),
+            Roi::from_slices(&[2, 2], &[1, 1]),
+        );
+        let json = serde_json::to_string(&WireBlock::new("predict", &block)).unwrap();
+        assert_eq!(
+            json,
+            r#"{"task_id":"predict","block_id":12,"read_roi":{"offset":[1,1],"shape":[3,3]},"write_roi":{"offset":[2,2],"shape":[1,1]}}"#
+        );
+    }
+
+    #[test]
+    fn results_parse_with_and_without_an_error_and_ignore_extra_fields() {
+        let ok: BlockResult = serde_json::from_str(r#"{"block_id": 3, "ok": true, "took": 1.5}"#).unwrap();
+        assert_eq!(ok, BlockResult { block_id: 3, ok: true, error: None });
+        let failed: BlockResult =
+            serde_json::from_str(r#"{"block_id": 4, "ok": false, "error": "no disk"}"#).unwrap();
+        assert_eq!(failed.error.as_deref(), Some("no disk"));
+    }
+
+    #[test]
+    fn mismatched_wire_rois_are_refused() {
+        let roi = WireRoi { offset: vec![0, 0], shape: vec![1] };
+        assert!(roi.to_roi().is_none());
+        let roi = WireRoi { offset: vec![0; 9], shape: vec![1; 9] };
+        assert!(roi.to_roi().is_none());
+    }
+}
