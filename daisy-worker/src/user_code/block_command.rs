@@ -1,0 +1,266 @@
+//! A block command: the user's program, started once per block.
+//!
+//! The block reaches it twice, so that both a shell one-liner and a
+//! program that reads its environment work unchanged: as `{placeholders}`
+//! in the arguments and as `DAISY_BLOCK` (the block as JSON),
+//! `DAISY_TASK_ID`, `DAISY_BLOCK_ID`, `DAISY_READ_ROI` and
+//! `DAISY_WRITE_ROI`. Exit 0 is success.
+
+use super::group::{self, describe, GroupChild, Waited};
+use super::template::{ArgTemplate, CommandError};
+use super::{BlockFailure, BlockLog, OpenLog, DEFAULT_GRACE};
+use daisy_core::protocol::WireBlock;
+use serde::Serialize;
+use std::collections::BTreeMap;
+use std::process::Command;
+use std::time::Duration;
+
+/// A command line to run once per block.
+#[derive(Debug, Clone)]
+pub struct BlockCommand {
+    argv: Vec<ArgTemplate>,
+    /// The user's variables, set before the `DAISY_*` ones (which win).
+    env: BTreeMap<String, String>,
+    /// Per-block limit; past it the block's process group is terminated.
+    timeout: Option<Duration>,
+    /// Between SIGTERM and SIGKILL on timeout.
+    grace: Duration,
+}
+
+impl BlockCommand {
+    /// Checks every argument's placeholders now, so that a typo fails
+    /// before any block runs.
+    pub fn new(
+        argv: &[impl AsRef<str>],
+        env: BTreeMap<String, String>,
+        timeout: Option<Duration>,
+    ) -> Result<Self, CommandError> {
+        if argv.is_empty() {
+            return Err(CommandError::Empty);
+        }
+        let argv = argv
+            .iter()
+            .map(|a| ArgTemplate::parse(a.as_ref()))
+            .collect::<Result<_, _>>()?;
+        Ok(Self {
+            argv,
+            env,
+            timeout,
+            grace: DEFAULT_GRACE,
+        })
+    }
+
+    /// Replaces [`DEFAULT_GRACE`].
+    pub fn with_grace(mut self, grace: Duration) -> Self {
+        self.grace = grace;
+        self
+    }
+
+    /// Runs the command for `block`, appending its output to `log`, and
+    /// waits for it (at most the timeout plus the grace period). The
+    /// calling thread is the child's parent for PR_SET_PDEATHSIG, which is
+    /// why the wait happens here rather than elsewhere.
+    pub fn run(&self, block: &WireBlock, log: &BlockLog) -> Result<(), BlockFailure> {
+        let OpenLog {
+            stdout,
+            stderr,
+            tail,
+        } = log.open().map_err(to_failure)?;
+        let mut cmd = self.command(block);
+        cmd.stdout(stdout).stderr(stderr);
+        let mut child = GroupChild::spawn(&mut cmd).map_err(to_failure)?;
+        match child.wait_for(self.timeout) {
+            Ok(Waited::Exited(status)) if status.success() => Ok(()),
+            Ok(Waited::Exited(status)) => Err(BlockFailure::with_tail(&describe(status), &tail)),
+            Ok(Waited::TimedOut(timeout)) => {
+                Err(group::on_timeout(&mut child, timeout, self.grace, &tail))
+            }
+            Err(e) => Err(BlockFailure::new(format!(
+                "cannot wait for the block command: {e}"
+            ))),
+        }
+    }
+
+    fn command(&self, block: &WireBlock) -> Command {
+        let argv: Vec<String> = self.argv.iter().map(|a| a.render(block)).collect();
+        let mut cmd = group::user_command(&argv[0], &argv[1..], &self.env);
+        cmd.envs(block_env(block));
+        cmd
+    }
+}
+
+fn to_failure(error: impl std::fmt::Display) -> BlockFailure {
+    BlockFailure::new(error.to_string())
+}
+
+/// The `DAISY_*` variables describing `block`.
+fn block_env(block: &WireBlock) -> [(&'static str, String); 5] {
+    [
+        ("DAISY_BLOCK", json(block)),
+        ("DAISY_TASK_ID", block.task_id.clone()),
+        ("DAISY_BLOCK_ID", block.block_id.to_string()),
+        ("DAISY_READ_ROI", json(&block.read_roi)),
+        ("DAISY_WRITE_ROI", json(&block.write_roi)),
+    ]
+}
+
+/// One-line JSON of a wire type; these are plain data, so this cannot fail.
+fn json(value: &impl Serialize) -> String {
+    serde_json::to_string(value).expect("wire types serialise to JSON")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::user_code::test_util::{block, is_gone, read_pid};
+    use std::fs;
+    use std::path::Path;
+
+    fn sh(script: &str) -> BlockCommand {
+        BlockCommand::new(&["sh", "-c", script], BTreeMap::new(), None).unwrap()
+    }
+
+    fn log(dir: &Path) -> BlockLog {
+        BlockLog::in_dir(&dir.join("logs"), "block")
+    }
+
+    #[test]
+    fn placeholders_and_env_reach_the_command() {
+        let dir = tempfile::tempdir().unwrap();
+        let out = dir.path().join("out");
+        let script = format!(
+            r#"echo {{task_id}} {{block_id}} {{read_offset}} {{write_shape}} $DAISY_BLOCK_ID "$DAISY_WRITE_ROI" $FOO > {0}
+               echo "$DAISY_BLOCK" >> {0}; echo "$DAISY_TASK_ID $DAISY_READ_ROI" >> {0}"#,
+            out.display()
+        );
+        let env = BTreeMap::from([("FOO".to_string(), "bar".to_string())]);
+        let command = BlockCommand::new(&["sh", "-c", &script], env, None).unwrap();
+        command.run(&block(17), &log(dir.path())).unwrap();
+        let text = fs::read_to_string(&out).unwrap();
+        let lines: Vec<&str> = text.lines().collect();
+        let write_roi = r#"{"offset":[8,72,136],"shape":[16,16,16]}"#;
+        assert_eq!(
+            lines[0],
+            format!("predict 17 0,64,128 16,16,16 17 {write_roi} bar")
+        );
+        assert_eq!(
+            serde_json::from_str::<WireBlock>(lines[1]).unwrap(),
+            block(17)
+        );
+        assert_eq!(
+            lines[2],
+            r#"predict {"offset":[0,64,128],"shape":[32,32,32]}"#
+        );
+    }
+
+    #[test]
+    fn literal_braces_reach_the_command() {
+        let dir = tempfile::tempdir().unwrap();
+        let out = dir.path().join("out");
+        let script = format!("echo '{{{{x}}}} {{{{{{block_id}}}}}}' > {}", out.display());
+        sh(&script).run(&block(5), &log(dir.path())).unwrap();
+        assert_eq!(fs::read_to_string(&out).unwrap(), "{x} {5}\n");
+    }
+
+    #[test]
+    fn an_unknown_placeholder_is_refused_at_construction() {
+        let err = BlockCommand::new(&["predict", "{blok_id}"], BTreeMap::new(), None).unwrap_err();
+        assert!(matches!(&err, CommandError::UnknownPlaceholder { name, .. } if name == "blok_id"));
+        assert!(err.to_string().contains("{block_id}"), "{err}");
+        let empty: [&str; 0] = [];
+        assert_eq!(
+            BlockCommand::new(&empty, BTreeMap::new(), None).unwrap_err(),
+            CommandError::Empty
+        );
+    }
+
+    #[test]
+    fn a_failure_carries_the_status_and_only_this_blocks_stderr() {
+        let dir = tempfile::tempdir().unwrap();
+        let first = sh("echo first >&2; exit 3")
+            .run(&block(1), &log(dir.path()))
+            .unwrap_err();
+        assert_eq!(first.message, "exit status 3; stderr tail: first");
+        let second = sh("echo second >&2; exit 4")
+            .run(&block(2), &log(dir.path()))
+            .unwrap_err();
+        assert_eq!(second.message, "exit status 4; stderr tail: second");
+        let stderr = fs::read_to_string(log(dir.path()).stderr).unwrap();
+        assert_eq!(stderr, "first\nsecond\n");
+    }
+
+    #[test]
+    fn output_is_appended_to_the_log() {
+        let dir = tempfile::tempdir().unwrap();
+        for id in [1, 2] {
+            sh("echo out {block_id}; echo err {block_id} >&2")
+                .run(&block(id), &log(dir.path()))
+                .unwrap();
+        }
+        assert_eq!(
+            fs::read_to_string(log(dir.path()).stdout).unwrap(),
+            "out 1\nout 2\n"
+        );
+        assert_eq!(
+            fs::read_to_string(log(dir.path()).stderr).unwrap(),
+            "err 1\nerr 2\n"
+        );
+        let silent = sh("exit 1").run(&block(3), &log(dir.path())).unwrap_err();
+        assert_eq!(silent.message, "exit status 1; stderr was empty");
+    }
+
+    #[test]
+    fn a_block_killed_by_a_signal_names_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let failure = sh("kill -9 $$")
+            .run(&block(1), &log(dir.path()))
+            .unwrap_err();
+        assert!(
+            failure.message.starts_with("killed by SIGKILL"),
+            "{failure}"
+        );
+    }
+
+    #[test]
+    fn a_command_that_cannot_start_names_the_program() {
+        let dir = tempfile::tempdir().unwrap();
+        let missing = dir.path().join("no-such-program");
+        let command =
+            BlockCommand::new(&[missing.to_str().unwrap()], BTreeMap::new(), None).unwrap();
+        let failure = command.run(&block(1), &log(dir.path())).unwrap_err();
+        assert!(failure.message.contains("no-such-program"), "{failure}");
+        assert!(failure.message.contains("No such file"), "{failure}");
+        fs::write(&missing, "#!/bin/sh\n").unwrap();
+        let failure = command.run(&block(1), &log(dir.path())).unwrap_err();
+        assert!(failure.message.contains("Permission denied"), "{failure}");
+    }
+
+    #[test]
+    fn a_timeout_kills_the_block_and_its_children_even_if_they_ignore_sigterm() {
+        let dir = tempfile::tempdir().unwrap();
+        let pid_file = dir.path().join("pid");
+        let script = format!(
+            "trap '' TERM; echo started >&2; sleep 30 & echo $! > {}; wait",
+            pid_file.display()
+        );
+        let command = BlockCommand::new(
+            &["sh", "-c", &script],
+            BTreeMap::new(),
+            Some(Duration::from_secs(1)),
+        )
+        .unwrap()
+        .with_grace(Duration::from_millis(200));
+        let failure = command.run(&block(1), &log(dir.path())).unwrap_err();
+        assert_eq!(failure.message, "timed out after 1s; stderr tail: started");
+        assert!(is_gone(read_pid(&pid_file)));
+    }
+
+    #[test]
+    fn processes_left_behind_by_a_finished_block_are_killed() {
+        let dir = tempfile::tempdir().unwrap();
+        let pid_file = dir.path().join("pid");
+        let script = format!("sleep 30 & echo $! > {}", pid_file.display());
+        sh(&script).run(&block(1), &log(dir.path())).unwrap();
+        assert!(is_gone(read_pid(&pid_file)));
+    }
+}

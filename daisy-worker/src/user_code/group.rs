@@ -1,0 +1,253 @@
+//! A user process in its own process group, started so that it dies with
+//! the worker, and stopped so that nothing it started outlives it.
+//!
+//! Killing only the process we spawned would leave a shell's children or a
+//! Python multiprocessing pool running (and writing) after a timeout, so
+//! every signal goes to the group. The group leader is only reaped after
+//! the last signal: while it is a zombie its pid, which is the group id,
+//! cannot be reused, so the signal cannot reach an unrelated group.
+
+use super::{StderrTail, SECRET_ENV};
+use nix::errno::Errno;
+use nix::sys::prctl;
+use nix::sys::signal::{killpg, Signal};
+use nix::sys::wait::{waitid, Id, WaitPidFlag, WaitStatus};
+use nix::unistd::{getpid, getppid, Pid};
+use std::collections::BTreeMap;
+use std::io;
+use std::os::unix::process::{CommandExt, ExitStatusExt};
+use std::process::{Child, ChildStdin, ChildStdout, Command, ExitStatus, Stdio};
+use std::thread;
+use std::time::{Duration, Instant};
+
+/// How often a deadline wait checks whether the process has exited.
+const POLL_INTERVAL: Duration = Duration::from_millis(10);
+
+/// The user's program could not be started (not found, not executable).
+#[derive(Debug, thiserror::Error)]
+#[error("cannot start {program:?}: {cause}")]
+pub struct SpawnError {
+    pub program: String,
+    pub cause: io::Error,
+}
+
+/// A command for user code: the worker's environment without its secret,
+/// plus `env`; stdin null; a new process group; SIGKILL when the thread
+/// that spawns it ends (see [`die_with_parent`]).
+pub(super) fn user_command(
+    program: &str,
+    args: &[impl AsRef<str>],
+    env: &BTreeMap<String, String>,
+) -> Command {
+    let mut cmd = Command::new(program);
+    cmd.args(args.iter().map(AsRef::as_ref))
+        .env_remove(SECRET_ENV)
+        .envs(env);
+    cmd.stdin(Stdio::null()).process_group(0);
+    let parent = getpid();
+    // SAFETY: die_with_parent makes only async-signal-safe calls (prctl,
+    // getppid) and does not allocate, as required between fork and exec.
+    unsafe { cmd.pre_exec(move || die_with_parent(parent)) };
+    cmd
+}
+
+/// Asks the kernel for SIGKILL when our parent ends. PR_SET_PDEATHSIG is
+/// tied to the parent *thread* (prctl(2)), so callers keep the spawning
+/// thread alive for the child's lifetime. If the worker already died
+/// between fork and here, the signal would never come: refuse to run.
+fn die_with_parent(parent: Pid) -> io::Result<()> {
+    prctl::set_pdeathsig(Signal::SIGKILL)?;
+    if getppid() != parent {
+        return Err(Errno::ESRCH.into());
+    }
+    Ok(())
+}
+
+/// How a wait ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Waited {
+    Exited(ExitStatus),
+    /// Still running after this long.
+    TimedOut(Duration),
+}
+
+/// A spawned group leader. Dropping it kills the group and reaps the
+/// leader, so no error path leaves a process or a zombie behind.
+#[derive(Debug)]
+pub(super) struct GroupChild {
+    child: Child,
+    /// The leader's pid, which is also the group id (process_group(0)).
+    pgid: Pid,
+    /// Set once the leader is reaped.
+    status: Option<ExitStatus>,
+}
+
+impl GroupChild {
+    pub(super) fn spawn(cmd: &mut Command) -> Result<Self, SpawnError> {
+        let child = cmd.spawn().map_err(|cause| SpawnError {
+            program: cmd.get_program().to_string_lossy().into_owned(),
+            cause,
+        })?;
+        let pgid = Pid::from_raw(child.id() as i32);
+        Ok(Self {
+            child,
+            pgid,
+            status: None,
+        })
+    }
+
+    pub(super) fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    pub(super) fn take_stdin(&mut self) -> Option<ChildStdin> {
+        self.child.stdin.take()
+    }
+
+    pub(super) fn take_stdout(&mut self) -> Option<ChildStdout> {
+        self.child.stdout.take()
+    }
+
+    /// Waits for the leader to exit, at most `timeout` (`None`: forever).
+    /// Once it has, whatever it left running in its group is killed and
+    /// the leader reaped.
+    pub(super) fn wait_for(&mut self, timeout: Option<Duration>) -> io::Result<Waited> {
+        if self.status.is_none() {
+            match timeout {
+                // Without WNOHANG this returns once the leader has exited.
+                None => _ = self.leader_exited(WaitPidFlag::empty())?,
+                Some(timeout) if !self.poll_exit(Instant::now() + timeout)? => {
+                    return Ok(Waited::TimedOut(timeout));
+                }
+                Some(_) => {}
+            }
+        }
+        self.kill().map(Waited::Exited)
+    }
+
+    /// Asks the group to stop with SIGTERM, kills it after `grace`.
+    pub(super) fn terminate(&mut self, grace: Duration) -> io::Result<ExitStatus> {
+        if self.status.is_none() {
+            let _ = killpg(self.pgid, Signal::SIGTERM);
+        }
+        self.stop(grace)
+    }
+
+    /// Gives the leader `grace` to exit on its own, then kills the group.
+    pub(super) fn stop(&mut self, grace: Duration) -> io::Result<ExitStatus> {
+        match self.wait_for(Some(grace))? {
+            Waited::Exited(status) => Ok(status),
+            Waited::TimedOut(_) => self.kill(),
+        }
+    }
+
+    /// SIGKILL to the group (everything left of it), then reaps the leader.
+    fn kill(&mut self) -> io::Result<ExitStatus> {
+        if let Some(status) = self.status {
+            return Ok(status);
+        }
+        // ESRCH (nothing left) is the usual, fine outcome.
+        let _ = killpg(self.pgid, Signal::SIGKILL);
+        let status = self.child.wait()?;
+        self.status = Some(status);
+        Ok(status)
+    }
+
+    fn poll_exit(&self, deadline: Instant) -> io::Result<bool> {
+        loop {
+            if self.leader_exited(WaitPidFlag::WNOHANG)? {
+                return Ok(true);
+            }
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return Ok(false);
+            }
+            thread::sleep(left.min(POLL_INTERVAL));
+        }
+    }
+
+    /// Whether the leader has exited, leaving it unreaped (WNOWAIT) so the
+    /// group id stays reserved for [`Self::kill`].
+    fn leader_exited(&self, flags: WaitPidFlag) -> io::Result<bool> {
+        let flags = flags | WaitPidFlag::WEXITED | WaitPidFlag::WNOWAIT;
+        loop {
+            match waitid(Id::Pid(self.pgid), flags) {
+                Ok(WaitStatus::StillAlive) => return Ok(false),
+                Ok(_) => return Ok(true),
+                Err(Errno::EINTR) => {}
+                // nix could not name the signal that ended it (a real-time
+                // one): it did end.
+                Err(Errno::EINVAL) => return Ok(true),
+                Err(e) => return Err(e.into()),
+            }
+        }
+    }
+}
+
+impl Drop for GroupChild {
+    fn drop(&mut self) {
+        if let Err(e) = self.kill() {
+            tracing::warn!(pid = self.pgid.as_raw(), "cannot reap user process: {e}");
+        }
+    }
+}
+
+/// `exit status 3` or `killed by SIGKILL`.
+pub(super) fn describe(status: ExitStatus) -> String {
+    match (status.code(), status.signal()) {
+        (Some(code), _) => format!("exit status {code}"),
+        (None, Some(signal)) => match Signal::try_from(signal) {
+            Ok(signal) => format!("killed by {}", signal.as_str()),
+            Err(_) => format!("killed by signal {signal}"),
+        },
+        _ => status.to_string(),
+    }
+}
+
+/// The failure for a process that ran into its timeout, after stopping it.
+pub(super) fn on_timeout(
+    child: &mut GroupChild,
+    timeout: Duration,
+    grace: Duration,
+    tail: &StderrTail,
+) -> super::BlockFailure {
+    if let Err(e) = child.terminate(grace) {
+        tracing::warn!(
+            pid = child.pid(),
+            "cannot stop user process after its timeout: {e}"
+        );
+    }
+    super::BlockFailure::timed_out(timeout, tail)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::user_code::test_util::{is_gone, read_pid};
+
+    fn sh(script: &str) -> Command {
+        user_command("sh", &["-c", script], &BTreeMap::new())
+    }
+
+    #[test]
+    fn exit_statuses_are_described() {
+        let mut child = GroupChild::spawn(&mut sh("exit 3")).unwrap();
+        let status = child.stop(Duration::from_secs(5)).unwrap();
+        assert_eq!(describe(status), "exit status 3");
+        let mut child = GroupChild::spawn(&mut sh("kill -9 $$")).unwrap();
+        let status = child.stop(Duration::from_secs(5)).unwrap();
+        assert_eq!(describe(status), "killed by SIGKILL");
+    }
+
+    #[test]
+    fn dropping_kills_the_whole_group() {
+        let dir = tempfile::tempdir().unwrap();
+        let pid_file = dir.path().join("pid");
+        let script = format!("sleep 30 & echo $! > {}; wait", pid_file.display());
+        let child = GroupChild::spawn(&mut sh(&script)).unwrap();
+        let leader = child.pid() as i32;
+        let grandchild = read_pid(&pid_file);
+        drop(child);
+        assert!(is_gone(leader) && is_gone(grandchild));
+    }
+}

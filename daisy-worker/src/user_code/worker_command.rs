@@ -1,0 +1,519 @@
+//! A worker command: the user's long-running program, fed one JSON line
+//! per block on its stdin, answering one result line per block on its
+//! stdout. It loads its model once, which is why it exists.
+//!
+//! Its stdout carries results and anything else it prints (progress bars,
+//! library chatter): a line that is a [`BlockResult`] object for the block
+//! it was sent is the answer, every other line goes to the stdout log. Its
+//! stderr goes straight to the stderr log. Closing its stdin means no more
+//! work (DESIGN.md, "Workers and user code").
+//!
+//! A thread reads stdout and forwards lines over a channel, so that waiting
+//! for an answer can time out.
+
+use super::group::{self, describe, GroupChild, SpawnError, Waited};
+use super::{BlockFailure, BlockLog, LogError, OpenLog, StderrTail, DEFAULT_GRACE};
+use daisy_core::protocol::{BlockResult, WireBlock};
+use std::collections::BTreeMap;
+use std::fs::File;
+use std::io::{self, BufRead, BufReader, Write};
+use std::process::{ChildStdin, ChildStdout, Command, ExitStatus, Stdio};
+use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender};
+use std::thread;
+use std::time::{Duration, Instant};
+
+/// A worker command that cannot be started; the task cannot run on this
+/// worker until the pipeline or the node is fixed.
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    #[error("the worker command is empty")]
+    Empty,
+    #[error(transparent)]
+    Log(#[from] LogError),
+    #[error(transparent)]
+    Spawn(#[from] SpawnError),
+}
+
+/// A running worker command, fed one block at a time.
+///
+/// Dropping it kills its process group and reaps it.
+#[derive(Debug)]
+pub struct WorkerCommand {
+    child: GroupChild,
+    /// `None` once closed by [`Self::finish`].
+    stdin: Option<ChildStdin>,
+    /// Stdout lines; disconnected at end of file.
+    lines: Receiver<String>,
+    /// Where stdout lines that are not results go.
+    stdout_log: File,
+    tail: StderrTail,
+    /// Between SIGTERM (or closing stdin) and SIGKILL.
+    grace: Duration,
+    /// Set when the process is gone or killed: why it can't take blocks.
+    gone: Option<String>,
+}
+
+impl WorkerCommand {
+    /// Starts `argv` with the user's `env` plus `DAISY_TASK_ID`, its stderr
+    /// appended to `log.stderr`, stray stdout lines to `log.stdout`.
+    pub fn start(
+        task_id: &str,
+        argv: &[impl AsRef<str>],
+        env: &BTreeMap<String, String>,
+        log: &BlockLog,
+    ) -> Result<Self, StartError> {
+        let (program, args) = argv.split_first().ok_or(StartError::Empty)?;
+        let OpenLog {
+            stdout,
+            stderr,
+            tail,
+        } = log.open()?;
+        let mut cmd = group::user_command(program.as_ref(), args, env);
+        cmd.env("DAISY_TASK_ID", task_id)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(stderr);
+        let (mut child, lines) = spawn_with_reader(cmd)?;
+        let stdin = child.take_stdin();
+        Ok(Self {
+            child,
+            stdin,
+            lines,
+            stdout_log: stdout,
+            tail,
+            grace: DEFAULT_GRACE,
+            gone: None,
+        })
+    }
+
+    /// Replaces [`DEFAULT_GRACE`].
+    pub fn with_grace(mut self, grace: Duration) -> Self {
+        self.grace = grace;
+        self
+    }
+
+    /// Whether the process is still there to take blocks.
+    pub fn is_running(&mut self) -> bool {
+        self.ensure_running().is_ok()
+    }
+
+    /// Sends `block` and waits for its result, at most `timeout`. Past the
+    /// timeout, or if the process exits first, it is gone: start another.
+    pub fn run(
+        &mut self,
+        block: &WireBlock,
+        timeout: Option<Duration>,
+    ) -> Result<(), BlockFailure> {
+        self.ensure_running()?;
+        if let Err(e) = self.send(block) {
+            tracing::debug!("cannot write to the worker command: {e}");
+            return Err(self.on_exit(block.block_id));
+        }
+        let deadline = timeout.map(|timeout| (timeout, Instant::now() + timeout));
+        loop {
+            let result = match self.next_line(deadline) {
+                Next::Line(line) => self.on_line(&line, Some(block.block_id)),
+                Next::Eof => Some(Err(self.on_exit(block.block_id))),
+                Next::TimedOut(timeout) => Some(Err(self.on_timeout(timeout))),
+            };
+            if let Some(result) = result {
+                return result;
+            }
+        }
+    }
+
+    /// Closes stdin (no more work), gives the process the grace period to
+    /// exit, then kills its group. Returns how it ended, also if it had
+    /// already ended.
+    pub fn finish(mut self) -> io::Result<ExitStatus> {
+        self.stdin = None;
+        let status = self.child.stop(self.grace);
+        self.drain_lines();
+        status
+    }
+
+    /// Fails, saying why, once the process can no longer take blocks.
+    fn ensure_running(&mut self) -> Result<(), BlockFailure> {
+        if self.gone.is_none() {
+            self.gone = self.poll_exit();
+        }
+        match &self.gone {
+            None => Ok(()),
+            Some(why) => Err(BlockFailure::new(format!(
+                "worker command is not running ({why})"
+            ))),
+        }
+    }
+
+    /// Why the process can no longer take blocks, if it has exited.
+    fn poll_exit(&mut self) -> Option<String> {
+        match self.child.wait_for(Some(Duration::ZERO)) {
+            Ok(Waited::TimedOut(_)) => None,
+            Ok(Waited::Exited(status)) => Some(format!("ended: {}", describe(status))),
+            Err(e) => Some(format!("cannot wait for it: {e}")),
+        }
+    }
+
+    /// One write per block, so a reader never sees half a line.
+    fn send(&mut self, block: &WireBlock) -> io::Result<()> {
+        let mut line = serde_json::to_string(block).expect("wire types serialise to JSON");
+        line.push('\n');
+        let stdin = self.stdin.as_mut().ok_or(io::ErrorKind::BrokenPipe)?;
+        stdin.write_all(line.as_bytes())?;
+        stdin.flush()
+    }
+
+    /// The next stdout line, waiting at most until the deadline (the
+    /// timeout it came from, and when it passes).
+    fn next_line(&self, deadline: Option<(Duration, Instant)>) -> Next {
+        let Some((timeout, at)) = deadline else {
+            return self.lines.recv().map_or(Next::Eof, Next::Line);
+        };
+        match self
+            .lines
+            .recv_timeout(at.saturating_duration_since(Instant::now()))
+        {
+            Ok(line) => Next::Line(line),
+            Err(RecvTimeoutError::Disconnected) => Next::Eof,
+            Err(RecvTimeoutError::Timeout) => Next::TimedOut(timeout),
+        }
+    }
+
+    /// The result, if `line` answers `expected`; other lines are logged.
+    fn on_line(&mut self, line: &str, expected: Option<u64>) -> Option<Result<(), BlockFailure>> {
+        let Some(result) = parse_result(line) else {
+            if let Err(e) = writeln!(self.stdout_log, "{line}") {
+                tracing::warn!("cannot write to the worker command's stdout log: {e}");
+            }
+            return None;
+        };
+        if Some(result.block_id) != expected {
+            tracing::warn!(
+                block_id = result.block_id,
+                ?expected,
+                "worker command answered for a block it was not running; ignored"
+            );
+            return None;
+        }
+        Some(outcome(result))
+    }
+
+    /// Stdout ended before an answer: the process exited (or closed its
+    /// stdout, which is as good as exiting).
+    fn on_exit(&mut self, block_id: u64) -> BlockFailure {
+        let how = match self.child.stop(self.grace) {
+            Ok(status) => describe(status),
+            Err(e) => format!("unknown status ({e})"),
+        };
+        self.gone = Some(format!("ended: {how}"));
+        let what = format!("worker command ended before answering block {block_id}: {how}");
+        BlockFailure::with_tail(&what, &self.tail)
+    }
+
+    fn on_timeout(&mut self, timeout: Duration) -> BlockFailure {
+        self.gone = Some(format!("killed: a block timed out after {timeout:?}"));
+        group::on_timeout(&mut self.child, timeout, self.grace, &self.tail)
+    }
+
+    /// Logs what the process printed before it ended; bounded by the grace
+    /// period in case something outside its group still holds its stdout.
+    fn drain_lines(&mut self) {
+        while let Ok(line) = self.lines.recv_timeout(self.grace) {
+            self.on_line(&line, None);
+        }
+    }
+}
+
+/// What waiting for a stdout line gave.
+enum Next {
+    Line(String),
+    /// Stdout closed: the process exited.
+    Eof,
+    /// No line within this timeout.
+    TimedOut(Duration),
+}
+
+/// A result object (not any JSON that happens to fit, such as an array).
+fn parse_result(line: &str) -> Option<BlockResult> {
+    let line = line.trim();
+    line.starts_with('{')
+        .then(|| serde_json::from_str(line).ok())
+        .flatten()
+}
+
+fn outcome(result: BlockResult) -> Result<(), BlockFailure> {
+    match (result.ok, result.error) {
+        (true, _) => Ok(()),
+        (false, Some(error)) => Err(BlockFailure::new(error)),
+        (false, None) => Err(BlockFailure::new(
+            "worker command reported a failure without an error",
+        )),
+    }
+}
+
+/// Starts `cmd` on the thread that then reads its stdout.
+///
+/// PR_SET_PDEATHSIG fires when the *thread* that spawned the child ends, so
+/// the child is spawned by a thread that lives exactly as long as its
+/// stdout is open, not by the caller's thread, which may be a short-lived
+/// blocking thread of the async runtime.
+fn spawn_with_reader(cmd: Command) -> Result<(GroupChild, Receiver<String>), SpawnError> {
+    let program = cmd.get_program().to_string_lossy().into_owned();
+    let (started_tx, started_rx) = mpsc::channel();
+    let (lines_tx, lines_rx) = mpsc::channel();
+    let reader = move || spawn_and_read(cmd, started_tx, lines_tx);
+    let spawned = thread::Builder::new()
+        .name("worker-command-stdout".into())
+        .spawn(reader);
+    let thread_error = |cause| SpawnError {
+        program: program.clone(),
+        cause,
+    };
+    spawned.map_err(thread_error)?;
+    let started = started_rx
+        .recv()
+        .map_err(|_| thread_error(io::Error::other("reader thread ended")))?;
+    Ok((started?, lines_rx))
+}
+
+/// The reader thread: spawns, hands the child back over `started`, then
+/// forwards its stdout.
+fn spawn_and_read(
+    mut cmd: Command,
+    started: Sender<Result<GroupChild, SpawnError>>,
+    lines: Sender<String>,
+) {
+    match GroupChild::spawn(&mut cmd) {
+        Ok(mut child) => {
+            let stdout = child.take_stdout();
+            if let (Some(stdout), Ok(())) = (stdout, started.send(Ok(child))) {
+                forward_lines(stdout, &lines);
+            }
+        }
+        Err(e) => {
+            let _ = started.send(Err(e));
+        }
+    }
+}
+
+/// Sends each stdout line (lossily decoded, without its newline) until end
+/// of file or until nobody listens.
+fn forward_lines(stdout: ChildStdout, lines: &Sender<String>) {
+    let mut reader = BufReader::new(stdout);
+    let mut buf = Vec::new();
+    while matches!(reader.read_until(b'\n', &mut buf), Ok(n) if n > 0) {
+        let line = String::from_utf8_lossy(&buf)
+            .trim_end_matches(['\n', '\r'])
+            .to_string();
+        if lines.send(line).is_err() {
+            return;
+        }
+        buf.clear();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::user_code::test_util::{block, is_gone, read_pid};
+    use std::fs;
+    use std::path::Path;
+
+    /// Answers ok for even block ids and an error for odd ones, printing
+    /// junk around each answer.
+    const EVEN_OK: &str = r#"
+import json, os, sys
+print("hello from", os.environ["DAISY_TASK_ID"], os.environ["FOO"])
+for line in sys.stdin:
+    block = json.loads(line)
+    i = block["block_id"]
+    print("working on", i, block["write_roi"]["offset"])
+    print(json.dumps({"note": "not a result"}))
+    print("[1, true]")
+    if i % 2 == 0:
+        print(json.dumps({"block_id": i, "ok": True}))
+    else:
+        print(json.dumps({"block_id": i, "ok": False, "error": f"odd block {i}"}))
+    print("stderr line", i, file=sys.stderr)
+"#;
+
+    /// Unbuffered (-u), so each print reaches us at once.
+    fn python(script: &str) -> Vec<String> {
+        ["python3", "-u", "-c", script].map(String::from).to_vec()
+    }
+
+    fn start(dir: &Path, script: &str) -> WorkerCommand {
+        let env = BTreeMap::from([("FOO".to_string(), "bar".to_string())]);
+        let log = BlockLog::in_dir(&dir.join("logs"), "worker");
+        WorkerCommand::start("predict", &python(script), &env, &log)
+            .unwrap()
+            .with_grace(Duration::from_millis(200))
+    }
+
+    fn read_log(dir: &Path, suffix: &str) -> String {
+        fs::read_to_string(dir.join("logs").join(format!("worker.{suffix}"))).unwrap()
+    }
+
+    const PATIENCE: Option<Duration> = Some(Duration::from_secs(30));
+
+    #[test]
+    fn answers_become_results_and_other_lines_go_to_the_log() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut worker = start(dir.path(), EVEN_OK);
+        assert_eq!(worker.run(&block(2), PATIENCE), Ok(()));
+        assert_eq!(
+            worker.run(&block(3), PATIENCE).unwrap_err().message,
+            "odd block 3"
+        );
+        assert!(worker.finish().unwrap().success());
+        let out = read_log(dir.path(), "out");
+        let expected = "hello from predict bar\nworking on 2 [8, 72, 136]\n{\"note\": \"not a result\"}\n[1, true]\n";
+        assert!(out.starts_with(expected), "{out}");
+        assert!(
+            out.contains("working on 3") && !out.contains("\"ok\""),
+            "{out}"
+        );
+        assert_eq!(
+            read_log(dir.path(), "err"),
+            "stderr line 2\nstderr line 3\n"
+        );
+    }
+
+    #[test]
+    fn a_result_for_another_block_is_ignored() {
+        let dir = tempfile::tempdir().unwrap();
+        let script = r#"
+import json, sys
+for line in sys.stdin:
+    i = json.loads(line)["block_id"]
+    print(json.dumps({"block_id": i + 100, "ok": False, "error": "wrong block"}))
+    print(json.dumps({"block_id": i, "ok": True}))
+"#;
+        let mut worker = start(dir.path(), script);
+        assert_eq!(worker.run(&block(1), PATIENCE), Ok(()));
+        assert_eq!(worker.run(&block(2), PATIENCE), Ok(()));
+    }
+
+    #[test]
+    fn a_worker_command_that_exits_fails_the_block_with_its_status() {
+        let dir = tempfile::tempdir().unwrap();
+        let script = r#"
+import json, sys
+print(json.dumps({"block_id": json.loads(sys.stdin.readline())["block_id"], "ok": True}))
+sys.stdin.readline()
+print("out of memory", file=sys.stderr)
+sys.exit(3)
+"#;
+        let mut worker = start(dir.path(), script);
+        assert_eq!(worker.run(&block(1), PATIENCE), Ok(()));
+        let failure = worker.run(&block(2), PATIENCE).unwrap_err();
+        let expected = "worker command ended before answering block 2: exit status 3; stderr tail: out of memory";
+        assert_eq!(failure.message, expected);
+        assert!(!worker.is_running());
+        let failure = worker.run(&block(4), PATIENCE).unwrap_err();
+        assert_eq!(
+            failure.message,
+            "worker command is not running (ended: exit status 3)"
+        );
+        assert_eq!(worker.finish().unwrap().code(), Some(3));
+    }
+
+    #[test]
+    fn a_worker_command_that_already_exited_fails_with_its_status() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut worker = start(dir.path(), "import sys; sys.exit(5)");
+        let failure = worker.run(&block(1), PATIENCE).unwrap_err();
+        assert!(failure.message.contains("exit status 5"), "{failure}");
+        assert!(!worker.is_running());
+    }
+
+    #[test]
+    fn a_worker_command_that_times_out_is_killed_with_its_group() {
+        let dir = tempfile::tempdir().unwrap();
+        let pid_file = dir.path().join("pid");
+        let script = format!(
+            r#"
+import signal, subprocess, sys
+signal.signal(signal.SIGTERM, signal.SIG_IGN)
+child = subprocess.Popen(["sleep", "30"])
+open("{}", "w").write(str(child.pid))
+print("thinking", file=sys.stderr)
+sys.stdin.readline()
+signal.pause()
+"#,
+            pid_file.display()
+        );
+        let mut worker = start(dir.path(), &script);
+        let failure = worker
+            .run(&block(1), Some(Duration::from_millis(500)))
+            .unwrap_err();
+        assert_eq!(
+            failure.message,
+            "timed out after 500ms; stderr tail: thinking"
+        );
+        assert!(is_gone(read_pid(&pid_file)));
+        assert!(!worker.is_running());
+        let failure = worker.run(&block(2), PATIENCE).unwrap_err();
+        assert!(
+            failure
+                .message
+                .contains("not running (killed: a block timed out after 500ms)"),
+            "{failure}"
+        );
+    }
+
+    #[test]
+    fn finish_kills_a_worker_command_that_does_not_exit() {
+        let dir = tempfile::tempdir().unwrap();
+        let worker = start(dir.path(), "import time; time.sleep(60)");
+        let status = worker.finish().unwrap();
+        assert_eq!(describe(status), "killed by SIGKILL");
+    }
+
+    #[test]
+    fn dropping_a_worker_command_kills_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let pid_file = dir.path().join("pid");
+        let script = format!(
+            "import os, time\nopen('{}', 'w').write(str(os.getpid()))\ntime.sleep(60)",
+            pid_file.display()
+        );
+        let worker = start(dir.path(), &script);
+        let pid = read_pid(&pid_file);
+        drop(worker);
+        assert!(is_gone(pid));
+    }
+
+    #[test]
+    fn a_worker_command_outlives_the_thread_that_started_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().to_path_buf();
+        let mut worker = thread::spawn(move || start(&path, EVEN_OK)).join().unwrap();
+        // Give a parent-death signal, if one were (wrongly) sent, time to land.
+        thread::sleep(Duration::from_millis(200));
+        assert_eq!(worker.run(&block(2), PATIENCE), Ok(()));
+    }
+
+    #[test]
+    fn a_worker_command_that_cannot_start_names_the_program() {
+        let dir = tempfile::tempdir().unwrap();
+        let log = BlockLog::in_dir(dir.path(), "worker");
+        let err = WorkerCommand::start(
+            "predict",
+            &["no-such-daisy-program"],
+            &BTreeMap::new(),
+            &log,
+        )
+        .unwrap_err();
+        let message = err.to_string();
+        assert!(
+            message.starts_with("cannot start \"no-such-daisy-program\": No such file"),
+            "{message}"
+        );
+        let empty: [&str; 0] = [];
+        assert!(matches!(
+            WorkerCommand::start("predict", &empty, &BTreeMap::new(), &log),
+            Err(StartError::Empty)
+        ));
+    }
+}
