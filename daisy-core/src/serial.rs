@@ -1,10 +1,9 @@
-//! A serial in-process runner: the scheduler driven one block at a time,
-//! for tests, debugging and the `plan` walk-through. It gives the same
-//! results as a distributed run with one worker, without any I/O.
+//! A serial in-process runner: the scheduler driven one block at a time.
+//! It gives the same results as a distributed run with one worker, without
+//! any I/O of its own; `daisy-driver run` and the tests build on it.
 
-use crate::block::Block;
-use crate::block::TaskIdx;
-use crate::scheduler::{BlockOutcome, Scheduler};
+use crate::block::{Block, TaskIdx};
+use crate::scheduler::{BlockOutcome, Released, Scheduler};
 
 /// How a serial run ended.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -14,11 +13,11 @@ pub enum SerialEnd {
     /// Work remains that can never become ready (see
     /// [`Scheduler::is_stalled`]).
     Stalled,
-    /// `process` asked to stop after this many blocks.
+    /// The runner asked to stop.
     Stopped,
 }
 
-/// What `process` says about one block.
+/// What the runner says about one block.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Step {
     Continue(BlockOutcome),
@@ -26,31 +25,47 @@ pub enum Step {
     Stop,
 }
 
+/// Runs blocks for [`run`]. A closure `FnMut(&Block) -> Step` is a runner
+/// that never skips and ignores what releases did.
+pub trait BlockRunner {
+    /// True if the block finished in an earlier run (it is then skipped).
+    fn is_done(&mut self, _block: &Block) -> bool {
+        false
+    }
+
+    /// Processes one block.
+    fn process(&mut self, block: &Block) -> Step;
+
+    /// Learns what the scheduler made of a processed block.
+    fn released(&mut self, _block: &Block, _released: &Released) {}
+}
+
+impl<F: FnMut(&Block) -> Step> BlockRunner for F {
+    fn process(&mut self, block: &Block) -> Step {
+        self(block)
+    }
+}
+
 /// Runs blocks until the scheduler is done, taking tasks in turn so that
-/// no task starves. `is_done` reports blocks finished in an earlier run;
-/// `process` runs one block.
-pub fn run(
-    scheduler: &mut Scheduler,
-    is_done: &mut dyn FnMut(&Block) -> bool,
-    process: &mut dyn FnMut(&Block) -> Step,
-) -> SerialEnd {
+/// no task starves.
+pub fn run(scheduler: &mut Scheduler, runner: &mut dyn BlockRunner) -> SerialEnd {
     let tasks: Vec<TaskIdx> = scheduler.graph().task_indices().collect();
     loop {
         let mut handed_out = false;
         for &task in &tasks {
-            let Some(block) = scheduler.acquire(task, is_done) else {
+            let Some(block) = scheduler.acquire(task, &mut |b| runner.is_done(b)) else {
                 continue;
             };
             handed_out = true;
-            match process(&block) {
-                Step::Continue(outcome) => {
-                    scheduler.release(block.id, outcome);
-                }
+            let outcome = match runner.process(&block) {
+                Step::Continue(outcome) => outcome,
                 Step::Stop => {
                     scheduler.release(block.id, BlockOutcome::Returned);
                     return SerialEnd::Stopped;
                 }
-            }
+            };
+            let released = scheduler.release(block.id, outcome);
+            runner.released(&block, &released);
         }
         if scheduler.is_done() {
             return SerialEnd::Finished;

@@ -192,7 +192,7 @@ fn count_1d(write: Roi, fit: Fit) -> (u64, usize, u64) {
     let counted = graph.task_graph(T0).num_blocks();
     let enumerated = graph.task_graph(T0).all_blocks().count();
     let mut s = scheduler(vec![spec]);
-    let end = serial::run(&mut s, &mut never_done, &mut |_| {
+    let end = serial::run(&mut s, &mut |_: &daisy_core::Block| {
         Step::Continue(BlockOutcome::Success)
     });
     assert_eq!(end, SerialEnd::Finished);
@@ -256,7 +256,7 @@ fn two_chained_one_dimensional_tasks_complete_12_and_12_blocks() {
         ..make("second")
     };
     let mut s = scheduler(vec![make("first"), second]);
-    let end = serial::run(&mut s, &mut never_done, &mut |_| {
+    let end = serial::run(&mut s, &mut |_: &daisy_core::Block| {
         Step::Continue(BlockOutcome::Success)
     });
     assert_eq!(end, SerialEnd::Finished);
@@ -275,7 +275,7 @@ fn a_task_where_every_block_fails_keeps_its_counters_balanced() {
         Fit::Valid,
     )]);
     let mut attempts = 0;
-    let end = serial::run(&mut s, &mut never_done, &mut |_| {
+    let end = serial::run(&mut s, &mut |_: &daisy_core::Block| {
         attempts += 1;
         Step::Continue(BlockOutcome::Failure)
     });

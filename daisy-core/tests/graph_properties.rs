@@ -116,7 +116,7 @@ fn check_symmetry(graph: &DependencyGraph) -> Result<(), TestCaseError> {
 fn run_all(graph: DependencyGraph) -> (SerialEnd, Vec<BlockId>, Scheduler) {
     let mut scheduler = Scheduler::new(Arc::new(graph));
     let mut ran = Vec::new();
-    let end = serial::run(&mut scheduler, &mut |_| false, &mut |b| {
+    let end = serial::run(&mut scheduler, &mut |b: &Block| {
         ran.push(b.id);
         Step::Continue(BlockOutcome::Success)
     });
@@ -164,7 +164,7 @@ proptest! {
     fn random_failures_keep_counters_balanced(spec in task_spec(), seed in any::<u64>()) {
         let mut scheduler = Scheduler::new(Arc::new(DependencyGraph::new(vec![spec]).unwrap()));
         let mut state = seed | 1;
-        let end = serial::run(&mut scheduler, &mut |_| false, &mut |_| {
+        let end = serial::run(&mut scheduler, &mut |_: &Block| {
             state ^= state << 13;
             state ^= state >> 7;
             state ^= state << 17;
