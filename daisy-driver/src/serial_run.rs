@@ -1,0 +1,316 @@
+//! `daisy-driver run`: a pipeline run one block at a time on this
+//! machine, with each task's own command.
+//!
+//! Every block goes through the same steps a distributed run will use:
+//! skip it if its done marker is set, run the user's code, set the done
+//! marker, then report it (events, scheduler). The marker is set before the
+//! success is reported anywhere, so a driver killed at any moment never
+//! loses a block it reported done; a block killed mid-way runs again.
+
+use crate::done_marker::DoneMarker;
+use crate::events::{Event, EventLog};
+use crate::pipeline::{Pipeline, TaskConfig, UserCommand};
+use crate::run_dir::RunDir;
+use anyhow::Context;
+use daisy_core::protocol::WireBlock;
+use daisy_core::scheduler::Released;
+use daisy_core::serial::{self, BlockRunner, SerialEnd, Step};
+use daisy_core::{Block, BlockOutcome, Scheduler, TaskCounters, TaskIdx};
+use daisy_worker::user_code::{BlockCommand, BlockFailure, BlockLog, WorkerCommand};
+use std::fmt::Write as _;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// How often a progress line is printed.
+const PROGRESS_INTERVAL: Duration = Duration::from_secs(5);
+
+/// The outcome of a run, per task.
+#[derive(Debug)]
+pub struct RunSummary {
+    pub tasks: Vec<TaskSummary>,
+    pub seconds: f64,
+    pub events: PathBuf,
+    pub end: SerialEnd,
+}
+
+#[derive(Debug)]
+pub struct TaskSummary {
+    pub id: String,
+    pub counters: TaskCounters,
+    pub logs: PathBuf,
+}
+
+/// Runs `pipeline`, resuming from the done markers in `run_dir`.
+pub fn run(pipeline: &Pipeline, run_dir: &RunDir) -> anyhow::Result<RunSummary> {
+    let started = Instant::now();
+    std::fs::create_dir_all(run_dir.path())
+        .with_context(|| format!("creating the run directory {}", run_dir.path().display()))?;
+    let mut runner = SerialRunner::open(pipeline, run_dir)?;
+    runner.events.record(&Event::RunStarted {
+        pipeline: &pipeline.name,
+        mode: "serial",
+    })?;
+    let mut scheduler = Scheduler::new(Arc::new(pipeline.graph()));
+    let end = serial::run(&mut scheduler, &mut runner);
+    runner.finish(&scheduler, started.elapsed())?;
+    if let Some(error) = runner.fatal.take() {
+        return Err(error);
+    }
+    Ok(RunSummary {
+        tasks: task_summaries(pipeline, run_dir, &scheduler),
+        seconds: started.elapsed().as_secs_f64(),
+        events: run_dir.events(),
+        end,
+    })
+}
+
+fn task_summaries(pipeline: &Pipeline, run_dir: &RunDir, scheduler: &Scheduler) -> Vec<TaskSummary> {
+    (0..pipeline.tasks.len())
+        .map(|i| {
+            let id = pipeline.tasks[i].spec.id.clone();
+            TaskSummary {
+                counters: scheduler.counters(TaskIdx(i as u32)),
+                logs: run_dir.task_logs(&id),
+                id,
+            }
+        })
+        .collect()
+}
+
+/// How one task's user code runs.
+enum UserCode {
+    PerBlock(BlockCommand),
+    /// Started on the first block, restarted if it dies.
+    Worker(Option<WorkerCommand>),
+}
+
+struct TaskRunner<'a> {
+    config: &'a TaskConfig,
+    code: UserCode,
+    log: BlockLog,
+    marker: DoneMarker,
+}
+
+impl<'a> TaskRunner<'a> {
+    fn open(config: &'a TaskConfig, run_dir: &RunDir) -> anyhow::Result<Self> {
+        let id = &config.spec.id;
+        let marker = DoneMarker::open(&run_dir.done_marker(id), &config.spec)?;
+        let code = match &config.command {
+            UserCommand::PerBlock(argv) => UserCode::PerBlock(
+                BlockCommand::new(argv, config.env.clone(), config.timeout)
+                    .with_context(|| format!("task {id:?}: block_command"))?,
+            ),
+            UserCommand::Worker(_) => UserCode::Worker(None),
+        };
+        Ok(Self {
+            config,
+            code,
+            log: BlockLog::in_dir(&run_dir.task_logs(id), "serial"),
+            marker,
+        })
+    }
+
+    fn run_block(&mut self, block: &WireBlock) -> Result<(), BlockFailure> {
+        let config = self.config;
+        match &mut self.code {
+            UserCode::PerBlock(command) => command.run(block, &self.log),
+            UserCode::Worker(process) => {
+                if !process.as_mut().is_some_and(WorkerCommand::is_running) {
+                    *process = Some(start_worker_command(config, &self.log)?);
+                }
+                let process = process.as_mut().expect("started above");
+                process.run(block, config.timeout)
+            }
+        }
+    }
+}
+
+/// Starts a task's worker command (it serves blocks until stdin closes).
+fn start_worker_command(config: &TaskConfig, log: &BlockLog) -> Result<WorkerCommand, BlockFailure> {
+    let UserCommand::Worker(argv) = &config.command else {
+        unreachable!("only worker-command tasks start a worker command");
+    };
+    WorkerCommand::start(&config.spec.id, argv, &config.env, log).map_err(|e| BlockFailure {
+        message: e.to_string(),
+    })
+}
+
+/// Runs each block with its task's code and records what happened.
+struct SerialRunner<'a> {
+    tasks: Vec<TaskRunner<'a>>,
+    events: EventLog,
+    /// An error that must end the run (a done marker that cannot be written).
+    fatal: Option<anyhow::Error>,
+    /// Why the block just processed failed, until its release is known.
+    last_failure: Option<String>,
+    blocks_run: u64,
+    attempts_failed: u64,
+    last_progress: Instant,
+}
+
+impl<'a> SerialRunner<'a> {
+    fn open(pipeline: &'a Pipeline, run_dir: &RunDir) -> anyhow::Result<Self> {
+        let tasks = pipeline
+            .tasks
+            .iter()
+            .map(|config| TaskRunner::open(config, run_dir))
+            .collect::<anyhow::Result<_>>()?;
+        let events = EventLog::open(&run_dir.events())
+            .with_context(|| format!("opening {}", run_dir.events().display()))?;
+        Ok(Self {
+            tasks,
+            events,
+            fatal: None,
+            last_failure: None,
+            blocks_run: 0,
+            attempts_failed: 0,
+            last_progress: Instant::now(),
+        })
+    }
+
+    fn task_id(&self, block: &Block) -> &str {
+        &self.tasks[block.id.task.index()].config.spec.id
+    }
+
+    /// Marks the block done, then reports it; a marker that cannot be
+    /// written stops the run (continuing would lose the work).
+    fn on_success(&mut self, block: &Block) -> Step {
+        match self.record_success(block) {
+            Ok(()) => Step::Continue(BlockOutcome::Success),
+            Err(error) => {
+                let context = format!("recording block {} as done", block.id.spatial);
+                self.fatal = Some(error.context(context));
+                Step::Stop
+            }
+        }
+    }
+
+    fn record_success(&mut self, block: &Block) -> anyhow::Result<()> {
+        let task = &mut self.tasks[block.id.task.index()];
+        task.marker.mark_done(block)?;
+        let task = task.config.spec.id.as_str();
+        self.events.record(&Event::BlockDone {
+            task,
+            block_id: block.id.spatial,
+        })?;
+        Ok(())
+    }
+
+    fn record_failure(&mut self, block: &Block, error: &str, for_good: bool) {
+        let task = &self.tasks[block.id.task.index()].config.spec.id;
+        let event = Event::BlockFailed {
+            task,
+            block_id: block.id.spatial,
+            error,
+            for_good,
+        };
+        if let Err(e) = self.events.record(&event) {
+            tracing::warn!("cannot record a block failure in events.jsonl: {e}");
+        }
+    }
+
+    /// A plain progress line every few seconds (terminal progress bars
+    /// come with the distributed run).
+    fn maybe_print_progress(&mut self) {
+        if self.last_progress.elapsed() < PROGRESS_INTERVAL {
+            return;
+        }
+        self.last_progress = Instant::now();
+        println!(
+            "progress: {} blocks run, {} attempts failed",
+            self.blocks_run, self.attempts_failed
+        );
+    }
+
+    /// Ends the run: done markers synced to disk, worker commands told to
+    /// finish, the outcome recorded.
+    fn finish(&mut self, scheduler: &Scheduler, elapsed: Duration) -> anyhow::Result<()> {
+        for (i, task) in self.tasks.iter_mut().enumerate() {
+            task.marker.flush()?;
+            if let UserCode::Worker(Some(process)) = std::mem::replace(&mut task.code, UserCode::Worker(None)) {
+                let _ = process.finish();
+            }
+            let counters = scheduler.counters(TaskIdx(i as u32));
+            self.events.record(&Event::TaskDone {
+                task: &task.config.spec.id,
+                counters,
+            })?;
+        }
+        self.events.record(&Event::RunFinished {
+            completed: scheduler.is_done() && (0..self.tasks.len()).all(|i| {
+                let c = scheduler.counters(TaskIdx(i as u32));
+                c.completed == c.total
+            }),
+            seconds: elapsed.as_secs_f64(),
+        })?;
+        Ok(())
+    }
+}
+
+impl BlockRunner for SerialRunner<'_> {
+    fn is_done(&mut self, block: &Block) -> bool {
+        self.tasks[block.id.task.index()].marker.is_done(block)
+    }
+
+    fn process(&mut self, block: &Block) -> Step {
+        self.blocks_run += 1;
+        self.maybe_print_progress();
+        let wire = WireBlock::new(self.task_id(block), block);
+        let Err(failure) = self.tasks[block.id.task.index()].run_block(&wire) else {
+            return self.on_success(block);
+        };
+        self.attempts_failed += 1;
+        self.last_failure = Some(failure.message);
+        Step::Continue(BlockOutcome::Failure)
+    }
+
+    fn released(&mut self, block: &Block, released: &Released) {
+        let error = self.last_failure.take().unwrap_or_default();
+        match released {
+            Released::Retrying { .. } => self.record_failure(block, &error, false),
+            Released::FailedForGood { orphaned } => {
+                let error = format!("{error} (failed for good, {} blocks orphaned)", orphaned.len());
+                tracing::warn!("task {:?}: block {}: {error}", self.task_id(block), block.id.spatial);
+                self.record_failure(block, &error, true);
+            }
+            _ => {}
+        }
+    }
+}
+
+impl RunSummary {
+    /// True if every block of every task completed.
+    pub fn all_completed(&self) -> bool {
+        self.end == SerialEnd::Finished
+            && self.tasks.iter().all(|t| t.counters.completed == t.counters.total)
+    }
+
+    /// The execution summary printed at the end of a run.
+    pub fn render(&self) -> String {
+        let mut out = String::new();
+        let _ = writeln!(
+            out,
+            "{:<20} {:>9} {:>9} {:>9} {:>9} {:>9}",
+            "task", "blocks", "completed", "skipped", "failed", "orphaned"
+        );
+        for task in &self.tasks {
+            let c = &task.counters;
+            let _ = writeln!(
+                out,
+                "{:<20} {:>9} {:>9} {:>9} {:>9} {:>9}",
+                task.id, c.total, c.completed, c.skipped, c.failed, c.orphaned
+            );
+        }
+        let run = self.tasks.iter().map(|t| t.counters.completed - t.counters.skipped).sum::<u64>();
+        let rate = run as f64 / self.seconds.max(1e-9);
+        let _ = writeln!(out, "{run} blocks run in {:.1} s ({rate:.1} blocks/s); events in {}", self.seconds, self.events.display());
+        for task in self.tasks.iter().filter(|t| t.counters.failed > 0) {
+            let _ = writeln!(out, "task {:?} had failures; its logs are in {}", task.id, task.logs.display());
+        }
+        if self.end == SerialEnd::Stalled {
+            let _ = writeln!(out, "the run stalled: blocks remain that can never become ready (a bug; please report it)");
+        }
+        out
+    }
+}
