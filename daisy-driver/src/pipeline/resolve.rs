@@ -1,0 +1,598 @@
+//! Raw to resolved: each table of the pipeline file read into its config.
+//!
+//! Single-field rules live here (types, ranges, id characters, durations,
+//! walltimes, command lines) and so do the defaults. A task is read even
+//! when some of its fields fail, so that the checks between tasks in
+//! `validate` still see its id, upstream list and dimensions; a config is
+//! only assembled when the whole file is free of problems.
+
+use super::fields::{
+    boolean, count, hint, non_empty, object, one_of, show, string, strings, Amounts, Fields,
+    Subject, Table,
+};
+use super::validate;
+use super::{
+    LauncherConfig, LauncherKind, Pipeline, Problem, TaskConfig, UserCommand, DEFAULT_MAX_WORKERS,
+    DEFAULT_MAX_WORKER_RESTARTS,
+};
+use daisy_core::coordinate::MAX_DIMS;
+use daisy_core::geometry::geometry_problems;
+use daisy_core::{Fit, Roi, TaskSpec};
+use serde_json::Value;
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+const PIPELINE_FIELDS: &[&str] = &["name", "resources", "launcher", "task"];
+const LAUNCHER_FIELDS: &[&str] = &[
+    "kind",
+    "partition",
+    "account",
+    "qos",
+    "time",
+    "template",
+    "directives",
+    "setup",
+];
+const TASK_FIELDS: &[&str] = &[
+    "id",
+    "total_roi",
+    "read_roi",
+    "write_roi",
+    "fit",
+    "read_write_conflict",
+    "requires",
+    "max_workers",
+    "max_retries",
+    "max_worker_restarts",
+    "timeout",
+    "upstream",
+    "command",
+    "block_command",
+    "env",
+];
+const ROI_FIELDS: &[&str] = &["offset", "shape"];
+const FITS: [Fit; 3] = [Fit::Valid, Fit::Overhang, Fit::Shrink];
+
+/// Largest coordinate magnitude accepted (2^40, a trillion voxels per
+/// axis): beyond any volume imaged, and small enough that block arithmetic
+/// (ends, contexts, strides) cannot overflow i64.
+const MAX_COORDINATE: u64 = 1 << 40;
+
+/// Longest per-block timeout accepted: a longer one is a typo, and
+/// deadlines that far out overflow clock arithmetic.
+const MAX_TIMEOUT: Duration = Duration::from_secs(366 * 24 * 3600);
+
+/// One `[[task]]` table as far as it could be read: what the checks
+/// between tasks need, even when the task's own fields failed.
+pub(super) struct TaskDraft {
+    pub(super) subject: Subject,
+    pub(super) id: Option<String>,
+    pub(super) upstream: Vec<String>,
+    /// Dimensions of the task's ROIs, once all three were read.
+    pub(super) dims: Option<usize>,
+    /// The resolved task; its `spec.upstream` is filled in by `validate`.
+    pub(super) config: Option<TaskConfig>,
+}
+
+/// The pipeline in `tree` (read from `path`), or every problem in it.
+pub(super) fn pipeline(tree: &Value, path: &Path) -> Result<Pipeline, Vec<Problem>> {
+    let Some(table) = tree.as_object() else {
+        let message = format!("the top level is {}, not a table", show(tree));
+        return Err(vec![Subject::Pipeline.problem("", message)]);
+    };
+    let mut problems = Vec::new();
+    let top = TopLevel::read(table, path, &mut problems);
+    let mut drafts: Vec<TaskDraft> = Vec::with_capacity(top.tasks.len());
+    for (i, table) in top.tasks.iter().enumerate() {
+        drafts.push(task(i + 1, table, &top.resources, &mut problems));
+    }
+    validate::link_tasks(&mut drafts, &mut problems);
+    let tasks: Option<Vec<TaskConfig>> = drafts.into_iter().map(|draft| draft.config).collect();
+    match (top.name, tasks) {
+        (Some(name), Some(tasks)) if problems.is_empty() => Ok(Pipeline {
+            path: path.to_path_buf(),
+            name,
+            resources: top.resources,
+            launcher: top.launcher,
+            tasks,
+        }),
+        _ => Err(problems),
+    }
+}
+
+/// The pipeline-level fields, and the task tables still to be read.
+struct TopLevel<'t> {
+    name: Option<String>,
+    resources: Amounts,
+    launcher: LauncherConfig,
+    tasks: Vec<&'t Table>,
+}
+
+impl<'t> TopLevel<'t> {
+    fn read(table: &'t Table, path: &Path, problems: &mut Vec<Problem>) -> Self {
+        let mut fields = Fields::new(table, Subject::Pipeline, problems);
+        fields.reject_unknown(PIPELINE_FIELDS);
+        Self {
+            name: fields.required("name", |v| string(v).and_then(directory_name)),
+            resources: fields.amounts("resources"),
+            launcher: launcher(&mut fields, path),
+            tasks: fields.required("task", task_tables).unwrap_or_default(),
+        }
+    }
+}
+
+fn task_tables(value: &Value) -> Result<Vec<&Table>, String> {
+    let tables: Option<Vec<&Table>> = value
+        .as_array()
+        .and_then(|items| items.iter().map(Value::as_object).collect());
+    match tables {
+        None => Err("is not an array of tables ([[task]])".into()),
+        Some(tables) if tables.is_empty() => Err("lists no tasks".into()),
+        Some(tables) => Ok(tables),
+    }
+}
+
+/// `[launcher]`; what it leaves out is the launcher's default (local).
+fn launcher(top: &mut Fields, pipeline_path: &Path) -> LauncherConfig {
+    let Some(table) = top.optional("launcher", object) else {
+        return LauncherConfig::default();
+    };
+    let mut fields = top.nested("launcher", table);
+    fields.reject_unknown(LAUNCHER_FIELDS);
+    let template = fields.optional("template", non_empty);
+    LauncherConfig {
+        kind: (fields.optional("kind", |v| one_of(v, &LauncherKind::ALL))).unwrap_or_default(),
+        partition: fields.optional("partition", non_empty),
+        account: fields.optional("account", non_empty),
+        qos: fields.optional("qos", non_empty),
+        time: fields.optional("time", walltime),
+        template: template.map(|template| beside(pipeline_path, &template)),
+        directives: fields.optional("directives", strings).unwrap_or_default(),
+        setup: fields.optional("setup", strings).unwrap_or_default(),
+    }
+}
+
+/// `path` relative to the directory of the pipeline file, so a pipeline
+/// runs the same from any working directory.
+fn beside(pipeline_path: &Path, path: &str) -> PathBuf {
+    match pipeline_path.parent() {
+        Some(dir) => dir.join(path),
+        None => PathBuf::from(path),
+    }
+}
+
+/// The `n`-th `[[task]]` table (from 1), its `requires` checked against
+/// the global `budget`.
+fn task(n: usize, table: &Table, budget: &Amounts, problems: &mut Vec<Problem>) -> TaskDraft {
+    let mut unnamed = Fields::new(table, Subject::UnnamedTask(n), problems);
+    let id = unnamed.required("id", |v| string(v).and_then(directory_name));
+    let subject = id.clone().map_or(Subject::UnnamedTask(n), Subject::Task);
+    let mut fields = Fields::new(table, subject.clone(), problems);
+    fields.reject_unknown(TASK_FIELDS);
+    let upstream = fields.optional("upstream", strings).unwrap_or_default();
+    let spec = task_spec(&mut fields);
+    let launch = Launch::read(&mut fields, budget);
+    let dims = spec.as_ref().map(|spec| spec.total_roi.dims());
+    let config = match (id.clone(), spec, launch) {
+        (Some(id), Some(spec), Some(launch)) => {
+            Some(launch.into_config(TaskSpec { id, ..spec }, upstream.clone()))
+        }
+        _ => None,
+    };
+    TaskDraft {
+        subject,
+        id,
+        upstream,
+        dims,
+        config,
+    }
+}
+
+/// The scheduling half of a task, its id left empty and its geometry
+/// checked by daisy-core's own rules; `None` if a ROI could not be read.
+fn task_spec(fields: &mut Fields) -> Option<TaskSpec> {
+    let total = fields.required("total_roi", roi);
+    let read = fields.required("read_roi", roi);
+    let write = fields.required("write_roi", roi);
+    let fit = fields.optional("fit", |v| one_of(v, &FITS));
+    let conflict = fields.optional("read_write_conflict", boolean);
+    let retries = fields.optional("max_retries", count);
+    let mut spec = TaskSpec::new("", total?, read?, write?);
+    spec.fit = fit.unwrap_or(spec.fit);
+    spec.read_write_conflict = conflict.unwrap_or(spec.read_write_conflict);
+    spec.max_retries = retries.unwrap_or(spec.max_retries);
+    for problem in geometry_problems(&spec) {
+        fields.report(
+            problem.field,
+            format!("{} {}", problem.field, problem.message),
+        );
+    }
+    Some(spec)
+}
+
+/// The launch half of a task: what its workers cost, how many may run,
+/// and what they run.
+struct Launch {
+    requires: Amounts,
+    max_workers: u32,
+    max_worker_restarts: u32,
+    timeout: Option<Duration>,
+    command: UserCommand,
+    env: BTreeMap<String, String>,
+}
+
+impl Launch {
+    fn read(fields: &mut Fields, budget: &Amounts) -> Option<Self> {
+        let requires = fields.amounts("requires");
+        for message in validate::budget_problems(&requires, budget) {
+            fields.report("requires", message);
+        }
+        let max_workers = fields.optional("max_workers", count);
+        let max_worker_restarts = fields.optional("max_worker_restarts", count);
+        let timeout = fields.optional("timeout", duration);
+        let env = fields.optional("env", environment).unwrap_or_default();
+        Some(Self {
+            requires,
+            max_workers: max_workers.unwrap_or(DEFAULT_MAX_WORKERS),
+            max_worker_restarts: max_worker_restarts.unwrap_or(DEFAULT_MAX_WORKER_RESTARTS),
+            timeout,
+            command: user_command(fields)?,
+            env,
+        })
+    }
+
+    fn into_config(self, spec: TaskSpec, upstream: Vec<String>) -> TaskConfig {
+        TaskConfig {
+            spec,
+            upstream,
+            requires: self.requires,
+            max_workers: self.max_workers,
+            max_worker_restarts: self.max_worker_restarts,
+            timeout: self.timeout,
+            command: self.command,
+            env: self.env,
+        }
+    }
+}
+
+/// Exactly one of `command` (a long-running worker) and `block_command`
+/// (a process per block): the two modes feed blocks differently.
+fn user_command(fields: &mut Fields) -> Option<UserCommand> {
+    let worker = fields.optional("command", command_line);
+    let per_block = fields.optional("block_command", command_line);
+    match (fields.has("command"), fields.has("block_command")) {
+        (true, true) => {
+            let message = "command and block_command are both given; a task runs either a \
+                           long-running worker (command) or a process per block (block_command)";
+            fields.report("command", message.into());
+            None
+        }
+        (false, false) => {
+            let message = "missing required field \"command\" or \"block_command\"";
+            fields.report("command", message.into());
+            None
+        }
+        _ => worker
+            .map(UserCommand::Worker)
+            .or(per_block.map(UserCommand::PerBlock)),
+    }
+}
+
+fn command_line(value: &Value) -> Result<Vec<String>, String> {
+    let argv = strings(value)?;
+    match argv.first() {
+        None => Err("must not be empty".into()),
+        Some(program) if program.is_empty() => Err("has an empty program name".into()),
+        Some(_) => Ok(argv),
+    }
+}
+
+/// Task ids and the pipeline name become directory names (`done/<task>/`,
+/// `daisy_run/<name>`), so they keep to characters every file system and
+/// shell takes, and are not `.` or `..`.
+fn directory_name(name: String) -> Result<String, String> {
+    let allowed = |c: char| c.is_ascii_alphanumeric() || "_.-".contains(c);
+    let bad: BTreeSet<char> = name.chars().filter(|&c| !allowed(c)).collect();
+    if name.is_empty() {
+        Err("must not be empty".into())
+    } else if !bad.is_empty() {
+        let bad: Vec<String> = bad.iter().map(|c| format!("{c:?}")).collect();
+        Err(format!(
+            "may only contain A-Z, a-z, 0-9, '_', '.' and '-' (found {})",
+            bad.join(" ")
+        ))
+    } else if name == "." || name == ".." {
+        Err("cannot be a directory name".into())
+    } else {
+        Ok(name)
+    }
+}
+
+/// `{ offset = [..], shape = [..] }`, both of the same dimension.
+fn roi(value: &Value) -> Result<Roi, String> {
+    let table =
+        (value.as_object()).ok_or("is not a table like { offset = [0, 0], shape = [10, 10] }")?;
+    if let Some(key) = table.keys().find(|key| !ROI_FIELDS.contains(&key.as_str())) {
+        let hint = hint(key, ROI_FIELDS.iter().copied());
+        return Err(format!("has unknown field {key:?}{hint}"));
+    }
+    let offset = coordinate(table, "offset")?;
+    let shape = coordinate(table, "shape")?;
+    if offset.len() != shape.len() {
+        let (o, s) = (offset.len(), shape.len());
+        return Err(format!(
+            "has a {o}-dimensional offset but a {s}-dimensional shape"
+        ));
+    }
+    Ok(Roi::from_slices(&offset, &shape))
+}
+
+fn coordinate(table: &Table, key: &str) -> Result<Vec<i64>, String> {
+    let value = table.get(key).ok_or_else(|| format!("has no {key}"))?;
+    let values: Vec<i64> = (value.as_array())
+        .and_then(|items| items.iter().map(Value::as_i64).collect())
+        .ok_or_else(|| {
+            format!(
+                "has {key} {}, which is not an array of integers",
+                show(value)
+            )
+        })?;
+    if values.len() > MAX_DIMS {
+        let dims = values.len();
+        return Err(format!(
+            "has {dims} dimensions in {key}, more than the {MAX_DIMS} supported"
+        ));
+    }
+    match values.iter().find(|v| v.unsigned_abs() > MAX_COORDINATE) {
+        Some(v) => Err(format!(
+            "has {key} entry {v}, beyond the supported ±{MAX_COORDINATE}"
+        )),
+        None => Ok(values),
+    }
+}
+
+/// A per-block timeout: a humantime duration ("90s", "10m", "1h 30m").
+fn duration(value: &Value) -> Result<Duration, String> {
+    let like = "a duration like \"10m\" or \"90s\"";
+    let text = value.as_str().ok_or_else(|| format!("is not {like}"))?;
+    match humantime::parse_duration(text) {
+        Err(error) => Err(format!("is not {like} ({error})")),
+        Ok(timeout) if timeout.is_zero() => Err("must be longer than zero".into()),
+        Ok(timeout) if timeout > MAX_TIMEOUT => Err("is longer than a year".into()),
+        Ok(timeout) => Ok(timeout),
+    }
+}
+
+/// A SLURM walltime: `M`, `M:S`, `H:M:S`, `D-H`, `D-H:M` or `D-H:M:S`
+/// (launchers translate it for other schedulers).
+fn walltime(value: &Value) -> Result<String, String> {
+    let text = string(value)?;
+    let digits = |part: &str| !part.is_empty() && part.bytes().all(|b| b.is_ascii_digit());
+    let clock = match text.split_once('-') {
+        Some((days, clock)) if digits(days) => clock,
+        Some(_) => "",
+        None => &text,
+    };
+    let parts: Vec<&str> = clock.split(':').collect();
+    if parts.len() > 3 || !parts.iter().all(|part| digits(part)) {
+        return Err("is not a walltime like \"04:00:00\" or \"1-12:00:00\"".into());
+    }
+    Ok(text)
+}
+
+/// `env`: variable name to value. Names must be settable: not empty,
+/// without `=` or NUL.
+fn environment(value: &Value) -> Result<BTreeMap<String, String>, String> {
+    let table = value.as_object().ok_or("is not a table of strings")?;
+    let variable = |(name, value): (&String, &Value)| {
+        if name.is_empty() || name.contains(['=', '\0']) {
+            return Err(format!("has {name:?}, which cannot be a variable name"));
+        }
+        let text = value
+            .as_str()
+            .ok_or_else(|| format!("has {name} = {}, not a string", show(value)))?;
+        Ok((name.clone(), text.to_string()))
+    };
+    table.iter().map(variable).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::pipeline::tests::{assert_has, problems, task};
+    use serde_json::json;
+
+    #[test]
+    fn ids_and_names_must_be_directory_names() {
+        let text = format!(
+            "name = \"my run\"\n{}{}{}{}",
+            task("a/b", ""),
+            task("", ""),
+            task("..", ""),
+            task("ok.v2-final_1", "")
+        );
+        let found = problems(&text);
+        assert_eq!(
+            found,
+            [
+                r#"name = "my run" may only contain A-Z, a-z, 0-9, '_', '.' and '-' (found ' ')"#,
+                r#"[[task]] #1: id = "a/b" may only contain A-Z, a-z, 0-9, '_', '.' and '-' (found '/')"#,
+                r#"[[task]] #2: id = "" must not be empty"#,
+                r#"[[task]] #3: id = ".." cannot be a directory name"#,
+            ]
+        );
+    }
+
+    #[test]
+    fn a_task_without_id_is_counted_and_still_checked() {
+        let text = "name = \"p\"\n[[task]]\nfit = 3\n";
+        assert_eq!(
+            problems(text),
+            [
+                "[[task]] #1: missing required field \"id\"",
+                "[[task]] #1: missing required field \"total_roi\"",
+                "[[task]] #1: missing required field \"read_roi\"",
+                "[[task]] #1: missing required field \"write_roi\"",
+                "[[task]] #1: fit = 3 is not one of valid, overhang, shrink",
+                "[[task]] #1: missing required field \"command\" or \"block_command\"",
+            ]
+        );
+    }
+
+    #[test]
+    fn commands_are_one_of_two_and_not_empty() {
+        let both = task("t", "block_command = [\"x\"]");
+        let neither = task("u", "").replace("command = [\"true\"]", "");
+        let empty = task("v", "").replace("[\"true\"]", "[]");
+        let no_program = task("w", "").replace("[\"true\"]", "[\"\", \"x\"]");
+        let found = problems(&format!("name = \"p\"\n{both}{neither}{empty}{no_program}"));
+        let both_message = "command and block_command are both given; a task runs either a \
+                            long-running worker (command) or a process per block (block_command)";
+        assert_eq!(
+            found,
+            [
+                format!("task \"t\": {both_message}"),
+                "task \"u\": missing required field \"command\" or \"block_command\"".into(),
+                "task \"v\": command = [] must not be empty".into(),
+                "task \"w\": command = [\"\",\"x\"] has an empty program name".into(),
+            ]
+        );
+    }
+
+    #[test]
+    fn rois_must_be_well_formed() {
+        let rois = [
+            json!({"offset": [0], "shape": [1, 2]}),
+            json!({"ofset": [0], "shape": [1]}),
+            json!({"offset": [0]}),
+            json!({"offset": [0.5], "shape": [1]}),
+            json!({"offset": vec![0; 9], "shape": vec![1; 9]}),
+            json!({"offset": [i64::MIN], "shape": [1]}),
+            json!([0, 1]),
+        ];
+        let errors: Vec<String> = rois.iter().map(|r| roi(r).unwrap_err()).collect();
+        assert_eq!(
+            errors,
+            [
+                "has a 1-dimensional offset but a 2-dimensional shape",
+                "has unknown field \"ofset\" (did you mean \"offset\"?)",
+                "has no shape",
+                "has offset [0.5], which is not an array of integers",
+                "has 9 dimensions in offset, more than the 8 supported",
+                "has offset entry -9223372036854775808, beyond the supported ±1099511627776",
+                "is not a table like { offset = [0, 0], shape = [10, 10] }",
+            ]
+        );
+        let ok = roi(&json!({"offset": [-2, 0], "shape": [0, 3]})).unwrap();
+        assert_eq!(ok, Roi::from_slices(&[-2, 0], &[0, 3]));
+    }
+
+    #[test]
+    fn geometry_problems_name_the_roi() {
+        let text = format!(
+            "name = \"p\"\n{}",
+            task("t", "").replace("shape = [10] }\ncommand", "shape = [0] }\ncommand")
+        );
+        let found = problems(&text);
+        assert_eq!(
+            found,
+            ["task \"t\": write_roi shape [0] must be positive in every dimension"]
+        );
+    }
+
+    #[test]
+    fn durations_and_walltimes_are_checked() {
+        assert_eq!(duration(&json!("1h 30m")), Ok(Duration::from_secs(5400)));
+        assert!(duration(&json!("ten minutes"))
+            .unwrap_err()
+            .starts_with("is not a duration"));
+        assert_eq!(
+            duration(&json!("0s")).unwrap_err(),
+            "must be longer than zero"
+        );
+        assert_eq!(
+            duration(&json!("2years")).unwrap_err(),
+            "is longer than a year"
+        );
+        assert_eq!(
+            duration(&json!(600)).unwrap_err(),
+            "is not a duration like \"10m\" or \"90s\""
+        );
+        for good in ["30", "30:00", "04:00:00", "1-12", "1-12:00", "1-12:00:00"] {
+            assert_eq!(walltime(&json!(good)), Ok(good.to_string()));
+        }
+        for bad in ["", "4h", "1:2:3:4", "-1", "a-1", "1-", "04::00"] {
+            assert!(walltime(&json!(bad)).is_err(), "{bad}");
+        }
+        let text = format!("name = \"p\"\n{}", task("t", "timeout = \"soon\""));
+        let found = problems(&text);
+        assert!(found[0].starts_with("task \"t\": timeout = \"soon\" is not a duration like"));
+    }
+
+    #[test]
+    fn launcher_values_are_checked() {
+        let text = format!(
+            "name = \"p\"\n[launcher]\nkind = \"pbs\"\npartition = \"\"\ntime = \"4h\"\n\
+             setup = \"module load cuda\"\nqueue = \"x\"\n{}",
+            task("t", "")
+        );
+        let found = problems(&text);
+        assert_eq!(
+            found,
+            [
+                r#"unknown field "queue" in [launcher]"#,
+                r#"launcher.kind = "pbs" is not one of local, sbatch, bsub, slurmrestd"#,
+                r#"launcher.partition = "" must not be empty"#,
+                r#"launcher.time = "4h" is not a walltime like "04:00:00" or "1-12:00:00""#,
+                r#"launcher.setup = "module load cuda" is not an array of strings"#,
+            ]
+        );
+    }
+
+    #[test]
+    fn top_level_problems_are_named() {
+        let text = format!(
+            "nmae = \"p\"\nresources = {{ cpu = -1, gpu = 2 }}\n{}",
+            task("t", "env = { \"A=B\" = \"1\" }\nmax_workers = 5000000000")
+        );
+        let found = problems(&text);
+        assert_eq!(
+            found,
+            [
+                r#"unknown field "nmae" (did you mean "name"?)"#,
+                r#"missing required field "name""#,
+                "resources.cpu = -1 is not a non-negative integer",
+                "task \"t\": max_workers = 5000000000 is not a whole number from 0 to 4294967295",
+                r#"task "t": env = {"A=B":"1"} has "A=B", which cannot be a variable name"#,
+            ]
+        );
+        assert_has(
+            &problems("task = 3\nname = \"p\""),
+            "task = 3 is not an array of tables ([[task]])",
+        );
+        assert_has(
+            &problems("task = []\nname = \"p\""),
+            "task = [] lists no tasks",
+        );
+    }
+
+    #[test]
+    fn json_must_hold_a_table() {
+        let error = Pipeline::from_str("[1, 2]", Path::new("p.json")).unwrap_err();
+        assert_eq!(
+            error.to_string(),
+            "pipeline file p.json has 1 problem:\n  - the top level is [1,2], not a table"
+        );
+    }
+
+    #[test]
+    fn an_unquoted_walltime_is_taken_as_text() {
+        let text = format!(
+            "name = \"p\"\n[launcher]\ntime = 04:00:00\n{}",
+            task("t", "")
+        );
+        let pipeline = Pipeline::from_str(&text, Path::new("p.toml")).unwrap();
+        assert_eq!(pipeline.launcher.time.as_deref(), Some("04:00:00"));
+    }
+}

@@ -1,0 +1,121 @@
+//! Test harness: a temporary directory per test, the real binary run in
+//! it, and failure messages that show the command, its directory and its
+//! output.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+/// A temporary working directory for one test, removed afterwards.
+pub struct TestDir {
+    dir: tempfile::TempDir,
+}
+
+impl TestDir {
+    pub fn new() -> Self {
+        Self {
+            dir: tempfile::tempdir().expect("creating a temporary directory"),
+        }
+    }
+
+    pub fn path(&self) -> &Path {
+        self.dir.path()
+    }
+
+    pub fn join(&self, name: &str) -> PathBuf {
+        self.dir.path().join(name)
+    }
+
+    pub fn write(&self, name: &str, contents: &str) -> PathBuf {
+        let path = self.join(name);
+        std::fs::write(&path, contents).expect("writing a test file");
+        path
+    }
+
+    pub fn read(&self, name: &str) -> String {
+        std::fs::read_to_string(self.join(name)).unwrap_or_default()
+    }
+
+    /// `daisy-driver ARGS` with this directory as its working directory.
+    pub fn driver(&self, args: &[&str]) -> Command {
+        let mut command = Command::new(env!("CARGO_BIN_EXE_daisy-driver"));
+        command.args(args).current_dir(self.path());
+        command
+    }
+}
+
+/// Runs a command to completion and returns its output.
+pub fn run(command: &mut Command) -> Output {
+    command.output().unwrap_or_else(|e| panic!("cannot run {command:?}: {e}"))
+}
+
+/// Describes a finished command for assertion messages.
+pub fn describe(command: &Command, output: &Output) -> String {
+    format!(
+        "command: {command:?}\ncwd: {:?}\nstatus: {}\n--- stdout\n{}\n--- stderr\n{}",
+        command.get_current_dir(),
+        output.status,
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    )
+}
+
+/// Runs a command that must succeed; returns its stdout.
+pub fn run_ok(command: &mut Command) -> String {
+    let output = run(command);
+    assert!(output.status.success(), "expected success\n{}", describe(command, &output));
+    String::from_utf8_lossy(&output.stdout).into_owned()
+}
+
+/// Runs a command that must fail with `code`; returns stdout + stderr.
+pub fn run_fails(command: &mut Command, code: i32) -> String {
+    let output = run(command);
+    assert_eq!(output.status.code(), Some(code), "unexpected exit\n{}", describe(command, &output));
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    )
+}
+
+/// A child process that is killed and reaped when the guard drops, so a
+/// failing assertion never leaves a process behind.
+pub struct ChildGuard(pub Child);
+
+impl ChildGuard {
+    pub fn spawn(command: &mut Command) -> Self {
+        command.stdout(Stdio::null()).stderr(Stdio::null());
+        Self(command.spawn().unwrap_or_else(|e| panic!("cannot start {command:?}: {e}")))
+    }
+}
+
+impl Drop for ChildGuard {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// Waits (at most a minute) until `condition` holds.
+pub fn wait_until(what: &str, mut condition: impl FnMut() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !condition() {
+        assert!(Instant::now() < deadline, "timed out waiting until {what}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// The parsed lines of `events.jsonl` (a torn last line is skipped).
+pub fn events(run_dir: &Path) -> Vec<serde_json::Value> {
+    let text = std::fs::read_to_string(run_dir.join("events.jsonl")).unwrap_or_default();
+    text.lines().filter_map(|l| serde_json::from_str(l).ok()).collect()
+}
+
+/// The ids of the blocks of `task` with an event of kind `event`.
+pub fn event_blocks(events: &[serde_json::Value], event: &str, task: &str) -> Vec<u64> {
+    events
+        .iter()
+        .filter(|e| e["event"] == event && e["task"] == task)
+        .filter_map(|e| e["block_id"].as_u64())
+        .collect()
+}

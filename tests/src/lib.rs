@@ -1,1 +1,0 @@
-//! Support code for the end-to-end tests lives in `e2e/`.
