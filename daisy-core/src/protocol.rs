@@ -6,8 +6,8 @@
 //! so field names are fixed and documented in docs/protocol.md. Unknown
 //! fields are ignored when reading, so more can be added later.
 
-use crate::roi::Roi;
 use crate::coordinate::Coordinate;
+use crate::roi::Roi;
 use serde::{Deserialize, Serialize};
 
 /// An ROI as plain lists: `{"offset": [..], "shape": [..]}`.
@@ -31,9 +31,8 @@ impl WireRoi {
     /// [`Coordinate`].
     pub fn to_roi(&self) -> Option<Roi> {
         let fits = |v: &Vec<i64>| v.len() <= crate::coordinate::MAX_DIMS;
-        (self.offset.len() == self.shape.len() && fits(&self.offset)).then(|| {
-            Roi::new(Coordinate::new(&self.offset), Coordinate::new(&self.shape))
-        })
+        (self.offset.len() == self.shape.len() && fits(&self.offset))
+            .then(|| Roi::new(Coordinate::new(&self.offset), Coordinate::new(&self.shape)))
     }
 }
 
@@ -91,8 +90,16 @@ mod tests {
 
     #[test]
     fn results_parse_with_and_without_an_error_and_ignore_extra_fields() {
-        let ok: BlockResult = serde_json::from_str(r#"{"block_id": 3, "ok": true, "took": 1.5}"#).unwrap();
-        assert_eq!(ok, BlockResult { block_id: 3, ok: true, error: None });
+        let ok: BlockResult =
+            serde_json::from_str(r#"{"block_id": 3, "ok": true, "took": 1.5}"#).unwrap();
+        assert_eq!(
+            ok,
+            BlockResult {
+                block_id: 3,
+                ok: true,
+                error: None
+            }
+        );
         let failed: BlockResult =
             serde_json::from_str(r#"{"block_id": 4, "ok": false, "error": "no disk"}"#).unwrap();
         assert_eq!(failed.error.as_deref(), Some("no disk"));
@@ -100,9 +107,15 @@ mod tests {
 
     #[test]
     fn mismatched_wire_rois_are_refused() {
-        let roi = WireRoi { offset: vec![0, 0], shape: vec![1] };
+        let roi = WireRoi {
+            offset: vec![0, 0],
+            shape: vec![1],
+        };
         assert!(roi.to_roi().is_none());
-        let roi = WireRoi { offset: vec![0; 9], shape: vec![1; 9] };
+        let roi = WireRoi {
+            offset: vec![0; 9],
+            shape: vec![1; 9],
+        };
         assert!(roi.to_roi().is_none());
     }
 }

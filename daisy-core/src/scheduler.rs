@@ -99,7 +99,11 @@ impl TaskQueue {
         let root = graph.is_root(task) && task_graph.num_levels() > 0;
         let roots = root.then(|| task_graph.level_blocks(0));
         let seeds = VecDeque::from(graph.blocks_without_upstream(task));
-        let num_roots = if root { task_graph.num_level_blocks(0) } else { 0 };
+        let num_roots = if root {
+            task_graph.num_level_blocks(0)
+        } else {
+            0
+        };
         Self {
             counters: TaskCounters {
                 total: task_graph.num_blocks(),

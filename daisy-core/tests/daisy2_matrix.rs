@@ -108,14 +108,22 @@ fn first_2d() -> TaskSpec {
     )
 }
 
-const FIRST_LEVELS: [[u64; 4]; 4] = [[12, 23, 25, 40], [8, 17, 19, 32], [7, 16, 18, 31], [4, 11, 13, 24]];
+const FIRST_LEVELS: [[u64; 4]; 4] = [
+    [12, 23, 25, 40],
+    [8, 17, 19, 32],
+    [7, 16, 18, 31],
+    [4, 11, 13, 24],
+];
 
 #[test]
 fn two_dimensions_come_out_level_by_level() {
     let mut s = scheduler(vec![first_2d()]);
     for level in FIRST_LEVELS {
         assert_eq!(acquire_all(&mut s, T0), level.to_vec());
-        assert!(acquire_all(&mut s, T0).is_empty(), "nothing more while a level runs");
+        assert!(
+            acquire_all(&mut s, T0).is_empty(),
+            "nothing more while a level runs"
+        );
         for id in level {
             release(&mut s, T0, id, BlockOutcome::Success);
         }
@@ -162,7 +170,10 @@ fn chained_tasks_have_the_upstream_and_downstream_sets_of_daisy() {
         .all_blocks()
         .find(|b| b.read_roi == roi(&[2, 2], &[3, 3]))
         .unwrap();
-    assert_eq!(spatial_ids(graph.downstream(&first_block), T1), vec![4, 7, 8, 12]);
+    assert_eq!(
+        spatial_ids(graph.downstream(&first_block), T1),
+        vec![4, 7, 8, 12]
+    );
 }
 
 #[test]
@@ -179,7 +190,11 @@ fn chained_blocks_become_ready_one_by_one_as_the_last_upstream_level_completes()
     for (first, second) in [(24, 12), (13, 8), (11, 7), (4, 4)] {
         assert!(acquire_all(&mut s, T1).is_empty());
         release(&mut s, T0, first, BlockOutcome::Success);
-        assert_eq!(acquire_all(&mut s, T1), vec![second], "after first's {first}");
+        assert_eq!(
+            acquire_all(&mut s, T1),
+            vec![second],
+            "after first's {first}"
+        );
         release(&mut s, T1, second, BlockOutcome::Success);
     }
     assert!(s.is_done());
@@ -250,7 +265,16 @@ fn a_context_wider_than_the_volume_orphans_the_rest_when_one_fails() {
 
 #[test]
 fn two_chained_one_dimensional_tasks_complete_12_and_12_blocks() {
-    let make = |id: &str| task(id, roi(&[0], &[100]), roi(&[0], &[10]), roi(&[1], &[8]), true, Fit::Valid);
+    let make = |id: &str| {
+        task(
+            id,
+            roi(&[0], &[100]),
+            roi(&[0], &[10]),
+            roi(&[1], &[8]),
+            true,
+            Fit::Valid,
+        )
+    };
     let second = TaskSpec {
         upstream: vec![T0],
         ..make("second")
@@ -285,7 +309,11 @@ fn a_task_where_every_block_fails_keeps_its_counters_balanced() {
     assert_eq!(c.completed, 0);
     assert_eq!(c.failed + c.orphaned, c.total);
     assert_eq!((c.ready, c.processing, c.pending()), (0, 0, 0));
-    assert_eq!(attempts as u64, c.failed * 3, "each failed block ran 1 + 2 retries");
+    assert_eq!(
+        attempts as u64,
+        c.failed * 3,
+        "each failed block ran 1 + 2 retries"
+    );
 }
 
 #[test]
@@ -297,10 +325,22 @@ fn late_and_duplicate_releases_change_nothing() {
         Released::Succeeded { .. }
     ));
     let before = s.counters(T0);
-    assert_eq!(release(&mut s, T0, 1, BlockOutcome::Success), Released::Ignored);
-    assert_eq!(release(&mut s, T0, 1, BlockOutcome::Failure), Released::Ignored);
-    assert_eq!(release(&mut s, T0, 99, BlockOutcome::Success), Released::Ignored);
-    assert_eq!(release(&mut s, T1, 2, BlockOutcome::Success), Released::Ignored);
+    assert_eq!(
+        release(&mut s, T0, 1, BlockOutcome::Success),
+        Released::Ignored
+    );
+    assert_eq!(
+        release(&mut s, T0, 1, BlockOutcome::Failure),
+        Released::Ignored
+    );
+    assert_eq!(
+        release(&mut s, T0, 99, BlockOutcome::Success),
+        Released::Ignored
+    );
+    assert_eq!(
+        release(&mut s, T1, 2, BlockOutcome::Success),
+        Released::Ignored
+    );
     assert_eq!(s.counters(T0), before);
 }
 
@@ -309,7 +349,10 @@ fn a_returned_block_is_ready_again_without_using_a_retry() {
     let mut s = tiny_1d(false);
     assert_eq!(acquire_all(&mut s, T0), vec![1, 2]);
     for _ in 0..5 {
-        assert_eq!(release(&mut s, T0, 1, BlockOutcome::Returned), Released::Requeued);
+        assert_eq!(
+            release(&mut s, T0, 1, BlockOutcome::Returned),
+            Released::Requeued
+        );
         assert_eq!(acquire_all(&mut s, T0), vec![1]);
     }
     assert_eq!(

@@ -78,7 +78,10 @@ fn command_plan(opts: PlanOpts) -> anyhow::Result<ExitCode> {
     let (pipeline, run_dir) = load(&opts.pipeline)?;
     let plan = plan(&pipeline, &run_dir);
     if opts.json {
-        println!("{}", serde_json::to_string_pretty(&plan).context("encoding the plan")?);
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&plan).context("encoding the plan")?
+        );
     } else {
         print!("{}", plan.render());
     }

@@ -15,8 +15,14 @@ use std::time::{SystemTime, UNIX_EPOCH};
 #[derive(Debug, Serialize)]
 #[serde(tag = "event", rename_all = "snake_case")]
 pub enum Event<'a> {
-    RunStarted { pipeline: &'a str, mode: &'a str },
-    BlockDone { task: &'a str, block_id: u64 },
+    RunStarted {
+        pipeline: &'a str,
+        mode: &'a str,
+    },
+    BlockDone {
+        task: &'a str,
+        block_id: u64,
+    },
     BlockFailed {
         task: &'a str,
         block_id: u64,
@@ -24,8 +30,14 @@ pub enum Event<'a> {
         /// True when the block will not be tried again.
         for_good: bool,
     },
-    TaskDone { task: &'a str, counters: TaskCounters },
-    RunFinished { completed: bool, seconds: f64 },
+    TaskDone {
+        task: &'a str,
+        counters: TaskCounters,
+    },
+    RunFinished {
+        completed: bool,
+        seconds: f64,
+    },
 }
 
 #[derive(Serialize)]
@@ -84,8 +96,10 @@ mod tests {
             .unwrap();
         }
         let text = std::fs::read_to_string(&path).unwrap();
-        let lines: Vec<serde_json::Value> =
-            text.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+        let lines: Vec<serde_json::Value> = text
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect();
         assert_eq!(lines.len(), 2);
         assert_eq!(lines[1]["event"], "block_failed");
         assert_eq!(lines[1]["task"], "predict");

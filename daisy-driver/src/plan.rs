@@ -138,7 +138,12 @@ impl Plan {
     /// The human-readable plan.
     pub fn render(&self) -> String {
         let mut out = String::new();
-        let _ = writeln!(out, "pipeline {:?} ({})", self.pipeline, self.file.display());
+        let _ = writeln!(
+            out,
+            "pipeline {:?} ({})",
+            self.pipeline,
+            self.file.display()
+        );
         let _ = writeln!(out, "run dir  {}", self.run_dir.display());
         let _ = writeln!(out, "budget   {}", render_map(&self.resources));
         for task in &self.tasks {
@@ -158,14 +163,48 @@ impl TaskPlan {
             true => "none".to_string(),
             false => self.upstream.join(", "),
         };
-        let conflict = if self.read_write_conflict { "on" } else { "off" };
+        let conflict = if self.read_write_conflict {
+            "on"
+        } else {
+            "off"
+        };
         let _ = writeln!(out, "task {:?} (upstream: {upstream})", self.id);
-        let _ = writeln!(out, "  total roi    {} (writes {})", roi(&self.total_roi), roi(&self.total_write_roi));
-        let _ = writeln!(out, "  block        read {} write {}, fit {}, read/write conflict {conflict}", roi(&self.read_roi), roi(&self.write_roi), self.fit);
-        let _ = writeln!(out, "  blocks       {} in {} levels, {} ready at start", self.blocks, self.levels, self.root_blocks);
-        let _ = writeln!(out, "  done         {} done, {} to run", self.done_blocks, self.remaining_blocks);
-        let _ = writeln!(out, "  workers      {} (max_workers {}, requires {})", self.workers, self.max_workers, render_map(&self.requires));
-        let _ = writeln!(out, "  {:<12} {}", format!("{} command", self.command_kind), self.command.join(" "));
+        let _ = writeln!(
+            out,
+            "  total roi    {} (writes {})",
+            roi(&self.total_roi),
+            roi(&self.total_write_roi)
+        );
+        let _ = writeln!(
+            out,
+            "  block        read {} write {}, fit {}, read/write conflict {conflict}",
+            roi(&self.read_roi),
+            roi(&self.write_roi),
+            self.fit
+        );
+        let _ = writeln!(
+            out,
+            "  blocks       {} in {} levels, {} ready at start",
+            self.blocks, self.levels, self.root_blocks
+        );
+        let _ = writeln!(
+            out,
+            "  done         {} done, {} to run",
+            self.done_blocks, self.remaining_blocks
+        );
+        let _ = writeln!(
+            out,
+            "  workers      {} (max_workers {}, requires {})",
+            self.workers,
+            self.max_workers,
+            render_map(&self.requires)
+        );
+        let _ = writeln!(
+            out,
+            "  {:<12} {}",
+            format!("{} command", self.command_kind),
+            self.command.join(" ")
+        );
     }
 }
 

@@ -65,7 +65,11 @@ pub fn run(pipeline: &Pipeline, run_dir: &RunDir) -> anyhow::Result<RunSummary> 
     })
 }
 
-fn task_summaries(pipeline: &Pipeline, run_dir: &RunDir, scheduler: &Scheduler) -> Vec<TaskSummary> {
+fn task_summaries(
+    pipeline: &Pipeline,
+    run_dir: &RunDir,
+    scheduler: &Scheduler,
+) -> Vec<TaskSummary> {
     (0..pipeline.tasks.len())
         .map(|i| {
             let id = pipeline.tasks[i].spec.id.clone();
@@ -127,7 +131,10 @@ impl<'a> TaskRunner<'a> {
 }
 
 /// Starts a task's worker command (it serves blocks until stdin closes).
-fn start_worker_command(config: &TaskConfig, log: &BlockLog) -> Result<WorkerCommand, BlockFailure> {
+fn start_worker_command(
+    config: &TaskConfig,
+    log: &BlockLog,
+) -> Result<WorkerCommand, BlockFailure> {
     let UserCommand::Worker(argv) = &config.command else {
         unreachable!("only worker-command tasks start a worker command");
     };
@@ -228,7 +235,9 @@ impl<'a> SerialRunner<'a> {
     fn finish(&mut self, scheduler: &Scheduler, elapsed: Duration) -> anyhow::Result<()> {
         for (i, task) in self.tasks.iter_mut().enumerate() {
             task.marker.flush()?;
-            if let UserCode::Worker(Some(process)) = std::mem::replace(&mut task.code, UserCode::Worker(None)) {
+            if let UserCode::Worker(Some(process)) =
+                std::mem::replace(&mut task.code, UserCode::Worker(None))
+            {
                 let _ = process.finish();
             }
             let counters = scheduler.counters(TaskIdx(i as u32));
@@ -238,10 +247,11 @@ impl<'a> SerialRunner<'a> {
             })?;
         }
         self.events.record(&Event::RunFinished {
-            completed: scheduler.is_done() && (0..self.tasks.len()).all(|i| {
-                let c = scheduler.counters(TaskIdx(i as u32));
-                c.completed == c.total
-            }),
+            completed: scheduler.is_done()
+                && (0..self.tasks.len()).all(|i| {
+                    let c = scheduler.counters(TaskIdx(i as u32));
+                    c.completed == c.total
+                }),
             seconds: elapsed.as_secs_f64(),
         })?;
         Ok(())
@@ -270,8 +280,15 @@ impl BlockRunner for SerialRunner<'_> {
         match released {
             Released::Retrying { .. } => self.record_failure(block, &error, false),
             Released::FailedForGood { orphaned } => {
-                let error = format!("{error} (failed for good, {} blocks orphaned)", orphaned.len());
-                tracing::warn!("task {:?}: block {}: {error}", self.task_id(block), block.id.spatial);
+                let error = format!(
+                    "{error} (failed for good, {} blocks orphaned)",
+                    orphaned.len()
+                );
+                tracing::warn!(
+                    "task {:?}: block {}: {error}",
+                    self.task_id(block),
+                    block.id.spatial
+                );
                 self.record_failure(block, &error, true);
             }
             _ => {}
@@ -283,7 +300,10 @@ impl RunSummary {
     /// True if every block of every task completed.
     pub fn all_completed(&self) -> bool {
         self.end == SerialEnd::Finished
-            && self.tasks.iter().all(|t| t.counters.completed == t.counters.total)
+            && self
+                .tasks
+                .iter()
+                .all(|t| t.counters.completed == t.counters.total)
     }
 
     /// The execution summary printed at the end of a run.
@@ -302,11 +322,25 @@ impl RunSummary {
                 task.id, c.total, c.completed, c.skipped, c.failed, c.orphaned
             );
         }
-        let run = self.tasks.iter().map(|t| t.counters.completed - t.counters.skipped).sum::<u64>();
+        let run = self
+            .tasks
+            .iter()
+            .map(|t| t.counters.completed - t.counters.skipped)
+            .sum::<u64>();
         let rate = run as f64 / self.seconds.max(1e-9);
-        let _ = writeln!(out, "{run} blocks run in {:.1} s ({rate:.1} blocks/s); events in {}", self.seconds, self.events.display());
+        let _ = writeln!(
+            out,
+            "{run} blocks run in {:.1} s ({rate:.1} blocks/s); events in {}",
+            self.seconds,
+            self.events.display()
+        );
         for task in self.tasks.iter().filter(|t| t.counters.failed > 0) {
-            let _ = writeln!(out, "task {:?} had failures; its logs are in {}", task.id, task.logs.display());
+            let _ = writeln!(
+                out,
+                "task {:?} had failures; its logs are in {}",
+                task.id,
+                task.logs.display()
+            );
         }
         if self.end == SerialEnd::Stalled {
             let _ = writeln!(out, "the run stalled: blocks remain that can never become ready (a bug; please report it)");

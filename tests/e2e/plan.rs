@@ -40,7 +40,10 @@ fn plan_reports_blocks_levels_roots_and_workers() {
     assert_eq!(predict["done_blocks"], 0);
     assert_eq!(predict["workers"], 2, "gpu = 2 allows 2 of the 4 workers");
     assert_eq!(predict["command_kind"], "worker");
-    assert_eq!(predict["total_write_roi"]["offset"], serde_json::json!([1, 1]));
+    assert_eq!(
+        predict["total_write_roi"]["offset"],
+        serde_json::json!([1, 1])
+    );
     let relabel = &plan["tasks"][1];
     assert_eq!(relabel["blocks"], 4);
     assert_eq!(relabel["upstream"], serde_json::json!(["predict"]));
@@ -56,9 +59,15 @@ fn plan_of_a_bad_file_lists_every_problem_at_once() {
     let dir = TestDir::new();
     let bad = TWO_TASKS
         .replace("max_workers = 4", "max_workers = 4\nmax_worker = 2")
-        .replace("requires = { gpu = 1, cpu = 2 }", "requires = { gpu = 8, cpu = 2 }")
+        .replace(
+            "requires = { gpu = 1, cpu = 2 }",
+            "requires = { gpu = 8, cpu = 2 }",
+        )
         .replace("upstream = [\"predict\"]", "upstream = [\"predictt\"]")
-        .replace("write_roi = { offset = [1, 1], shape = [1, 1] }\nblock", "write_roi = { offset = [2, 2], shape = [2, 2] }\nblock");
+        .replace(
+            "write_roi = { offset = [1, 1], shape = [1, 1] }\nblock",
+            "write_roi = { offset = [2, 2], shape = [2, 2] }\nblock",
+        );
     dir.write("bad.toml", &bad);
     let out = run_fails(&mut dir.driver(&["plan", "bad.toml"]), 2);
     assert!(out.contains("bad.toml"), "names the file: {out}");

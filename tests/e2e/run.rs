@@ -23,7 +23,10 @@ block_command = ["sh", "-c", "echo {{block_id}} >> ran.txt; {extra}"]
 }
 
 fn ran(dir: &TestDir) -> Vec<u64> {
-    dir.read("ran.txt").lines().filter_map(|l| l.trim().parse().ok()).collect()
+    dir.read("ran.txt")
+        .lines()
+        .filter_map(|l| l.trim().parse().ok())
+        .collect()
 }
 
 #[test]
@@ -46,7 +49,10 @@ fn a_run_processes_every_block_once_and_a_rerun_skips_them() {
 #[test]
 fn a_failing_block_is_retried_then_orphans_its_downstream_blocks() {
     let dir = TestDir::new();
-    dir.write("line.toml", &line_task(10, true, "echo broken >&2; test {block_id} -ne 4"));
+    dir.write(
+        "line.toml",
+        &line_task(10, true, "echo broken >&2; test {block_id} -ne 4"),
+    );
     let out = run_fails(&mut dir.driver(&["run", "line.toml"]), 1);
     let counts: HashMap<u64, usize> = ran(&dir).into_iter().fold(HashMap::new(), |mut m, id| {
         *m.entry(id).or_default() += 1;
@@ -55,23 +61,36 @@ fn a_failing_block_is_retried_then_orphans_its_downstream_blocks() {
     assert_eq!(counts[&4], 3, "block 4 ran once and was retried twice");
     let run_dir = dir.join("daisy_run/line");
     let events = events(&run_dir);
-    let failures: Vec<&serde_json::Value> =
-        events.iter().filter(|e| e["event"] == "block_failed").collect();
+    let failures: Vec<&serde_json::Value> = events
+        .iter()
+        .filter(|e| e["event"] == "block_failed")
+        .collect();
     assert_eq!(failures.len(), 3);
     assert!(failures.iter().all(|e| e["block_id"] == 4));
     assert_eq!(failures[2]["for_good"], true);
     let error = failures[0]["error"].as_str().unwrap();
-    assert!(error.contains("exit status 1") && error.contains("broken"), "{error}");
+    assert!(
+        error.contains("exit status 1") && error.contains("broken"),
+        "{error}"
+    );
     let summary = events.iter().find(|e| e["event"] == "task_done").unwrap();
     let c = &summary["counters"];
     assert_eq!(c["failed"], 1);
     let orphaned = c["orphaned"].as_u64().unwrap();
-    assert!(orphaned > 0, "block 4 has downstream blocks in the next level");
+    assert!(
+        orphaned > 0,
+        "block 4 has downstream blocks in the next level"
+    );
     assert_eq!(c["completed"].as_u64().unwrap() + 1 + orphaned, 10);
-    assert!(out.contains("logs are in"), "the summary points at the logs: {out}");
-    assert!(std::fs::read_to_string(run_dir.join("logs/line/serial.err"))
-        .unwrap()
-        .contains("broken"));
+    assert!(
+        out.contains("logs are in"),
+        "the summary points at the logs: {out}"
+    );
+    assert!(
+        std::fs::read_to_string(run_dir.join("logs/line/serial.err"))
+            .unwrap()
+            .contains("broken")
+    );
 }
 
 #[test]
@@ -88,17 +107,30 @@ fn a_driver_killed_mid_run_loses_no_reported_block_and_the_rerun_does_only_the_r
         .into_iter()
         .collect();
     let first_run = ran(&dir).len();
-    assert!(reported.len() >= 90, "blocks were reported done before the kill");
+    assert!(
+        reported.len() >= 90,
+        "blocks were reported done before the kill"
+    );
 
     let plan = run_ok(&mut dir.driver(&["plan", "line.toml", "--json"]));
     let plan: serde_json::Value = serde_json::from_str(&plan).unwrap();
     let marked = plan["tasks"][0]["done_blocks"].as_u64().unwrap();
-    assert!(marked >= reported.len() as u64, "every reported block is marked");
+    assert!(
+        marked >= reported.len() as u64,
+        "every reported block is marked"
+    );
 
     let out = run_ok(&mut dir.driver(&["run", "line.toml"]));
     let second_run: Vec<u64> = ran(&dir)[first_run..].to_vec();
-    assert_eq!(second_run.len() as u64, blocks - marked, "only the rest ran\n{out}");
-    assert!(second_run.iter().all(|id| !reported.contains(id)), "no reported block ran again");
+    assert_eq!(
+        second_run.len() as u64,
+        blocks - marked,
+        "only the rest ran\n{out}"
+    );
+    assert!(
+        second_run.iter().all(|id| !reported.contains(id)),
+        "no reported block ran again"
+    );
     let all: BTreeSet<u64> = ran(&dir).into_iter().collect();
     assert_eq!(all, (1..=blocks).collect());
 }
@@ -152,10 +184,20 @@ command = ["python3", "worker.py"]
     let out = run_fails(&mut dir.driver(&["run", "worker.toml"]), 1);
     let run_dir = dir.join("daisy_run/worker");
     let events = events(&run_dir);
-    assert_eq!(event_blocks(&events, "block_done", "infer").len(), 7, "{out}");
-    let failed = events.iter().find(|e| e["event"] == "block_failed").unwrap();
+    assert_eq!(
+        event_blocks(&events, "block_done", "infer").len(),
+        7,
+        "{out}"
+    );
+    let failed = events
+        .iter()
+        .find(|e| e["event"] == "block_failed")
+        .unwrap();
     assert_eq!(failed["block_id"], 3);
-    assert!(failed["error"].as_str().unwrap().contains("cannot handle block 3"));
+    assert!(failed["error"]
+        .as_str()
+        .unwrap()
+        .contains("cannot handle block 3"));
     let log = std::fs::read_to_string(run_dir.join("logs/infer/serial.out")).unwrap();
     assert!(log.contains("loading model"));
     assert!(!log.contains("\"ok\""), "results are not logged as output");

@@ -46,7 +46,9 @@ impl TestDir {
 
 /// Runs a command to completion and returns its output.
 pub fn run(command: &mut Command) -> Output {
-    command.output().unwrap_or_else(|e| panic!("cannot run {command:?}: {e}"))
+    command
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run {command:?}: {e}"))
 }
 
 /// Describes a finished command for assertion messages.
@@ -63,14 +65,23 @@ pub fn describe(command: &Command, output: &Output) -> String {
 /// Runs a command that must succeed; returns its stdout.
 pub fn run_ok(command: &mut Command) -> String {
     let output = run(command);
-    assert!(output.status.success(), "expected success\n{}", describe(command, &output));
+    assert!(
+        output.status.success(),
+        "expected success\n{}",
+        describe(command, &output)
+    );
     String::from_utf8_lossy(&output.stdout).into_owned()
 }
 
 /// Runs a command that must fail with `code`; returns stdout + stderr.
 pub fn run_fails(command: &mut Command, code: i32) -> String {
     let output = run(command);
-    assert_eq!(output.status.code(), Some(code), "unexpected exit\n{}", describe(command, &output));
+    assert_eq!(
+        output.status.code(),
+        Some(code),
+        "unexpected exit\n{}",
+        describe(command, &output)
+    );
     format!(
         "{}{}",
         String::from_utf8_lossy(&output.stdout),
@@ -85,7 +96,11 @@ pub struct ChildGuard(pub Child);
 impl ChildGuard {
     pub fn spawn(command: &mut Command) -> Self {
         command.stdout(Stdio::null()).stderr(Stdio::null());
-        Self(command.spawn().unwrap_or_else(|e| panic!("cannot start {command:?}: {e}")))
+        Self(
+            command
+                .spawn()
+                .unwrap_or_else(|e| panic!("cannot start {command:?}: {e}")),
+        )
     }
 }
 
@@ -108,7 +123,9 @@ pub fn wait_until(what: &str, mut condition: impl FnMut() -> bool) {
 /// The parsed lines of `events.jsonl` (a torn last line is skipped).
 pub fn events(run_dir: &Path) -> Vec<serde_json::Value> {
     let text = std::fs::read_to_string(run_dir.join("events.jsonl")).unwrap_or_default();
-    text.lines().filter_map(|l| serde_json::from_str(l).ok()).collect()
+    text.lines()
+        .filter_map(|l| serde_json::from_str(l).ok())
+        .collect()
 }
 
 /// The ids of the blocks of `task` with an event of kind `event`.
