@@ -1,10 +1,10 @@
 //! daisy-core: the shared model of daisy.
 //!
 //! Geometry (`Coordinate`, `Roi`), blocks and their ids, the task spec the
-//! scheduler needs, the blockwise dependency graph, and the scheduler
-//! state machine with a serial runner. No I/O, no sockets, no launcher
-//! knowledge: the driver, the worker, the launchers and the tests all
-//! build on this without pulling in policy.
+//! scheduler needs, the blockwise dependency graph, the scheduler state
+//! machine with a serial runner, and the wire protocol. No sockets, no
+//! policy, no launcher knowledge: the driver, the worker, the launchers and
+//! the tests all build on this.
 //!
 //! # Layout
 //! - [`coordinate`], [`roi`]: n-dimensional geometry with floor division.
@@ -12,11 +12,13 @@
 //! - [`task`]: `TaskSpec`, `Fit`.
 //! - [`geometry`]: where a task's blocks sit (`BlockGrid`), geometry checks.
 //! - [`graph`]: levels, conflicts, upstream/downstream (`DependencyGraph`).
-//! - [`protocol`]: blocks and results as user code sees them.
+//! - [`protocol`]: the wire protocol: messages, framing, handshake.
+//! - [`context`]: `DAISY_CONTEXT`, how a worker finds its driver.
 //! - [`scheduler`]: the ready surface, retries, orphans, counters.
 //! - [`serial`]: run a pipeline in-process, one block at a time.
 
 pub mod block;
+pub mod context;
 pub mod coordinate;
 pub mod geometry;
 pub mod graph;

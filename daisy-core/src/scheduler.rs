@@ -22,7 +22,7 @@
 
 use crate::block::{Block, BlockId, TaskIdx};
 use crate::graph::{DependencyGraph, LevelBlocks};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::Arc;
 
@@ -40,7 +40,7 @@ pub enum BlockOutcome {
 
 /// Per-task block counts. `completed` includes `skipped`; a task is done
 /// when `completed + failed + orphaned == total`.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct TaskCounters {
     pub total: u64,
     pub ready: u64,

@@ -1,10 +1,6 @@
-//! What crosses process boundaries: the block as user code sees it and
-//! the result user code reports.
-//!
-//! These shapes are a contract with code in other languages (a worker
-//! command written in Python reads `WireBlock` JSON lines on its stdin),
-//! so field names are fixed and documented in docs/protocol.md. Unknown
-//! fields are ignored when reading, so more can be added later.
+//! The block as user code sees it and the result user code reports. The
+//! same shapes travel between driver and worker, so a worker command
+//! written in Python and a worker written in Go read the same fields.
 
 use crate::coordinate::Coordinate;
 use crate::roi::Roi;

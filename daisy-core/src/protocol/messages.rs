@@ -1,0 +1,150 @@
+//! The messages of the driver–worker protocol.
+//!
+//! Each message is a MessagePack map with a `"type"` key naming it (snake
+//! case) and its fields by name, e.g. `{"type": "acquire_blocks", "max": 8}`.
+
+use crate::protocol::user_code::{BlockResult, WireBlock};
+use crate::scheduler::TaskCounters;
+use serde::{Deserialize, Serialize};
+
+/// Who is connecting.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Role {
+    /// Takes blocks of one task and runs them.
+    Worker,
+    /// Watches the run (status, dashboards); never receives blocks.
+    Observer,
+}
+
+/// The first frame of every connection.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Hello {
+    pub protocol: u32,
+    /// The run's secret token (from DAISY_CONTEXT or a token file).
+    pub token: String,
+    pub role: Role,
+    /// The task a worker serves (required for workers).
+    #[serde(default)]
+    pub task_id: Option<String>,
+    /// The slot a launched worker was started for; absent for workers
+    /// started by hand.
+    #[serde(default)]
+    pub worker_id: Option<u64>,
+    /// The batch job the worker runs in (SLURM/LSF job id), if any.
+    #[serde(default)]
+    pub job_id: Option<String>,
+    #[serde(default)]
+    pub host: String,
+    #[serde(default)]
+    pub pid: u32,
+}
+
+/// The driver's answer to an accepted Hello.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Welcome {
+    /// The worker's id for this run (the slot's, or a new one).
+    pub worker_id: u64,
+    /// Both sides send a heartbeat this often ...
+    pub heartbeat_interval_s: f64,
+    /// ... and count the peer as gone after this many missed in a row.
+    pub heartbeat_misses: u32,
+}
+
+/// What the driver-side sees per task in a snapshot.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TaskSnapshot {
+    pub task_id: String,
+    pub counters: TaskCounters,
+    pub workers_connected: u32,
+}
+
+/// What an observer receives.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RunSnapshot {
+    pub pipeline: String,
+    pub tasks: Vec<TaskSnapshot>,
+}
+
+/// Messages a worker (or observer) sends to the driver.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum ToDriver {
+    Hello(Hello),
+    /// Asks for up to `max` blocks; answered with `Blocks` as soon as at
+    /// least one is ready (the request is parked until then), or with
+    /// `Shutdown` when the task has no more work.
+    AcquireBlocks {
+        max: u32,
+    },
+    /// Reports blocks the worker was given, in any order and batch size.
+    ReleaseBlocks {
+        results: Vec<BlockResult>,
+    },
+    Heartbeat,
+    /// The worker takes no more blocks (walltime, SIGTERM); blocks it
+    /// still holds are released or handed back.
+    Draining {
+        reason: String,
+    },
+    /// An observer asks for a [`RunSnapshot`].
+    GetSnapshot,
+}
+
+/// Messages the driver sends.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum FromDriver {
+    Welcome(Welcome),
+    /// The Hello was refused; the driver closes the connection.
+    Rejected {
+        reason: String,
+    },
+    Blocks {
+        blocks: Vec<WireBlock>,
+    },
+    /// No more work for this worker: exit cleanly.
+    Shutdown {
+        reason: String,
+    },
+    Heartbeat,
+    /// A message was refused (e.g. a release of a block the worker does
+    /// not hold); the connection stays open.
+    Error {
+        reason: String,
+    },
+    Snapshot(RunSnapshot),
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn messages_are_maps_tagged_with_their_type() {
+        let bytes = rmp_serde::to_vec_named(&ToDriver::AcquireBlocks { max: 8 }).unwrap();
+        let value: serde_json::Value = rmp_serde::from_slice(&bytes).unwrap();
+        assert_eq!(
+            value,
+            serde_json::json!({"type": "acquire_blocks", "max": 8})
+        );
+        let bytes = rmp_serde::to_vec_named(&FromDriver::Heartbeat).unwrap();
+        let value: serde_json::Value = rmp_serde::from_slice(&bytes).unwrap();
+        assert_eq!(value, serde_json::json!({"type": "heartbeat"}));
+    }
+
+    #[test]
+    fn a_hello_from_another_implementation_parses_without_optional_fields() {
+        let value = serde_json::json!({
+            "type": "hello", "protocol": 1, "token": "t", "role": "worker",
+            "task_id": "predict", "extra": [1, 2]
+        });
+        let bytes = rmp_serde::to_vec_named(&value).unwrap();
+        let message: ToDriver = rmp_serde::from_slice(&bytes).unwrap();
+        let ToDriver::Hello(hello) = message else {
+            panic!("not a hello: {message:?}");
+        };
+        assert_eq!(hello.task_id.as_deref(), Some("predict"));
+        assert_eq!((hello.worker_id, hello.pid), (None, 0));
+    }
+}

@@ -1,0 +1,27 @@
+//! The wire protocol: everything that crosses a process boundary.
+//!
+//! This is a contract with code in other languages (a worker written in
+//! Python or Go, a worker command reading JSON lines), so field names are
+//! fixed and documented in docs/protocol.md; unknown fields are ignored
+//! when reading, so fields can be added without breaking old peers.
+//!
+//! - [`user_code`]: a block and a result as user code sees them (JSON).
+//! - [`messages`]: what driver and workers say to each other.
+//! - [`frame`]: how a message travels (4-byte length + MessagePack).
+//! - [`hello`]: the handshake check (protocol version, token).
+
+pub mod frame;
+pub mod hello;
+pub mod messages;
+pub mod user_code;
+
+pub use frame::{read_frame, write_frame, FrameError};
+pub use messages::{FromDriver, Hello, Role, ToDriver, Welcome};
+pub use user_code::{BlockResult, WireBlock, WireRoi};
+
+/// The protocol version this build speaks; a Hello with another version is
+/// rejected, naming both.
+pub const PROTOCOL_VERSION: u32 = 1;
+
+/// Frames longer than this are refused before anything is allocated.
+pub const MAX_FRAME_BYTES: u32 = 16 * 1024 * 1024;
