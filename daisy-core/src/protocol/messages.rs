@@ -6,6 +6,7 @@
 use crate::protocol::user_code::{BlockResult, WireBlock};
 use crate::scheduler::TaskCounters;
 use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
 
 /// Who is connecting.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -40,6 +41,30 @@ pub struct Hello {
     pub pid: u32,
 }
 
+/// How the worker runs a task's blocks.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum CodeKind {
+    /// `argv` runs once per block (placeholders substituted).
+    BlockCommand,
+    /// `argv` starts once and serves blocks as JSON lines on stdin/stdout.
+    WorkerCommand,
+}
+
+/// The user code of a task, as the pipeline file gives it. The driver
+/// sends it in `Welcome`, so a worker needs nothing but the context to
+/// start, and the pipeline file stays the one source of truth.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct TaskCode {
+    pub kind: CodeKind,
+    pub argv: Vec<String>,
+    #[serde(default)]
+    pub env: BTreeMap<String, String>,
+    /// Per-block time limit in seconds.
+    #[serde(default)]
+    pub timeout_s: Option<f64>,
+}
+
 /// The driver's answer to an accepted Hello.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Welcome {
@@ -49,6 +74,9 @@ pub struct Welcome {
     pub heartbeat_interval_s: f64,
     /// ... and count the peer as gone after this many missed in a row.
     pub heartbeat_misses: u32,
+    /// What to run (absent for observers).
+    #[serde(default)]
+    pub code: Option<TaskCode>,
 }
 
 /// What the driver-side sees per task in a snapshot.
