@@ -89,6 +89,8 @@ struct TaskQueue {
     ready: VecDeque<Block>,
     /// Failures so far of blocks that failed and may still be retried.
     retries: HashMap<BlockId, u32>,
+    /// Given up on: nothing is handed out or made ready any more.
+    abandoned: bool,
 }
 
 impl TaskQueue {
@@ -113,6 +115,7 @@ impl TaskQueue {
             roots,
             ready: seeds,
             retries: HashMap::new(),
+            abandoned: false,
         }
     }
 }
@@ -213,7 +216,11 @@ impl Scheduler {
         let Some(block) = self.in_flight.remove(&id) else {
             return Released::Ignored;
         };
-        self.tasks[id.task.index()].counters.processing -= 1;
+        let queue = &mut self.tasks[id.task.index()];
+        queue.counters.processing -= 1;
+        if queue.abandoned {
+            return Self::release_abandoned(&mut queue.counters, outcome);
+        }
         match outcome {
             BlockOutcome::Success => Released::Succeeded {
                 unlocked: self.on_success(&block),
@@ -226,6 +233,50 @@ impl Scheduler {
         }
     }
 
+    /// A block of an abandoned task comes back: work that was done counts,
+    /// anything else joins the task's orphans.
+    fn release_abandoned(counters: &mut TaskCounters, outcome: BlockOutcome) -> Released {
+        match outcome {
+            BlockOutcome::Success => {
+                counters.completed += 1;
+                Released::Succeeded { unlocked: 0 }
+            }
+            BlockOutcome::Failure | BlockOutcome::Returned => {
+                counters.orphaned += 1;
+                Released::FailedForGood { orphaned: vec![] }
+            }
+        }
+    }
+
+    /// Gives up on a task (its workers keep dying): every block of it that
+    /// is not completed, failed or in flight is orphaned, and so is every
+    /// such block of its downstream tasks, transitively. Returns the tasks
+    /// abandoned now. Blocks in flight may still be released.
+    pub fn abandon(&mut self, task: TaskIdx) -> Vec<TaskIdx> {
+        let mut abandoned = Vec::new();
+        let mut to_visit = vec![task];
+        while let Some(task) = to_visit.pop() {
+            let queue = &mut self.tasks[task.index()];
+            if queue.abandoned {
+                continue;
+            }
+            queue.abandoned = true;
+            queue.roots = None;
+            queue.ready.clear();
+            queue.retries.clear();
+            let c = &mut queue.counters;
+            c.ready = 0;
+            c.orphaned = c.total - c.completed - c.failed - c.processing;
+            abandoned.push(task);
+            to_visit.extend_from_slice(self.graph.downstream_tasks(task));
+        }
+        abandoned
+    }
+
+    pub fn is_abandoned(&self, task: TaskIdx) -> bool {
+        self.tasks[task.index()].abandoned
+    }
+
     /// The blocks currently handed out, for reclaiming them.
     pub fn in_flight(&self) -> impl Iterator<Item = &Block> {
         self.in_flight.values()
@@ -233,6 +284,9 @@ impl Scheduler {
 
     fn push_ready(&mut self, block: Block) {
         let queue = &mut self.tasks[block.id.task.index()];
+        if queue.abandoned {
+            return;
+        }
         queue.ready.push_back(block);
         queue.counters.ready += 1;
     }
@@ -316,7 +370,10 @@ impl Scheduler {
         let mut to_visit = self.graph.downstream(failed);
         while let Some(block) = to_visit.pop() {
             if self.bury(&block) {
-                self.tasks[block.id.task.index()].counters.orphaned += 1;
+                let queue = &mut self.tasks[block.id.task.index()];
+                if !queue.abandoned {
+                    queue.counters.orphaned += 1;
+                }
                 orphaned.push(block.id);
                 to_visit.extend(self.graph.downstream(&block));
             }
