@@ -277,6 +277,11 @@ impl Scheduler {
         self.tasks[task.index()].abandoned
     }
 
+    /// A block that is handed out, by id.
+    pub fn block_in_flight(&self, id: BlockId) -> Option<&Block> {
+        self.in_flight.get(&id)
+    }
+
     /// The blocks currently handed out, for reclaiming them.
     pub fn in_flight(&self) -> impl Iterator<Item = &Block> {
         self.in_flight.values()

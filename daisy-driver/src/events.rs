@@ -22,10 +22,14 @@ pub enum Event<'a> {
     BlockDone {
         task: &'a str,
         block_id: u64,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        worker_id: Option<u64>,
     },
     BlockFailed {
         task: &'a str,
         block_id: u64,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        worker_id: Option<u64>,
         error: &'a str,
         /// True when the block will not be tried again.
         for_good: bool,
@@ -33,6 +37,46 @@ pub enum Event<'a> {
     TaskDone {
         task: &'a str,
         counters: TaskCounters,
+    },
+    /// The task's workers kept dying; its remaining blocks are orphaned.
+    TaskAbandoned {
+        task: &'a str,
+        unclean_exits: u32,
+    },
+    WorkerSubmitted {
+        task: &'a str,
+        worker_id: u64,
+        job: &'a str,
+    },
+    WorkerStartFailed {
+        task: &'a str,
+        worker_id: u64,
+        error: &'a str,
+    },
+    WorkerConnected {
+        task: &'a str,
+        worker_id: u64,
+        host: &'a str,
+        pid: u32,
+        /// Started by hand (or a job not launched by this run).
+        by_hand: bool,
+    },
+    WorkerGone {
+        task: &'a str,
+        worker_id: u64,
+        clean: bool,
+        why: &'a str,
+    },
+    /// A peer was turned away at the handshake (wrong token, ...).
+    ConnectionRefused {
+        peer: &'a str,
+        reason: &'a str,
+    },
+    /// A worker sent something that was refused; the run goes on.
+    RequestRefused {
+        task: &'a str,
+        worker_id: u64,
+        reason: &'a str,
     },
     RunFinished {
         completed: bool,
@@ -90,6 +134,7 @@ mod tests {
             log.record(&Event::BlockFailed {
                 task: "predict",
                 block_id: 7,
+                worker_id: Some(2),
                 error: "exit status 1",
                 for_good: false,
             })

@@ -9,12 +9,25 @@
 //! - [`run_dir`]: where a run keeps markers, events and logs.
 //! - [`plan`]: the dry run behind `daisy-driver plan`.
 //! - [`events`]: `events.jsonl`, one line per thing that happened.
-//! - [`serial_run`]: `daisy-driver run`, blocks one at a time.
+//! - [`driver`]: `daisy-driver run`: the run loop that owns all state.
+//! - [`connection`]: one task per worker connection.
+//! - [`budget`], [`slots`]: the resource budget and worker accounting.
+//! - [`run_context`]: token, advertised addresses, `context.json`.
+//! - [`progress`], [`summary`]: what the user sees during and after a run.
+//! - [`serial_run`]: `daisy-driver run --serial`, blocks one at a time in
+//!   process (debugging, small jobs).
 //! - [`cli`]: the command line.
+pub mod budget;
 pub mod cli;
+pub mod connection;
 pub mod done_marker;
+pub mod driver;
 pub mod events;
 pub mod pipeline;
 pub mod plan;
+pub mod progress;
+pub mod run_context;
 pub mod run_dir;
 pub mod serial_run;
+pub mod slots;
+pub mod summary;

@@ -34,6 +34,16 @@ impl RunDir {
         self.path.join("logs").join(task_id)
     }
 
+    /// The driver's addresses and token, for workers started by hand.
+    pub fn context_file(&self) -> PathBuf {
+        self.path.join("context.json")
+    }
+
+    /// The commands that start workers by hand, one line per task.
+    pub fn worker_commands(&self) -> PathBuf {
+        self.path.join("worker-commands.txt")
+    }
+
     pub fn events(&self) -> PathBuf {
         self.path.join("events.jsonl")
     }

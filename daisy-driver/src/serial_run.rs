@@ -11,35 +11,18 @@ use crate::done_marker::DoneMarker;
 use crate::events::{Event, EventLog};
 use crate::pipeline::{Pipeline, TaskConfig, UserCommand};
 use crate::run_dir::RunDir;
+use crate::summary::{RunEnd, RunSummary, TaskSummary};
 use anyhow::Context;
 use daisy_core::protocol::WireBlock;
 use daisy_core::scheduler::Released;
 use daisy_core::serial::{self, BlockRunner, SerialEnd, Step};
-use daisy_core::{Block, BlockOutcome, Scheduler, TaskCounters, TaskIdx};
+use daisy_core::{Block, BlockOutcome, Scheduler, TaskIdx};
 use daisy_worker::user_code::{BlockCommand, BlockFailure, BlockLog, WorkerCommand};
-use std::fmt::Write as _;
-use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// How often a progress line is printed.
 const PROGRESS_INTERVAL: Duration = Duration::from_secs(5);
-
-/// The outcome of a run, per task.
-#[derive(Debug)]
-pub struct RunSummary {
-    pub tasks: Vec<TaskSummary>,
-    pub seconds: f64,
-    pub events: PathBuf,
-    pub end: SerialEnd,
-}
-
-#[derive(Debug)]
-pub struct TaskSummary {
-    pub id: String,
-    pub counters: TaskCounters,
-    pub logs: PathBuf,
-}
 
 /// Runs `pipeline`, resuming from the done markers in `run_dir`.
 pub fn run(pipeline: &Pipeline, run_dir: &RunDir) -> anyhow::Result<RunSummary> {
@@ -58,10 +41,19 @@ pub fn run(pipeline: &Pipeline, run_dir: &RunDir) -> anyhow::Result<RunSummary> 
         return Err(error);
     }
     Ok(RunSummary {
-        tasks: task_summaries(pipeline, run_dir, &scheduler),
+        tasks: task_summaries(
+            pipeline,
+            run_dir,
+            &scheduler,
+            started.elapsed().as_secs_f64(),
+        ),
         seconds: started.elapsed().as_secs_f64(),
         events: run_dir.events(),
-        end,
+        end: match end {
+            SerialEnd::Finished => RunEnd::Finished,
+            SerialEnd::Stalled => RunEnd::Stalled,
+            SerialEnd::Stopped => RunEnd::Interrupted,
+        },
     })
 }
 
@@ -69,6 +61,7 @@ fn task_summaries(
     pipeline: &Pipeline,
     run_dir: &RunDir,
     scheduler: &Scheduler,
+    seconds: f64,
 ) -> Vec<TaskSummary> {
     (0..pipeline.tasks.len())
         .map(|i| {
@@ -77,6 +70,10 @@ fn task_summaries(
                 counters: scheduler.counters(TaskIdx(i as u32)),
                 logs: run_dir.task_logs(&id),
                 id,
+                workers_started: 0,
+                restarts: 0,
+                seconds,
+                abandoned: false,
             }
         })
         .collect()
@@ -200,6 +197,7 @@ impl<'a> SerialRunner<'a> {
         self.events.record(&Event::BlockDone {
             task,
             block_id: block.id.spatial,
+            worker_id: None,
         })?;
         Ok(())
     }
@@ -209,6 +207,7 @@ impl<'a> SerialRunner<'a> {
         let event = Event::BlockFailed {
             task,
             block_id: block.id.spatial,
+            worker_id: None,
             error,
             for_good,
         };
@@ -293,58 +292,5 @@ impl BlockRunner for SerialRunner<'_> {
             }
             _ => {}
         }
-    }
-}
-
-impl RunSummary {
-    /// True if every block of every task completed.
-    pub fn all_completed(&self) -> bool {
-        self.end == SerialEnd::Finished
-            && self
-                .tasks
-                .iter()
-                .all(|t| t.counters.completed == t.counters.total)
-    }
-
-    /// The execution summary printed at the end of a run.
-    pub fn render(&self) -> String {
-        let mut out = String::new();
-        let _ = writeln!(
-            out,
-            "{:<20} {:>9} {:>9} {:>9} {:>9} {:>9}",
-            "task", "blocks", "completed", "skipped", "failed", "orphaned"
-        );
-        for task in &self.tasks {
-            let c = &task.counters;
-            let _ = writeln!(
-                out,
-                "{:<20} {:>9} {:>9} {:>9} {:>9} {:>9}",
-                task.id, c.total, c.completed, c.skipped, c.failed, c.orphaned
-            );
-        }
-        let run = self
-            .tasks
-            .iter()
-            .map(|t| t.counters.completed - t.counters.skipped)
-            .sum::<u64>();
-        let rate = run as f64 / self.seconds.max(1e-9);
-        let _ = writeln!(
-            out,
-            "{run} blocks run in {:.1} s ({rate:.1} blocks/s); events in {}",
-            self.seconds,
-            self.events.display()
-        );
-        for task in self.tasks.iter().filter(|t| t.counters.failed > 0) {
-            let _ = writeln!(
-                out,
-                "task {:?} had failures; its logs are in {}",
-                task.id,
-                task.logs.display()
-            );
-        }
-        if self.end == SerialEnd::Stalled {
-            let _ = writeln!(out, "the run stalled: blocks remain that can never become ready (a bug; please report it)");
-        }
-        out
     }
 }

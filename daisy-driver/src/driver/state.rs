@@ -1,0 +1,790 @@
+//! The run loop's state and its transitions, one `on_*` function per
+//! event. Everything here is synchronous; I/O happens by sending on a
+//! connection's outbox or calling the launcher (which returns at once).
+
+use super::RunOptions;
+use crate::budget::Budget;
+use crate::connection::{ConnEvent, ConnId};
+use crate::done_marker::DoneMarker;
+use crate::events::{Event, EventLog};
+use crate::pipeline::{Pipeline, TaskConfig, UserCommand};
+use crate::progress::{Progress, TaskProgress};
+use crate::run_dir::RunDir;
+use crate::slots::{Gone, SlotId, Slots};
+use crate::summary::{RunEnd, RunSummary, TaskSummary};
+use anyhow::Context as _;
+use daisy_core::context::{WorkerContext, CONTEXT_ENV};
+use daisy_core::protocol::messages::{RunSnapshot, TaskSnapshot};
+use daisy_core::protocol::{
+    BlockResult, CodeKind, FromDriver, Hello, Role, TaskCode, ToDriver, Welcome, WireBlock,
+};
+use daisy_core::scheduler::Released;
+use daisy_core::{Block, BlockId, BlockOutcome, Scheduler, TaskIdx};
+use launchers::{Launcher, WorkerRequest};
+use std::collections::{HashMap, HashSet};
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use tokio::sync::{mpsc, oneshot};
+
+/// The most blocks handed out in one `Blocks` message.
+const MAX_BATCH: u32 = 1024;
+
+/// A welcomed connection as the run loop sees it.
+struct Conn {
+    outbox: mpsc::UnboundedSender<FromDriver>,
+    role: Role,
+    task: TaskIdx,
+    slot: SlotId,
+    /// Spatial ids of the blocks this worker holds.
+    held: HashSet<u64>,
+    /// Set by `AcquireBlocks` until blocks (or Shutdown) are sent.
+    wants: Option<u32>,
+    draining: bool,
+}
+
+impl Conn {
+    fn send(&self, message: FromDriver) {
+        // A closed outbox means the connection is ending; its Closed event
+        // follows and cleans up.
+        let _ = self.outbox.send(message);
+    }
+}
+
+pub struct Driver {
+    pipeline: Arc<Pipeline>,
+    run_dir: RunDir,
+    options: RunOptions,
+    scheduler: Scheduler,
+    markers: Vec<DoneMarker>,
+    events: EventLog,
+    budget: Budget,
+    slots: Slots,
+    launcher: Box<dyn Launcher>,
+    context: WorkerContext,
+    conns: HashMap<ConnId, Conn>,
+    progress: Progress,
+    started: Instant,
+    /// Seconds into the run at which each task was done.
+    done_at: Vec<Option<f64>>,
+    /// An error that ends the run (a done marker that cannot be written).
+    fatal: Option<anyhow::Error>,
+}
+
+impl Driver {
+    pub fn open(
+        pipeline: Arc<Pipeline>,
+        run_dir: &RunDir,
+        options: &RunOptions,
+        launcher: Box<dyn Launcher>,
+        context: WorkerContext,
+    ) -> anyhow::Result<Self> {
+        let markers = pipeline
+            .tasks
+            .iter()
+            .map(|t| DoneMarker::open(&run_dir.done_marker(&t.spec.id), &t.spec))
+            .collect::<Result<Vec<_>, _>>()?;
+        let mut events = EventLog::open(&run_dir.events())
+            .with_context(|| format!("opening {}", run_dir.events().display()))?;
+        events.record(&Event::RunStarted {
+            pipeline: &pipeline.name,
+            mode: "distributed",
+        })?;
+        let ids: Vec<&str> = pipeline.tasks.iter().map(|t| t.spec.id.as_str()).collect();
+        Ok(Self {
+            scheduler: Scheduler::new(Arc::new(pipeline.graph())),
+            budget: Budget::new(pipeline.resources.clone()),
+            slots: Slots::new(pipeline.tasks.len()),
+            progress: Progress::new(&ids, options.status_every),
+            done_at: vec![None; pipeline.tasks.len()],
+            run_dir: run_dir.clone(),
+            options: options.clone(),
+            conns: HashMap::new(),
+            started: Instant::now(),
+            fatal: None,
+            markers,
+            events,
+            launcher,
+            context,
+            pipeline,
+        })
+    }
+
+    fn config(&self, task: TaskIdx) -> &TaskConfig {
+        &self.pipeline.tasks[task.index()]
+    }
+
+    fn task_id(&self, task: TaskIdx) -> &str {
+        &self.pipeline.tasks[task.index()].spec.id
+    }
+
+    fn record(&mut self, event: &Event) {
+        if let Err(error) = self.events.record(event) {
+            tracing::warn!("cannot write to {}: {error}", self.events.path().display());
+        }
+    }
+
+    /// Prints where the driver listens and how to start workers by hand.
+    pub fn announce(&mut self) {
+        println!(
+            "daisy-driver: serving {:?} on {}",
+            self.pipeline.name,
+            self.context.addresses.join(", ")
+        );
+        let lines: Vec<String> = self
+            .pipeline
+            .tasks
+            .iter()
+            .map(|t| self.hand_command(&t.spec.id))
+            .collect();
+        let _ = std::fs::write(self.run_dir.worker_commands(), lines.join("\n") + "\n");
+        for task in self.pipeline.tasks.iter().filter(|t| t.max_workers == 0) {
+            println!(
+                "task {:?} takes workers started by hand: {}",
+                task.spec.id,
+                self.hand_command(&task.spec.id)
+            );
+        }
+    }
+
+    fn hand_command(&self, task_id: &str) -> String {
+        let context = std::path::absolute(self.run_dir.context_file())
+            .unwrap_or_else(|_| self.run_dir.context_file());
+        format!(
+            "daisy-worker --context-file {} --task {task_id}",
+            context.display()
+        )
+    }
+
+    /// `Some` once the run is over.
+    pub fn end(&self) -> Option<RunEnd> {
+        if self.fatal.is_some() {
+            return Some(RunEnd::Interrupted);
+        }
+        if self.scheduler.is_done() {
+            return Some(RunEnd::Finished);
+        }
+        (self.scheduler.is_stalled()
+            && self.conns.values().all(|c| c.held.is_empty())
+            && self.nothing_to_start())
+        .then_some(RunEnd::Stalled)
+    }
+
+    fn nothing_to_start(&self) -> bool {
+        self.scheduler
+            .graph()
+            .task_indices()
+            .all(|t| self.scheduler.counters(t).ready == 0)
+    }
+
+    pub fn has_connections(&self) -> bool {
+        !self.conns.is_empty()
+    }
+
+    pub fn on_conn_event(&mut self, event: ConnEvent) {
+        match event {
+            ConnEvent::Hello {
+                conn,
+                hello,
+                peer,
+                outbox,
+                reply,
+            } => self.on_hello(conn, hello, peer, outbox, reply),
+            ConnEvent::Message { conn, message } => self.on_message(conn, message),
+            ConnEvent::Closed { conn, clean, why } => self.on_closed(conn, clean, &why),
+            ConnEvent::Refused { peer, reason } => {
+                self.record(&Event::ConnectionRefused {
+                    peer: &peer.to_string(),
+                    reason: &reason,
+                });
+            }
+        }
+    }
+
+    fn on_hello(
+        &mut self,
+        conn: ConnId,
+        hello: Hello,
+        peer: SocketAddr,
+        outbox: mpsc::UnboundedSender<FromDriver>,
+        reply: oneshot::Sender<Result<Welcome, String>>,
+    ) {
+        let answer = match hello.role {
+            Role::Observer => Ok(self.welcome_observer(conn, outbox)),
+            Role::Worker => self.welcome_worker(conn, &hello, outbox),
+        };
+        if let Err(reason) = &answer {
+            self.record(&Event::ConnectionRefused {
+                peer: &peer.to_string(),
+                reason,
+            });
+        }
+        let _ = reply.send(answer);
+    }
+
+    fn welcome(&self, worker_id: u64, code: Option<TaskCode>) -> Welcome {
+        Welcome {
+            worker_id,
+            heartbeat_interval_s: self.options.heartbeat_interval.as_secs_f64(),
+            heartbeat_misses: self.options.heartbeat_misses,
+            code,
+        }
+    }
+
+    fn welcome_observer(
+        &mut self,
+        conn: ConnId,
+        outbox: mpsc::UnboundedSender<FromDriver>,
+    ) -> Welcome {
+        let observer = Conn {
+            outbox,
+            role: Role::Observer,
+            task: TaskIdx(0),
+            slot: 0,
+            held: HashSet::new(),
+            wants: None,
+            draining: false,
+        };
+        self.conns.insert(conn, observer);
+        self.welcome(0, None)
+    }
+
+    fn welcome_worker(
+        &mut self,
+        conn: ConnId,
+        hello: &Hello,
+        outbox: mpsc::UnboundedSender<FromDriver>,
+    ) -> Result<Welcome, String> {
+        let task_id = hello.task_id.as_deref().unwrap_or_default();
+        let task = self.scheduler.graph().task_index(task_id).ok_or_else(|| {
+            let known: Vec<&str> = self
+                .pipeline
+                .tasks
+                .iter()
+                .map(|t| t.spec.id.as_str())
+                .collect();
+            format!(
+                "unknown task {task_id:?}; this run has {}",
+                known.join(", ")
+            )
+        })?;
+        let slot = self.slots.connect(hello.worker_id, task);
+        let by_hand = !self.slots.get(slot).is_some_and(|s| s.launched);
+        self.record(&Event::WorkerConnected {
+            task: task_id,
+            worker_id: slot,
+            host: &hello.host,
+            pid: hello.pid,
+            by_hand,
+        });
+        let worker = Conn {
+            outbox,
+            role: Role::Worker,
+            task,
+            slot,
+            held: HashSet::new(),
+            wants: None,
+            draining: false,
+        };
+        self.conns.insert(conn, worker);
+        Ok(self.welcome(slot, Some(task_code(self.config(task)))))
+    }
+
+    fn on_message(&mut self, conn: ConnId, message: ToDriver) {
+        match message {
+            ToDriver::AcquireBlocks { max } => self.on_acquire(conn, max),
+            ToDriver::ReleaseBlocks { results } => self.on_release(conn, results),
+            ToDriver::Draining { reason } => self.on_draining(conn, &reason),
+            ToDriver::GetSnapshot => self.on_snapshot_request(conn),
+            ToDriver::Hello(_) | ToDriver::Heartbeat => {}
+        }
+    }
+
+    /// Refuses a request with a reason; the connection stays open.
+    fn refuse(&mut self, conn: ConnId, reason: String) {
+        let Some(c) = self.conns.get(&conn) else {
+            return;
+        };
+        c.send(FromDriver::Error {
+            reason: reason.clone(),
+        });
+        let (task, worker_id) = (c.task, c.slot);
+        let task = self.task_id(task).to_string();
+        tracing::warn!(task, worker_id, "refused a request: {reason}");
+        self.record(&Event::RequestRefused {
+            task: &task,
+            worker_id,
+            reason: &reason,
+        });
+    }
+
+    fn on_acquire(&mut self, conn: ConnId, max: u32) {
+        let Some(c) = self.conns.get_mut(&conn) else {
+            return;
+        };
+        if c.role != Role::Worker || max == 0 {
+            let reason = if max == 0 {
+                "acquire_blocks needs max >= 1"
+            } else {
+                "observers take no blocks"
+            };
+            return self.refuse(conn, reason.to_string());
+        }
+        c.wants = Some(max.min(MAX_BATCH));
+        self.serve(conn);
+    }
+
+    /// Answers a worker's pending acquire if blocks are ready, or tells it
+    /// to stop if its task will have none for it; otherwise it stays parked.
+    fn serve(&mut self, conn: ConnId) {
+        let Some(c) = self.conns.get(&conn) else {
+            return;
+        };
+        let (Some(max), task) = (c.wants, c.task) else {
+            return;
+        };
+        if let Some(reason) = self.reason_to_stop(task, c.draining) {
+            let c = self.conns.get_mut(&conn).expect("checked above");
+            c.wants = None;
+            return c.send(FromDriver::Shutdown { reason });
+        }
+        let blocks = self.take_blocks(task, max);
+        if blocks.is_empty() {
+            return;
+        }
+        let c = self.conns.get_mut(&conn).expect("checked above");
+        c.wants = None;
+        c.held.extend(blocks.iter().map(|b| b.id.spatial));
+        let task_id = &self.pipeline.tasks[task.index()].spec.id;
+        let blocks = blocks.iter().map(|b| WireBlock::new(task_id, b)).collect();
+        c.send(FromDriver::Blocks { blocks });
+    }
+
+    fn reason_to_stop(&self, task: TaskIdx, draining: bool) -> Option<String> {
+        let c = self.scheduler.counters(task);
+        if draining {
+            Some("the worker is draining".to_string())
+        } else if self.scheduler.is_abandoned(task) {
+            Some("the task was abandoned".to_string())
+        } else if c.is_done() {
+            Some("the task is done".to_string())
+        } else if c.ready == 0 && c.pending() == 0 {
+            Some("the task has no more blocks to hand out".to_string())
+        } else {
+            None
+        }
+    }
+
+    fn take_blocks(&mut self, task: TaskIdx, max: u32) -> Vec<Block> {
+        let marker = &self.markers[task.index()];
+        let scheduler = &mut self.scheduler;
+        std::iter::from_fn(|| scheduler.acquire(task, &mut |b| marker.is_done(b)))
+            .take(max as usize)
+            .collect()
+    }
+
+    /// Serves parked workers of every task (after anything that may have
+    /// made blocks ready or ended a task).
+    fn serve_parked(&mut self) {
+        let parked: Vec<ConnId> = self
+            .conns
+            .iter()
+            .filter(|(_, c)| c.wants.is_some())
+            .map(|(id, _)| *id)
+            .collect();
+        for conn in parked {
+            self.serve(conn);
+        }
+        self.note_finished_tasks();
+    }
+
+    fn on_release(&mut self, conn: ConnId, results: Vec<BlockResult>) {
+        for result in results {
+            let Some(c) = self.conns.get_mut(&conn) else {
+                return;
+            };
+            if !c.held.remove(&result.block_id) {
+                let reason = format!(
+                    "block {} is not held by this worker (released twice, or never handed out)",
+                    result.block_id
+                );
+                self.refuse(conn, reason);
+                continue;
+            }
+            let (id, worker_id) = (
+                BlockId {
+                    task: c.task,
+                    spatial: result.block_id,
+                },
+                c.slot,
+            );
+            match result.ok {
+                true => self.record_success(id, worker_id),
+                false => self.record_failure(
+                    id,
+                    worker_id,
+                    result.error.as_deref().unwrap_or("no reason given"),
+                ),
+            }
+        }
+        self.serve_parked();
+    }
+
+    /// Marks the block done, then tells the scheduler: a block reported
+    /// done is never lost, even if the driver dies right after.
+    fn record_success(&mut self, id: BlockId, worker_id: u64) {
+        let Some(block) = self.scheduler.block_in_flight(id).copied() else {
+            return;
+        };
+        if let Err(error) = self.markers[id.task.index()].mark_done(&block) {
+            self.fatal = Some(
+                anyhow::Error::new(error)
+                    .context(format!("recording block {} as done", id.spatial)),
+            );
+            return;
+        }
+        self.scheduler.release(id, BlockOutcome::Success);
+        let task = self.task_id(id.task).to_string();
+        self.record(&Event::BlockDone {
+            task: &task,
+            block_id: id.spatial,
+            worker_id: Some(worker_id),
+        });
+    }
+
+    fn record_failure(&mut self, id: BlockId, worker_id: u64, error: &str) {
+        let released = self.scheduler.release(id, BlockOutcome::Failure);
+        let for_good = matches!(released, Released::FailedForGood { .. });
+        let task = self.task_id(id.task).to_string();
+        self.record(&Event::BlockFailed {
+            task: &task,
+            block_id: id.spatial,
+            worker_id: Some(worker_id),
+            error,
+            for_good,
+        });
+    }
+
+    fn on_draining(&mut self, conn: ConnId, reason: &str) {
+        if let Some(c) = self.conns.get_mut(&conn) {
+            tracing::info!(worker_id = c.slot, "worker is draining: {reason}");
+            c.draining = true;
+        }
+        self.serve(conn);
+    }
+
+    fn on_snapshot_request(&mut self, conn: ConnId) {
+        let snapshot = self.snapshot();
+        if let Some(c) = self.conns.get(&conn) {
+            c.send(FromDriver::Snapshot(snapshot));
+        }
+    }
+
+    fn snapshot(&self) -> RunSnapshot {
+        let tasks = self
+            .scheduler
+            .graph()
+            .task_indices()
+            .map(|task| TaskSnapshot {
+                task_id: self.task_id(task).to_string(),
+                counters: self.scheduler.counters(task),
+                workers_connected: self.workers_connected(task),
+            })
+            .collect();
+        RunSnapshot {
+            pipeline: self.pipeline.name.clone(),
+            tasks,
+        }
+    }
+
+    fn workers_connected(&self, task: TaskIdx) -> u32 {
+        self.conns
+            .values()
+            .filter(|c| c.role == Role::Worker && c.task == task)
+            .count() as u32
+    }
+
+    /// A connection ended: its blocks go back to the queue (not counted as
+    /// failures), its slot ends, its budget share returns.
+    fn on_closed(&mut self, conn: ConnId, clean: bool, why: &str) {
+        let Some(c) = self.conns.remove(&conn) else {
+            return;
+        };
+        if c.role != Role::Worker {
+            return;
+        }
+        for spatial in &c.held {
+            self.scheduler.release(
+                BlockId {
+                    task: c.task,
+                    spatial: *spatial,
+                },
+                BlockOutcome::Returned,
+            );
+        }
+        let clean = clean || (c.draining && c.held.is_empty());
+        let how = if clean {
+            Gone::Clean
+        } else {
+            Gone::Lost(why.to_string())
+        };
+        self.end_slot(c.slot, how);
+        let task = self.task_id(c.task).to_string();
+        self.record(&Event::WorkerGone {
+            task: &task,
+            worker_id: c.slot,
+            clean,
+            why,
+        });
+        self.serve_parked();
+    }
+
+    /// Ends a slot: its budget share returns, and a lost launched worker's
+    /// job is cancelled (it may still be running, hung).
+    fn end_slot(&mut self, slot: SlotId, how: Gone) {
+        let lost = how.is_unclean();
+        let Some(ended) = self.slots.end(slot, how) else {
+            return;
+        };
+        if !ended.launched {
+            return;
+        }
+        let task = ended.task;
+        self.budget
+            .release(&self.pipeline.tasks[task.index()].requires);
+        if lost {
+            self.launcher.cancel(&[slot]);
+        }
+    }
+
+    pub fn on_tick(&mut self) {
+        self.poll_jobs();
+        self.abandon_hopeless_tasks();
+        self.start_workers();
+        self.note_finished_tasks();
+        self.update_progress();
+    }
+
+    /// Jobs that ended without their worker ever connecting are failed
+    /// starts; the others are the connection's business.
+    fn poll_jobs(&mut self) {
+        for (slot, _job, end) in self.launcher.poll_ended() {
+            let Some(ended) = self.slots.job_ended(slot, end.to_string()) else {
+                continue;
+            };
+            let task = ended.task;
+            self.budget
+                .release(&self.pipeline.tasks[task.index()].requires);
+            let task = self.task_id(task).to_string();
+            let error = format!("the worker exited without connecting: {end}");
+            tracing::warn!(task, worker_id = slot, "{error}");
+            self.record(&Event::WorkerStartFailed {
+                task: &task,
+                worker_id: slot,
+                error: &error,
+            });
+        }
+    }
+
+    fn abandon_hopeless_tasks(&mut self) {
+        let hopeless: Vec<TaskIdx> = self
+            .scheduler
+            .graph()
+            .task_indices()
+            .filter(|&t| {
+                !self.scheduler.is_abandoned(t)
+                    && !self.scheduler.counters(t).is_done()
+                    && self.slots.unclean_exits(t) > self.config(t).max_worker_restarts
+                    && self.slots.live(t) == 0
+            })
+            .collect();
+        for task in hopeless {
+            for abandoned in self.scheduler.abandon(task) {
+                let unclean_exits = self.slots.unclean_exits(abandoned);
+                let id = self.task_id(abandoned).to_string();
+                tracing::error!(
+                    task = id,
+                    "abandoned after {unclean_exits} unclean worker exits"
+                );
+                self.record(&Event::TaskAbandoned {
+                    task: &id,
+                    unclean_exits,
+                });
+            }
+        }
+        self.serve_parked();
+    }
+
+    fn start_workers(&mut self) {
+        for task in self.scheduler.graph().task_indices().collect::<Vec<_>>() {
+            while self.wants_worker(task) {
+                if !self
+                    .budget
+                    .try_allocate(&self.pipeline.tasks[task.index()].requires)
+                {
+                    break;
+                }
+                self.start_worker(task);
+            }
+        }
+    }
+
+    /// A task gets another worker while it has blocks ready or running
+    /// beyond its live workers, up to `max_workers`, and its restart
+    /// budget is not used up.
+    fn wants_worker(&self, task: TaskIdx) -> bool {
+        let config = self.config(task);
+        let c = self.scheduler.counters(task);
+        let demand = (c.ready + c.processing).min(config.max_workers as u64);
+        !self.scheduler.is_abandoned(task)
+            && self.slots.unclean_exits(task) <= config.max_worker_restarts
+            && (self.slots.live(task) as u64) < demand
+    }
+
+    fn start_worker(&mut self, task: TaskIdx) {
+        let slot = self.slots.next_id();
+        let request = self.worker_request(task, slot);
+        let task_id = self.task_id(task).to_string();
+        match self.launcher.start(&request) {
+            Ok(job) => {
+                self.slots.submitted(slot, task, job.0.clone());
+                self.record(&Event::WorkerSubmitted {
+                    task: &task_id,
+                    worker_id: slot,
+                    job: &job.0,
+                });
+            }
+            Err(error) => {
+                self.slots.start_failed(task);
+                self.budget
+                    .release(&self.pipeline.tasks[task.index()].requires);
+                let error = format!("{:#}", anyhow::Error::new(error));
+                tracing::warn!(task = task_id, "cannot start a worker: {error}");
+                self.record(&Event::WorkerStartFailed {
+                    task: &task_id,
+                    worker_id: slot,
+                    error: &error,
+                });
+            }
+        }
+    }
+
+    fn worker_request(&self, task: TaskIdx, slot: SlotId) -> WorkerRequest {
+        let config = self.config(task);
+        let context = WorkerContext {
+            task_id: Some(config.spec.id.clone()),
+            worker_id: Some(slot),
+            ..self.context.clone()
+        };
+        let log_dir = self.run_dir.task_logs(&config.spec.id);
+        WorkerRequest {
+            task_id: config.spec.id.clone(),
+            worker_id: slot,
+            program: self.options.worker_program.clone(),
+            args: vec!["--log-dir".to_string(), log_dir.display().to_string()],
+            env: vec![(CONTEXT_ENV.to_string(), context.to_json())],
+            working_dir: std::env::current_dir().unwrap_or_else(|_| ".".into()),
+            log_dir,
+            requires: config.requires.clone(),
+        }
+    }
+
+    fn note_finished_tasks(&mut self) {
+        let elapsed = self.started.elapsed().as_secs_f64();
+        for task in self.scheduler.graph().task_indices().collect::<Vec<_>>() {
+            let counters = self.scheduler.counters(task);
+            if self.done_at[task.index()].is_none() && counters.is_done() {
+                self.done_at[task.index()] = Some(elapsed);
+                let id = self.task_id(task).to_string();
+                self.record(&Event::TaskDone {
+                    task: &id,
+                    counters,
+                });
+            }
+        }
+    }
+
+    fn update_progress(&mut self) {
+        let pipeline = self.pipeline.clone();
+        let tasks: Vec<TaskProgress> = (0..pipeline.tasks.len())
+            .map(|i| {
+                let task = TaskIdx(i as u32);
+                let (counters, workers) =
+                    (self.scheduler.counters(task), self.workers_connected(task));
+                TaskProgress {
+                    id: &pipeline.tasks[i].spec.id,
+                    counters,
+                    workers,
+                }
+            })
+            .collect();
+        self.progress.update(&tasks);
+    }
+
+    /// Tells every connection to stop.
+    pub fn shutdown_all(&mut self, reason: &str) {
+        for c in self.conns.values_mut() {
+            c.wants = None;
+            c.send(FromDriver::Shutdown {
+                reason: reason.to_string(),
+            });
+        }
+    }
+
+    /// Ends launched jobs, flushes done markers, records the end.
+    pub fn finish(mut self, end: RunEnd, elapsed: Duration) -> anyhow::Result<RunSummary> {
+        self.launcher.cancel_all();
+        self.poll_jobs();
+        for marker in &self.markers {
+            marker.flush()?;
+        }
+        self.note_finished_tasks();
+        self.update_progress();
+        self.progress.finish();
+        let completed = end == RunEnd::Finished && self.scheduler.is_done();
+        self.record(&Event::RunFinished {
+            completed,
+            seconds: elapsed.as_secs_f64(),
+        });
+        if let Some(error) = self.fatal.take() {
+            return Err(error);
+        }
+        Ok(self.summary(end, elapsed))
+    }
+
+    fn summary(&self, end: RunEnd, elapsed: Duration) -> RunSummary {
+        let tasks = self
+            .scheduler
+            .graph()
+            .task_indices()
+            .map(|t| TaskSummary {
+                id: self.task_id(t).to_string(),
+                counters: self.scheduler.counters(t),
+                logs: self.run_dir.task_logs(self.task_id(t)),
+                workers_started: self.slots.started(t),
+                restarts: self.slots.unclean_exits(t),
+                seconds: self.done_at[t.index()].unwrap_or(elapsed.as_secs_f64()),
+                abandoned: self.scheduler.is_abandoned(t),
+            })
+            .collect();
+        RunSummary {
+            tasks,
+            seconds: elapsed.as_secs_f64(),
+            events: self.run_dir.events(),
+            end,
+        }
+    }
+}
+
+fn task_code(config: &TaskConfig) -> TaskCode {
+    let (kind, argv) = match &config.command {
+        UserCommand::PerBlock(argv) => (CodeKind::BlockCommand, argv.clone()),
+        UserCommand::Worker(argv) => (CodeKind::WorkerCommand, argv.clone()),
+    };
+    TaskCode {
+        kind,
+        argv,
+        env: config.env.clone(),
+        timeout_s: config.timeout.map(|t| t.as_secs_f64()),
+    }
+}

@@ -1,0 +1,149 @@
+//! Progress output: a bar per task on a terminal, plain periodic lines
+//! when stdout is a file (SLURM output files, CI logs), where bars would
+//! turn into megabytes of control characters.
+
+use daisy_core::TaskCounters;
+use indicatif::{MultiProgress, ProgressBar, ProgressDrawTarget, ProgressStyle};
+use std::io::IsTerminal;
+use std::time::{Duration, Instant};
+
+/// One task's numbers for a progress update.
+pub struct TaskProgress<'a> {
+    pub id: &'a str,
+    pub counters: TaskCounters,
+    pub workers: u32,
+}
+
+pub enum Progress {
+    Bars {
+        bars: Vec<ProgressBar>,
+        _group: MultiProgress,
+    },
+    Lines {
+        started: Instant,
+        last: Instant,
+        every: Duration,
+    },
+}
+
+impl Progress {
+    /// Bars if stdout is a terminal, else a line every `every`.
+    pub fn new(task_ids: &[&str], every: Duration) -> Self {
+        if !std::io::stdout().is_terminal() {
+            let now = Instant::now();
+            return Progress::Lines {
+                started: now,
+                last: now,
+                every,
+            };
+        }
+        let group = MultiProgress::with_draw_target(ProgressDrawTarget::stdout());
+        let style = ProgressStyle::with_template("{prefix:>14} [{bar:30}] {pos}/{len} {msg}")
+            .expect("a valid template")
+            .progress_chars("=> ");
+        let bars = task_ids
+            .iter()
+            .map(|id| {
+                let bar = group.add(ProgressBar::new(0).with_style(style.clone()));
+                bar.set_prefix(id.to_string());
+                bar
+            })
+            .collect();
+        Progress::Bars {
+            bars,
+            _group: group,
+        }
+    }
+
+    pub fn update(&mut self, tasks: &[TaskProgress]) {
+        match self {
+            Progress::Bars { bars, .. } => {
+                for (bar, task) in bars.iter().zip(tasks) {
+                    bar.set_length(task.counters.total);
+                    bar.set_position(
+                        task.counters.completed + task.counters.failed + task.counters.orphaned,
+                    );
+                    bar.set_message(detail(task));
+                }
+            }
+            Progress::Lines {
+                started,
+                last,
+                every,
+            } => {
+                if last.elapsed() >= *every {
+                    *last = Instant::now();
+                    println!("{}", line(started.elapsed(), tasks));
+                }
+            }
+        }
+    }
+
+    /// Leaves the final state on screen.
+    pub fn finish(&mut self) {
+        if let Progress::Bars { bars, .. } = self {
+            bars.iter().for_each(ProgressBar::abandon);
+        }
+    }
+}
+
+fn detail(task: &TaskProgress) -> String {
+    let c = &task.counters;
+    format!(
+        "{} failed, {} orphaned, {} running, {} workers",
+        c.failed, c.orphaned, c.processing, task.workers
+    )
+}
+
+/// `[  12s] predict 120/400 (2 failed, ...); relabel 0/81 (...)`
+pub fn line(elapsed: Duration, tasks: &[TaskProgress]) -> String {
+    let parts: Vec<String> = tasks
+        .iter()
+        .map(|t| {
+            format!(
+                "{} {}/{} ({})",
+                t.id,
+                t.counters.completed,
+                t.counters.total,
+                detail(t)
+            )
+        })
+        .collect();
+    format!("[{:>5}s] {}", elapsed.as_secs(), parts.join("; "))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_status_line_names_every_task() {
+        let counters = TaskCounters {
+            total: 400,
+            completed: 120,
+            failed: 2,
+            processing: 3,
+            ..Default::default()
+        };
+        let tasks = [
+            TaskProgress {
+                id: "predict",
+                counters,
+                workers: 3,
+            },
+            TaskProgress {
+                id: "relabel",
+                counters: TaskCounters {
+                    total: 81,
+                    ..Default::default()
+                },
+                workers: 0,
+            },
+        ];
+        let text = line(Duration::from_secs(12), &tasks);
+        assert_eq!(
+            text,
+            "[   12s] predict 120/400 (2 failed, 0 orphaned, 3 running, 3 workers); relabel 0/81 (0 failed, 0 orphaned, 0 running, 0 workers)"
+        );
+    }
+}

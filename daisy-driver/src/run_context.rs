@@ -1,0 +1,107 @@
+//! How workers find and join this run: the addresses the driver listens
+//! on, the run's secret token, and `<run-dir>/context.json` (mode 0600)
+//! for workers started by hand.
+
+use anyhow::Context as _;
+use daisy_core::context::WorkerContext;
+use daisy_core::protocol::PROTOCOL_VERSION;
+use std::io::{Read, Write};
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::Path;
+
+/// A fresh random token (32 bytes from the kernel, hex encoded).
+pub fn new_token() -> anyhow::Result<String> {
+    let mut bytes = [0u8; 32];
+    std::fs::File::open("/dev/urandom")
+        .and_then(|mut f| f.read_exact(&mut bytes))
+        .context("reading /dev/urandom for the run token")?;
+    Ok(bytes.iter().map(|b| format!("{b:02x}")).collect())
+}
+
+/// The addresses to advertise for a listener bound to `bound`: every IPv4
+/// address of this machine (others first, loopback last) when bound to
+/// all interfaces, else just the bound one.
+pub fn advertised_addresses(bound: SocketAddr) -> Vec<String> {
+    if !bound.ip().is_unspecified() {
+        return vec![bound.to_string()];
+    }
+    let mut ips = interface_ipv4_addresses();
+    ips.sort_by_key(|ip| ip.is_loopback());
+    if ips.is_empty() {
+        ips.push(Ipv4Addr::LOCALHOST);
+    }
+    ips.iter()
+        .map(|ip| SocketAddr::new(IpAddr::V4(*ip), bound.port()).to_string())
+        .collect()
+}
+
+fn interface_ipv4_addresses() -> Vec<Ipv4Addr> {
+    let Ok(interfaces) = nix::ifaddrs::getifaddrs() else {
+        return Vec::new();
+    };
+    let mut ips: Vec<Ipv4Addr> = interfaces
+        .filter_map(|i| i.address?.as_sockaddr_in().map(|a| a.ip()))
+        .collect();
+    ips.dedup();
+    ips
+}
+
+/// The context of this run (no task: a worker names its own).
+pub fn run_context(addresses: Vec<String>, token: &str) -> WorkerContext {
+    WorkerContext {
+        addresses,
+        task_id: None,
+        worker_id: None,
+        token: token.to_string(),
+        protocol: PROTOCOL_VERSION,
+    }
+}
+
+/// Writes `context.json` readable by its owner only (it holds the token).
+pub fn write_context_file(path: &Path, context: &WorkerContext) -> anyhow::Result<()> {
+    let _ = std::fs::remove_file(path);
+    let mut file = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(path)
+        .with_context(|| format!("creating {}", path.display()))?;
+    file.write_all(context.to_json().as_bytes())
+        .with_context(|| format!("writing {}", path.display()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::fs::PermissionsExt;
+
+    #[test]
+    fn tokens_are_long_and_different() {
+        let (a, b) = (new_token().unwrap(), new_token().unwrap());
+        assert_eq!(a.len(), 64);
+        assert_ne!(a, b);
+    }
+
+    #[test]
+    fn all_interfaces_advertise_loopback_last() {
+        let addresses = advertised_addresses("0.0.0.0:4000".parse().unwrap());
+        assert_eq!(addresses.last().unwrap(), "127.0.0.1:4000");
+        assert!(addresses.iter().all(|a| a.ends_with(":4000")));
+        let one = advertised_addresses("127.0.0.1:5000".parse().unwrap());
+        assert_eq!(one, vec!["127.0.0.1:5000".to_string()]);
+    }
+
+    #[test]
+    fn the_context_file_is_private() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("context.json");
+        let context = run_context(vec!["127.0.0.1:1".into()], "secret");
+        write_context_file(&path, &context).unwrap();
+        write_context_file(&path, &context).unwrap();
+        let mode = std::fs::metadata(&path).unwrap().permissions().mode();
+        assert_eq!(mode & 0o777, 0o600);
+        let read = WorkerContext::from_json(&std::fs::read_to_string(&path).unwrap()).unwrap();
+        assert_eq!(read, context);
+    }
+}

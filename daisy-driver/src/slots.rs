@@ -1,0 +1,241 @@
+//! Worker accounting by connection.
+//!
+//! A worker slot is `Submitted → Connected → Gone(clean | lost | failed
+//! start)`. A submit command returning says nothing about a worker (an
+//! sbatch job may queue for hours), so a slot is alive while its job is
+//! queued or its worker is connected, and only the connection says that a
+//! worker really works. Workers started by hand get a slot when they
+//! connect and never count against the budget.
+//!
+//! Unclean exits (a failed start, a lost connection) count per task; a task
+//! may restart workers while it has had at most `max_worker_restarts` of
+//! them, and is abandoned once it has had more and no worker is left.
+
+use daisy_core::TaskIdx;
+use std::collections::BTreeMap;
+use std::time::Instant;
+
+pub type SlotId = u64;
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum SlotState {
+    Submitted,
+    Connected,
+    Gone(Gone),
+}
+
+/// How a slot ended.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Gone {
+    /// The worker disconnected after being told to stop, or drained.
+    Clean,
+    /// The connection broke or went silent.
+    Lost(String),
+    /// The job ended without its worker ever connecting.
+    FailedStart(String),
+}
+
+impl Gone {
+    pub fn is_unclean(&self) -> bool {
+        !matches!(self, Gone::Clean)
+    }
+}
+
+#[derive(Clone, Debug)]
+pub struct Slot {
+    pub id: SlotId,
+    pub task: TaskIdx,
+    /// Started by us (holds a budget share) rather than by hand.
+    pub launched: bool,
+    pub job: Option<String>,
+    pub state: SlotState,
+    pub submitted: Instant,
+    pub connected: Option<Instant>,
+}
+
+/// All slots of a run, and per task the unclean exits so far.
+#[derive(Debug)]
+pub struct Slots {
+    slots: BTreeMap<SlotId, Slot>,
+    next_id: SlotId,
+    unclean_exits: Vec<u32>,
+    started: Vec<u32>,
+}
+
+impl Slots {
+    pub fn new(num_tasks: usize) -> Self {
+        Self {
+            slots: BTreeMap::new(),
+            next_id: 1,
+            unclean_exits: vec![0; num_tasks],
+            started: vec![0; num_tasks],
+        }
+    }
+
+    /// Reserves the id of a worker about to be launched.
+    pub fn next_id(&mut self) -> SlotId {
+        self.next_id += 1;
+        self.next_id - 1
+    }
+
+    /// A launched worker's job was submitted.
+    pub fn submitted(&mut self, id: SlotId, task: TaskIdx, job: String) {
+        self.started[task.index()] += 1;
+        self.insert(id, task, true, Some(job), SlotState::Submitted);
+    }
+
+    /// Starting a worker failed before any job existed.
+    pub fn start_failed(&mut self, task: TaskIdx) {
+        self.unclean_exits[task.index()] += 1;
+    }
+
+    fn insert(
+        &mut self,
+        id: SlotId,
+        task: TaskIdx,
+        launched: bool,
+        job: Option<String>,
+        state: SlotState,
+    ) {
+        let slot = Slot {
+            id,
+            task,
+            launched,
+            job,
+            state,
+            submitted: Instant::now(),
+            connected: None,
+        };
+        self.slots.insert(id, slot);
+    }
+
+    /// A worker of `task` said Hello. A launched worker claims its own
+    /// slot; anyone else (started by hand, or a job that came back after a
+    /// requeue) gets a new one.
+    pub fn connect(&mut self, claimed: Option<SlotId>, task: TaskIdx) -> SlotId {
+        let own = claimed.filter(|id| {
+            self.slots
+                .get(id)
+                .is_some_and(|s| s.task == task && s.state == SlotState::Submitted)
+        });
+        let id = own.unwrap_or_else(|| {
+            let id = self.next_id();
+            self.insert(id, task, false, None, SlotState::Submitted);
+            id
+        });
+        let slot = self.slots.get_mut(&id).expect("slot exists");
+        slot.state = SlotState::Connected;
+        slot.connected = Some(Instant::now());
+        id
+    }
+
+    /// A slot ended; returns it (so its budget share can be released) the
+    /// first time only.
+    pub fn end(&mut self, id: SlotId, how: Gone) -> Option<&Slot> {
+        let slot = self.slots.get_mut(&id)?;
+        if matches!(slot.state, SlotState::Gone(_)) {
+            return None;
+        }
+        if how.is_unclean() {
+            self.unclean_exits[slot.task.index()] += 1;
+        }
+        slot.state = SlotState::Gone(how);
+        Some(slot)
+    }
+
+    /// The launcher saw a job end: if its worker never connected, that is a
+    /// failed start.
+    pub fn job_ended(&mut self, id: SlotId, how: String) -> Option<&Slot> {
+        let never_connected = self.slots.get(&id)?.state == SlotState::Submitted;
+        if never_connected {
+            return self.end(id, Gone::FailedStart(how));
+        }
+        None
+    }
+
+    pub fn get(&self, id: SlotId) -> Option<&Slot> {
+        self.slots.get(&id)
+    }
+
+    /// Slots of `task` that are queued or connected.
+    pub fn live(&self, task: TaskIdx) -> u32 {
+        self.slots
+            .values()
+            .filter(|s| s.task == task && !matches!(s.state, SlotState::Gone(_)))
+            .count() as u32
+    }
+
+    /// Launched slots still alive (their jobs must be cancelled at exit).
+    pub fn live_launched(&self) -> Vec<SlotId> {
+        self.slots
+            .values()
+            .filter(|s| s.launched && !matches!(s.state, SlotState::Gone(_)))
+            .map(|s| s.id)
+            .collect()
+    }
+
+    pub fn unclean_exits(&self, task: TaskIdx) -> u32 {
+        self.unclean_exits[task.index()]
+    }
+
+    pub fn started(&self, task: TaskIdx) -> u32 {
+        self.started[task.index()]
+    }
+
+    pub fn all(&self) -> impl Iterator<Item = &Slot> {
+        self.slots.values()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const T: TaskIdx = TaskIdx(0);
+
+    #[test]
+    fn a_launched_worker_goes_submitted_connected_gone() {
+        let mut slots = Slots::new(1);
+        let id = slots.next_id();
+        slots.submitted(id, T, "123".into());
+        assert_eq!(slots.live(T), 1, "a queued job holds its slot");
+        assert_eq!(slots.connect(Some(id), T), id);
+        assert_eq!(slots.get(id).unwrap().state, SlotState::Connected);
+        assert!(slots.end(id, Gone::Clean).is_some());
+        assert!(
+            slots.end(id, Gone::Lost("again".into())).is_none(),
+            "ends once"
+        );
+        assert_eq!((slots.live(T), slots.unclean_exits(T)), (0, 0));
+    }
+
+    #[test]
+    fn failed_starts_and_lost_workers_count_as_unclean_exits() {
+        let mut slots = Slots::new(1);
+        let queued = slots.next_id();
+        slots.submitted(queued, T, "1".into());
+        assert!(slots.job_ended(queued, "exit 1".into()).is_some());
+        let connected = slots.next_id();
+        slots.submitted(connected, T, "2".into());
+        slots.connect(Some(connected), T);
+        assert!(
+            slots.job_ended(connected, "exit 0".into()).is_none(),
+            "the connection decides"
+        );
+        slots.end(connected, Gone::Lost("eof".into()));
+        slots.start_failed(T);
+        assert_eq!(slots.unclean_exits(T), 3);
+        assert_eq!(slots.started(T), 2);
+    }
+
+    #[test]
+    fn workers_started_by_hand_get_new_slots() {
+        let mut slots = Slots::new(1);
+        let a = slots.connect(None, T);
+        let b = slots.connect(Some(999), T);
+        assert_ne!(a, b);
+        assert!(!slots.get(a).unwrap().launched);
+        assert_eq!(slots.live(T), 2);
+        assert!(slots.live_launched().is_empty());
+    }
+}

@@ -1,0 +1,144 @@
+//! The execution summary printed at the end of a run, and the exit status
+//! it implies.
+
+use daisy_core::TaskCounters;
+use std::fmt::Write as _;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+/// How a run ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RunEnd {
+    /// Every block completed, failed or was orphaned.
+    Finished,
+    /// Blocks remain that can never become ready (a bug).
+    Stalled,
+    /// Stopped by Ctrl-C or SIGTERM; a re-run resumes.
+    Interrupted,
+}
+
+#[derive(Debug)]
+pub struct RunSummary {
+    pub tasks: Vec<TaskSummary>,
+    pub seconds: f64,
+    pub events: PathBuf,
+    pub end: RunEnd,
+}
+
+#[derive(Debug)]
+pub struct TaskSummary {
+    pub id: String,
+    pub counters: TaskCounters,
+    pub logs: PathBuf,
+    pub workers_started: u32,
+    /// Unclean worker exits (failed starts, lost workers).
+    pub restarts: u32,
+    /// Seconds from the start of the run until the task was done.
+    pub seconds: f64,
+    pub abandoned: bool,
+}
+
+impl RunSummary {
+    /// True if every block of every task completed.
+    pub fn all_completed(&self) -> bool {
+        self.end == RunEnd::Finished
+            && self
+                .tasks
+                .iter()
+                .all(|t| t.counters.completed == t.counters.total)
+    }
+
+    /// 0 if every block completed, 130 if interrupted, 1 otherwise.
+    pub fn exit_code(&self) -> ExitCode {
+        match (self.end, self.all_completed()) {
+            (RunEnd::Interrupted, _) => ExitCode::from(130),
+            (_, true) => ExitCode::SUCCESS,
+            (_, false) => ExitCode::FAILURE,
+        }
+    }
+
+    pub fn render(&self) -> String {
+        let mut out = String::new();
+        let _ = writeln!(
+            out,
+            "{:<16} {:>8} {:>9} {:>8} {:>7} {:>8} {:>7} {:>8} {:>8} {:>9}",
+            "task",
+            "blocks",
+            "completed",
+            "skipped",
+            "failed",
+            "orphaned",
+            "workers",
+            "restarts",
+            "time",
+            "blocks/s"
+        );
+        for task in &self.tasks {
+            task.render_row(&mut out);
+        }
+        let run: u64 = self.tasks.iter().map(TaskSummary::blocks_run).sum();
+        let rate = run as f64 / self.seconds.max(1e-9);
+        let _ = writeln!(
+            out,
+            "{run} blocks run in {:.1} s ({rate:.0} blocks/s); events in {}",
+            self.seconds,
+            self.events.display()
+        );
+        self.render_problems(&mut out);
+        out
+    }
+
+    fn render_problems(&self, out: &mut String) {
+        for task in &self.tasks {
+            if task.abandoned {
+                let _ = writeln!(
+                    out,
+                    "task {:?} was abandoned after {} unclean worker exits",
+                    task.id, task.restarts
+                );
+            }
+            if task.counters.failed > 0 || task.restarts > 0 {
+                let _ = writeln!(
+                    out,
+                    "task {:?} had failures; its logs are in {}",
+                    task.id,
+                    task.logs.display()
+                );
+            }
+        }
+        match self.end {
+            RunEnd::Stalled => {
+                let _ = writeln!(out, "the run stalled: blocks remain that can never become ready (a bug; please report it)");
+            }
+            RunEnd::Interrupted => {
+                let _ = writeln!(out, "interrupted: run the same command again to resume");
+            }
+            RunEnd::Finished => {}
+        }
+    }
+}
+
+impl TaskSummary {
+    fn blocks_run(&self) -> u64 {
+        self.counters.completed - self.counters.skipped
+    }
+
+    fn render_row(&self, out: &mut String) {
+        let c = &self.counters;
+        let rate = self.blocks_run() as f64 / self.seconds.max(1e-9);
+        let _ = writeln!(
+            out,
+            "{:<16} {:>8} {:>9} {:>8} {:>7} {:>8} {:>7} {:>8} {:>7.1}s {:>9.0}",
+            self.id,
+            c.total,
+            c.completed,
+            c.skipped,
+            c.failed,
+            c.orphaned,
+            self.workers_started,
+            self.restarts,
+            self.seconds,
+            rate
+        );
+    }
+}
