@@ -1,5 +1,211 @@
-//! How daisy starts and cancels workers: the `Launcher` trait and its
-//! backends (local processes, sbatch, bsub, slurmrestd). Launchers never
-//! decide how many workers a task gets; the driver does. Nothing lives
-//! here yet; the crate exists so the workspace has the shape the design
-//! fixes.
+//! How daisy starts and cancels workers: the [`Launcher`] trait and its
+//! backends (local processes now; sbatch, bsub and slurmrestd later).
+//!
+//! A launcher is deliberately small, like HyperQueue's `QueueHandler`:
+//! start one worker, one batched check of which jobs ended, cancel. It
+//! never decides how many workers a task gets (the driver's resource
+//! budget and `max_workers` do), and what it reports about its jobs is a
+//! safety net: a worker is alive while its connection to the driver is,
+//! whatever the launcher believes (see DESIGN.md, "Worker accounting by
+//! connection").
+//!
+//! Terms: a *worker* is one `daisy-worker` process serving one task, known
+//! to the driver by its slot id (`worker_id`); a *job* is what a backend
+//! made of it (a local process group, a SLURM job), known by [`JobId`].
+//!
+//! Secrets (the run token) travel only in [`WorkerRequest::env`], never in
+//! its arguments, because any user on a node can read command lines.
+
+mod local;
+mod worker_program;
+
+pub use local::{LocalLauncher, DEFAULT_GRACE};
+pub use worker_program::{find_worker_program, DAISY_WORKER_BIN, WORKER_PROGRAM_NAME};
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::io;
+use std::path::PathBuf;
+
+/// What the driver asks a launcher to start: one worker of one task.
+#[derive(Clone)]
+pub struct WorkerRequest {
+    /// The task this worker serves (workers are bound to one task).
+    pub task_id: String,
+    /// The driver's slot id; unique per run, it names the log files.
+    pub worker_id: u64,
+    /// The `daisy-worker` binary, best absolute (see [`find_worker_program`]).
+    pub program: PathBuf,
+    /// Its arguments. Never secrets: command lines are world-readable.
+    pub args: Vec<String>,
+    /// Extra environment, added to the inherited one; `DAISY_CONTEXT`
+    /// (which holds the run token) goes here.
+    pub env: Vec<(String, String)>,
+    /// Where the worker runs (the driver's cwd, so relative paths in the
+    /// pipeline mean the same to both).
+    pub working_dir: PathBuf,
+    /// `<run-dir>/logs/<task>`; stdout and stderr go to
+    /// `worker-<worker_id>.out` and `.err` there.
+    pub log_dir: PathBuf,
+    /// Resources of one worker, for cluster backends' resource requests;
+    /// the local backend ignores them (the driver's budget already gated
+    /// the start).
+    pub requires: BTreeMap<String, u64>,
+}
+
+/// Shows environment names but not values, so logging a request never
+/// leaks the run token held in `DAISY_CONTEXT`.
+impl fmt::Debug for WorkerRequest {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let env_names: Vec<&str> = self.env.iter().map(|(name, _)| name.as_str()).collect();
+        f.debug_struct("WorkerRequest")
+            .field("task_id", &self.task_id)
+            .field("worker_id", &self.worker_id)
+            .field("program", &self.program)
+            .field("args", &self.args)
+            .field("env (values hidden)", &env_names)
+            .field("working_dir", &self.working_dir)
+            .field("log_dir", &self.log_dir)
+            .field("requires", &self.requires)
+            .finish()
+    }
+}
+
+/// A launcher's handle on something it started: for the local backend the
+/// pid (also the process group id), for sbatch the SLURM job id.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct JobId(pub String);
+
+impl fmt::Display for JobId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// How a job ended, as the launcher saw it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum JobEnd {
+    /// The worker exited by itself with this code.
+    Exited { code: i32 },
+    /// The worker was ended by a signal nobody here sent, e.g. "SIGKILL"
+    /// from the OOM killer.
+    Signalled { signal: String },
+    /// The driver cancelled it ([`Launcher::cancel`] or
+    /// [`Launcher::cancel_all`]).
+    Cancelled,
+    /// The launcher lost track of it or the scheduler says it failed
+    /// (SLURM FAILED, NODE_FAIL); `reason` says what was seen.
+    Failed { reason: String },
+}
+
+/// For events and log lines: "exited with code 1", "killed by SIGKILL".
+impl fmt::Display for JobEnd {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            JobEnd::Exited { code } => write!(f, "exited with code {code}"),
+            JobEnd::Signalled { signal } => write!(f, "killed by {signal}"),
+            JobEnd::Cancelled => f.write_str("cancelled"),
+            JobEnd::Failed { reason } => write!(f, "failed: {reason}"),
+        }
+    }
+}
+
+/// Starts and cancels workers' jobs on one kind of machine or scheduler.
+///
+/// Launchers only start and cancel; they never decide how many workers a
+/// task gets: the driver does, from `max_workers` and the resource budget.
+/// Job state is a safety net, not the source of truth for liveness: a
+/// worker is alive while its connection to the driver is alive and
+/// heartbeating. [`Launcher::poll_ended`] exists so that a job that ends
+/// without ever connecting (it crashed at start, the scheduler failed it)
+/// still frees its slot and counts against the restart budget.
+///
+/// Every method is synchronous and `cancel` may sleep up to its grace
+/// period, so async callers run them on a blocking thread.
+pub trait Launcher: Send {
+    /// The backend's name for logs and events: "local", later "sbatch".
+    fn name(&self) -> &'static str;
+
+    /// Starts a worker and returns at once (fire and forget: the driver
+    /// learns that the worker lives from its connection, not from here).
+    fn start(&mut self, request: &WorkerRequest) -> Result<JobId, LaunchError>;
+
+    /// Jobs that have ended since the last call, each reported exactly
+    /// once with its worker id, cancelled ones included (as
+    /// [`JobEnd::Cancelled`]), so the driver sees every end once. One
+    /// batched check for all jobs; never blocks.
+    fn poll_ended(&mut self) -> Vec<(u64, JobId, JobEnd)>;
+
+    /// Ends the given workers' jobs, children included; ids not running
+    /// (unknown, or already reported ended) are ignored. Blocks at most about the backend's grace
+    /// period in total, however many workers are given.
+    fn cancel(&mut self, worker_ids: &[u64]);
+
+    /// Ends every job still running (driver exit), with `cancel`'s
+    /// guarantees.
+    fn cancel_all(&mut self);
+}
+
+/// Why a launcher could not start a worker, or find the program to start.
+#[derive(Debug, thiserror::Error)]
+pub enum LaunchError {
+    /// The OS refused to start the program (missing, not executable, or
+    /// the working directory does not exist). Retrying will not help
+    /// until the installation or the pipeline is fixed.
+    #[error("cannot start {} in {}: {source}", program.display(), working_dir.display())]
+    Spawn {
+        program: PathBuf,
+        working_dir: PathBuf,
+        source: io::Error,
+    },
+    /// A log directory or file could not be created (permissions, full
+    /// disk); the worker was not started.
+    #[error("cannot open worker log {}: {source}", path.display())]
+    Log { path: PathBuf, source: io::Error },
+    /// The driver asked for a worker id that is still running here: a
+    /// driver bug, refused so that the running process is not lost track of.
+    #[error("task {task_id:?}: worker {worker_id} is already running")]
+    WorkerIdInUse { task_id: String, worker_id: u64 },
+    /// `DAISY_WORKER_BIN` names no file; the other places are not tried,
+    /// so a typo never silently runs a different binary.
+    #[error("DAISY_WORKER_BIN = {}: {source}", path.display())]
+    WorkerBinMissing { path: PathBuf, source: io::Error },
+    /// No `daisy-worker` in any of the places looked at.
+    #[error(
+        "no {WORKER_PROGRAM_NAME} program found: {DAISY_WORKER_BIN} is not set, {}, \
+         and none is on PATH; build it (cargo build -p daisy-worker) or set {DAISY_WORKER_BIN}",
+        worker_program::describe_beside_exe(.beside_exe)
+    )]
+    WorkerNotFound { beside_exe: Option<PathBuf> },
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn request_debug_hides_environment_values() {
+        let request = WorkerRequest {
+            task_id: "predict".into(),
+            worker_id: 3,
+            program: "/bin/daisy-worker".into(),
+            args: vec!["--verbose".into()],
+            env: vec![("DAISY_CONTEXT".into(), "token-s3cr3t".into())],
+            working_dir: "/work".into(),
+            log_dir: "/work/logs/predict".into(),
+            requires: BTreeMap::new(),
+        };
+        let shown = format!("{request:?}");
+        assert!(shown.contains("DAISY_CONTEXT"), "{shown}");
+        assert!(!shown.contains("s3cr3t"), "{shown}");
+    }
+
+    #[test]
+    fn job_end_reads_as_a_phrase() {
+        assert_eq!(JobEnd::Exited { code: 1 }.to_string(), "exited with code 1");
+        let killed = JobEnd::Signalled {
+            signal: "SIGKILL".into(),
+        };
+        assert_eq!(killed.to_string(), "killed by SIGKILL");
+    }
+}
