@@ -48,6 +48,7 @@ pub struct Block {
 impl Block {
     /// A block whose id is derived from where `write_roi` sits in
     /// `total_roi` (the task's total READ region).
+    #[inline]
     pub fn new(task: TaskIdx, total_roi: &Roi, read_roi: Roi, write_roi: Roi) -> Self {
         let index = (write_roi.offset() - total_roi.offset()) / write_roi.shape();
         Self {
@@ -67,7 +68,52 @@ impl Block {
 /// grid origin only occur transiently, before fit filtering drops them).
 /// Wrapping arithmetic: ids stay unique up to ~2^40 blocks per axis and
 /// never panic beyond.
+#[inline]
 pub fn cantor_number(index: &Coordinate) -> u64 {
+    small_cantor_number(index).unwrap_or_else(|| wide_cantor_number(index))
+}
+
+/// [`cantor_number`] in u64 with constant divisors, for the graph's hot
+/// path; `None` when an intermediate value would not fit, where
+/// [`wide_cantor_number`] takes over. Where it answers, the answer is the
+/// wide one: every term is exact, and the sum of terms wraps the same way
+/// in u64 as the u128 sum truncated to u64.
+#[inline]
+fn small_cantor_number(index: &Coordinate) -> Option<u64> {
+    let mut id: u64 = 0;
+    let mut sum: u64 = 0;
+    for (n, x) in index.iter().enumerate() {
+        let x = x.max(0) as u64;
+        sum = sum.checked_add(x)?;
+        let term = match n {
+            0 => x,
+            1 => small_simplex_volume::<2>(sum)?,
+            2 => small_simplex_volume::<3>(sum)?,
+            3 => small_simplex_volume::<4>(sum)?,
+            4 => small_simplex_volume::<5>(sum)?,
+            5 => small_simplex_volume::<6>(sum)?,
+            6 => small_simplex_volume::<7>(sum)?,
+            7 => small_simplex_volume::<8>(sum)?,
+            _ => return None,
+        };
+        id = id.wrapping_add(term);
+    }
+    Some(id)
+}
+
+/// [`simplex_volume`] for `DIMS` known at compile time, so the loop
+/// unrolls and its divisions become multiplications; `None` on overflow.
+#[inline(always)]
+fn small_simplex_volume<const DIMS: u64>(edge: u64) -> Option<u64> {
+    let mut volume: u64 = 1;
+    for d in 0..DIMS {
+        volume = volume.checked_mul(edge.checked_add(d)?)? / (d + 1);
+    }
+    Some(if edge == 0 { 0 } else { volume })
+}
+
+/// [`cantor_number`] in wrapping u128 arithmetic, for any index.
+fn wide_cantor_number(index: &Coordinate) -> u64 {
     let mut id: u128 = 0;
     let mut sum: u128 = 0;
     for (n, x) in index.iter().enumerate() {
@@ -98,6 +144,7 @@ fn simplex_volume(dims: u128, edge: u128) -> u128 {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::coordinate::MAX_DIMS;
 
     #[test]
     fn cantor_numbers_match_funlib() {
@@ -130,6 +177,24 @@ mod tests {
                     })
                     .collect();
                 assert!(seen.insert(cantor_number(&Coordinate::new(&index))));
+            }
+        }
+    }
+
+    #[test]
+    fn small_cantor_numbers_agree_with_wide_ones() {
+        let edges = [0, 1, 2, 7, 1000, 1 << 20, 1 << 31, 1 << 40, i64::MAX];
+        for dims in 1..=MAX_DIMS {
+            for &a in &edges {
+                for &b in &edges {
+                    let index: Vec<i64> =
+                        (0..dims).map(|d| if d % 2 == 0 { a } else { b }).collect();
+                    let index = Coordinate::new(&index);
+                    if let Some(small) = small_cantor_number(&index) {
+                        assert_eq!(small, wide_cantor_number(&index), "{index}");
+                    }
+                    assert_eq!(cantor_number(&index), wide_cantor_number(&index), "{index}");
+                }
             }
         }
     }

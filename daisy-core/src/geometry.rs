@@ -57,15 +57,13 @@ impl BlockGrid {
             return None;
         }
         let read = Roi::new(self.total_read.offset() + k, self.read_shape);
-        let block = Block::new(self.task, &self.total_read, read, write);
-        Some(match self.fit {
-            Fit::Shrink => Block {
-                read_roi: self.total_read.intersect(&read),
-                write_roi: self.total_write.intersect(&write),
-                ..block
-            },
-            Fit::Valid | Fit::Overhang => block,
-        })
+        // The id comes from the unclipped write region; shrink clips after.
+        let mut block = Block::new(self.task, &self.total_read, read, write);
+        if self.fit == Fit::Shrink {
+            block.read_roi = self.total_read.intersect(&read);
+            block.write_roi = self.total_write.intersect(&write);
+        }
+        Some(block)
     }
 
     /// The grid position of a block of this task.
@@ -148,12 +146,13 @@ impl Iterator for GridWalk {
     #[inline]
     fn next(&mut self) -> Option<Coordinate> {
         let current = self.next?;
-        let mut advanced = current;
+        // Advance in place: a fresh copy written slot by slot and copied
+        // back at once stalls on store forwarding (hot in the graph).
+        let advanced = self.next.as_mut()?;
         for d in (0..current.dims()).rev() {
             let v = advanced[d] + self.step[d];
             if v < self.end[d] {
                 advanced.set(d, v);
-                self.next = Some(advanced);
                 return Some(current);
             }
             advanced.set(d, self.begin[d]);

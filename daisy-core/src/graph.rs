@@ -150,7 +150,13 @@ impl TaskGraph {
     }
 
     /// The blocks of this task that `block` waits for (previous level).
+    #[inline]
     pub fn upstream(&self, block: &Block, out: &mut Vec<Block>) {
+        if self.num_levels() == 1 {
+            // One level (no conflicts, or no context): nothing to wait for,
+            // and no need to find the block's level.
+            return;
+        }
         let Some(level) = self.level_of(block) else {
             return;
         };

@@ -30,6 +30,7 @@ pub enum SnapMode {
 impl Roi {
     /// # Panics
     /// If `offset` and `shape` differ in dimension.
+    #[inline]
     pub fn new(offset: Coordinate, shape: Coordinate) -> Self {
         assert_eq!(
             offset.dims(),
@@ -45,27 +46,33 @@ impl Roi {
     }
 
     /// The ROI spanning `[begin, end)`.
+    #[inline]
     pub fn from_bounds(begin: Coordinate, end: Coordinate) -> Self {
         Self::new(begin, end - begin)
     }
 
+    #[inline]
     pub fn offset(&self) -> Coordinate {
         self.offset
     }
 
+    #[inline]
     pub fn shape(&self) -> Coordinate {
         self.shape
     }
 
+    #[inline]
     pub fn begin(&self) -> Coordinate {
         self.offset
     }
 
     /// One past the last voxel in every dimension.
+    #[inline]
     pub fn end(&self) -> Coordinate {
         self.offset + self.shape
     }
 
+    #[inline]
     pub fn dims(&self) -> usize {
         self.offset.dims()
     }
@@ -79,11 +86,13 @@ impl Roi {
         }
     }
 
+    #[inline]
     pub fn is_empty(&self) -> bool {
         !self.shape.all(|s| s > 0)
     }
 
     /// Moves the begin by `-amount_neg` and the end by `+amount_pos`.
+    #[inline]
     pub fn grow(&self, amount_neg: Coordinate, amount_pos: Coordinate) -> Self {
         Self::new(
             self.offset - amount_neg,
@@ -91,24 +100,28 @@ impl Roi {
         )
     }
 
+    #[inline]
     pub fn shift(&self, by: Coordinate) -> Self {
         Self::new(self.offset + by, self.shape)
     }
 
     /// The overlap of two ROIs; empty (shape clamped to 0) when they do
     /// not overlap, with its begin at the larger of the two begins.
+    #[inline]
     pub fn intersect(&self, other: &Self) -> Self {
         let begin = self.begin().max(&other.begin());
         let end = self.end().min(&other.end());
         Self::new(begin, (end - begin).map(|s| s.max(0)))
     }
 
+    #[inline]
     pub fn intersects(&self, other: &Self) -> bool {
         !self.intersect(other).is_empty()
     }
 
     /// True if `other` lies inside this ROI. An empty ROI is contained
     /// in any ROI whose closure holds its begin.
+    #[inline]
     pub fn contains_roi(&self, other: &Self) -> bool {
         if other.is_empty() {
             return self.contains_point_or_end(&other.begin());
@@ -117,11 +130,13 @@ impl Roi {
     }
 
     /// True if the voxel at `point` lies inside this ROI.
+    #[inline]
     pub fn contains_point(&self, point: &Coordinate) -> bool {
         let (begin, end) = (self.begin(), self.end());
         (0..self.dims()).all(|d| begin[d] <= point[d] && point[d] < end[d])
     }
 
+    #[inline]
     fn contains_point_or_end(&self, point: &Coordinate) -> bool {
         let (begin, end) = (self.begin(), self.end());
         (0..self.dims()).all(|d| begin[d] <= point[d] && point[d] <= end[d])
