@@ -40,7 +40,6 @@ pub enum ConnEvent {
     Hello {
         conn: ConnId,
         hello: Hello,
-        peer: SocketAddr,
         outbox: mpsc::UnboundedSender<FromDriver>,
         reply: oneshot::Sender<Result<Welcome, String>>,
     },
@@ -73,7 +72,7 @@ pub async fn serve(
     let (read_half, mut writer) = socket.into_split();
     let mut frames = spawn_reader(read_half, settings.max_frame);
     let (outbox, inbox) = mpsc::unbounded_channel();
-    let welcome = match handshake(&mut frames, conn, peer, &settings, &events, outbox).await {
+    let welcome = match handshake(&mut frames, conn, &settings, &events, outbox).await {
         Ok(welcome) => welcome,
         Err(reason) => {
             tracing::warn!(%peer, "refused: {reason}");
@@ -128,7 +127,6 @@ fn spawn_reader(mut read_half: tokio::net::tcp::OwnedReadHalf, max_frame: u32) -
 async fn handshake(
     frames: &mut Frames,
     conn: ConnId,
-    peer: SocketAddr,
     settings: &ConnSettings,
     events: &mpsc::UnboundedSender<ConnEvent>,
     outbox: mpsc::UnboundedSender<FromDriver>,
@@ -153,7 +151,6 @@ async fn handshake(
         .send(ConnEvent::Hello {
             conn,
             hello,
-            peer,
             outbox,
             reply,
         })

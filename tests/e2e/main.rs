@@ -1,6 +1,9 @@
 //! End-to-end tests: the real `daisy-driver` binary, real user processes,
 //! real files. One test binary (as in ripgrep); `util` holds the harness.
 
+mod distributed;
 mod plan;
-mod run;
+mod protocol;
+mod resources;
+mod serial;
 mod util;

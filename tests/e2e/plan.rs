@@ -96,7 +96,7 @@ block_command = ["sh", "-c", "test {block_id} -lt 6"]
 max_retries = 0
 "#,
     );
-    run_fails(&mut dir.driver(&["run", "p.toml"]), 1);
+    run_fails(&mut dir.driver(&["run", "--serial", "p.toml"]), 1);
     let json = run_ok(&mut dir.driver(&["plan", "p.toml", "--json"]));
     let plan: serde_json::Value = serde_json::from_str(&json).unwrap();
     assert_eq!(plan["tasks"][0]["done_blocks"], 6);

@@ -4,6 +4,7 @@
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
+use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 /// A temporary working directory for one test, removed afterwards.
@@ -36,12 +37,51 @@ impl TestDir {
         std::fs::read_to_string(self.join(name)).unwrap_or_default()
     }
 
-    /// `daisy-driver ARGS` with this directory as its working directory.
+    /// `daisy-driver ARGS` with this directory as its working directory,
+    /// launching the `daisy-worker` built from this tree, with heartbeats
+    /// fast enough for tests.
     pub fn driver(&self, args: &[&str]) -> Command {
         let mut command = Command::new(env!("CARGO_BIN_EXE_daisy-driver"));
+        command
+            .args(args)
+            .current_dir(self.path())
+            .env("DAISY_WORKER_BIN", worker_program())
+            .env("DAISY_HEARTBEAT_INTERVAL", "500ms")
+            .env("DAISY_STATUS_EVERY", "1s");
+        command
+    }
+
+    /// `daisy-worker ARGS` in this directory.
+    pub fn worker(&self, args: &[&str]) -> Command {
+        let mut command = Command::new(worker_program());
         command.args(args).current_dir(self.path());
         command
     }
+}
+
+/// The `daisy-worker` binary of this tree. Cargo builds binaries only for
+/// tests of their own package, so this builds it once per test process
+/// (a no-op when it is up to date) instead of trusting a stale one.
+pub fn worker_program() -> PathBuf {
+    static BUILT: OnceLock<PathBuf> = OnceLock::new();
+    BUILT
+        .get_or_init(|| {
+            let driver = Path::new(env!("CARGO_BIN_EXE_daisy-driver"));
+            let profile_dir = driver.parent().expect("the driver is in a directory");
+            let mut build = Command::new(env!("CARGO"));
+            build.args(["build", "-q", "-p", "daisy-worker", "--bin", "daisy-worker"]);
+            if profile_dir.ends_with("release") {
+                build.arg("--release");
+            }
+            let output = run(&mut build);
+            assert!(
+                output.status.success(),
+                "building daisy-worker failed\n{}",
+                describe(&build, &output)
+            );
+            profile_dir.join("daisy-worker")
+        })
+        .clone()
 }
 
 /// Runs a command to completion and returns its output.
@@ -101,6 +141,36 @@ impl ChildGuard {
                 .spawn()
                 .unwrap_or_else(|e| panic!("cannot start {command:?}: {e}")),
         )
+    }
+}
+
+impl ChildGuard {
+    /// Waits (at most two minutes) for the process to exit by itself.
+    pub fn wait_for_exit(mut self) -> std::process::ExitStatus {
+        let deadline = Instant::now() + Duration::from_secs(120);
+        loop {
+            if let Some(status) = self.0.try_wait().expect("waiting for a child") {
+                return status;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "the process did not exit in time"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
+
+/// True if the process exists and is not a zombie.
+pub fn process_alive(pid: i32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Ok(stat) => !stat
+            .rsplit(')')
+            .next()
+            .unwrap_or("")
+            .trim_start()
+            .starts_with('Z'),
+        Err(_) => false,
     }
 }
 

@@ -22,7 +22,6 @@ use daisy_core::scheduler::Released;
 use daisy_core::{Block, BlockId, BlockOutcome, Scheduler, TaskIdx};
 use launchers::{Launcher, WorkerRequest};
 use std::collections::{HashMap, HashSet};
-use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::sync::{mpsc, oneshot};
@@ -186,10 +185,9 @@ impl Driver {
             ConnEvent::Hello {
                 conn,
                 hello,
-                peer,
                 outbox,
                 reply,
-            } => self.on_hello(conn, hello, peer, outbox, reply),
+            } => self.on_hello(conn, hello, outbox, reply),
             ConnEvent::Message { conn, message } => self.on_message(conn, message),
             ConnEvent::Closed { conn, clean, why } => self.on_closed(conn, clean, &why),
             ConnEvent::Refused { peer, reason } => {
@@ -201,11 +199,12 @@ impl Driver {
         }
     }
 
+    /// Answers a Hello; a refusal is recorded when the connection reports
+    /// it (`ConnEvent::Refused`), like every other refusal.
     fn on_hello(
         &mut self,
         conn: ConnId,
         hello: Hello,
-        peer: SocketAddr,
         outbox: mpsc::UnboundedSender<FromDriver>,
         reply: oneshot::Sender<Result<Welcome, String>>,
     ) {
@@ -213,12 +212,6 @@ impl Driver {
             Role::Observer => Ok(self.welcome_observer(conn, outbox)),
             Role::Worker => self.welcome_worker(conn, &hello, outbox),
         };
-        if let Err(reason) = &answer {
-            self.record(&Event::ConnectionRefused {
-                peer: &peer.to_string(),
-                reason,
-            });
-        }
         let _ = reply.send(answer);
     }
 

@@ -1,6 +1,6 @@
-//! `daisy-driver run`: blocks really run, failures are retried and
-//! orphan their downstream blocks, and a killed run resumes without
-//! losing or redoing a block it reported done.
+//! `daisy-driver run --serial`: blocks run in the driver itself; failures
+//! are retried and orphan their downstream blocks, and a killed run
+//! resumes without losing or redoing a block it reported done.
 
 use crate::util::*;
 use std::collections::{BTreeSet, HashMap};
@@ -33,7 +33,7 @@ fn ran(dir: &TestDir) -> Vec<u64> {
 fn a_run_processes_every_block_once_and_a_rerun_skips_them() {
     let dir = TestDir::new();
     dir.write("line.toml", &line_task(30, true, "true"));
-    let out = run_ok(&mut dir.driver(&["run", "line.toml"]));
+    let out = run_ok(&mut dir.driver(&["run", "--serial", "line.toml"]));
     assert!(out.contains("30 blocks run"), "{out}");
     let mut ids = ran(&dir);
     ids.sort();
@@ -41,7 +41,7 @@ fn a_run_processes_every_block_once_and_a_rerun_skips_them() {
     let events = events(&dir.join("daisy_run/line"));
     assert_eq!(event_blocks(&events, "block_done", "line").len(), 30);
 
-    let again = run_ok(&mut dir.driver(&["run", "line.toml"]));
+    let again = run_ok(&mut dir.driver(&["run", "--serial", "line.toml"]));
     assert!(again.contains("0 blocks run"), "{again}");
     assert_eq!(ran(&dir).len(), 30, "nothing ran twice");
 }
@@ -53,7 +53,7 @@ fn a_failing_block_is_retried_then_orphans_its_downstream_blocks() {
         "line.toml",
         &line_task(10, true, "echo broken >&2; test {block_id} -ne 4"),
     );
-    let out = run_fails(&mut dir.driver(&["run", "line.toml"]), 1);
+    let out = run_fails(&mut dir.driver(&["run", "--serial", "line.toml"]), 1);
     let counts: HashMap<u64, usize> = ran(&dir).into_iter().fold(HashMap::new(), |mut m, id| {
         *m.entry(id).or_default() += 1;
         m
@@ -99,7 +99,7 @@ fn a_driver_killed_mid_run_loses_no_reported_block_and_the_rerun_does_only_the_r
     let blocks = 300;
     dir.write("line.toml", &line_task(blocks, false, "sleep 0.01"));
     {
-        let _driver = ChildGuard::spawn(&mut dir.driver(&["run", "line.toml"]));
+        let _driver = ChildGuard::spawn(&mut dir.driver(&["run", "--serial", "line.toml"]));
         wait_until("100 blocks ran", || ran(&dir).len() >= 100);
     } // SIGKILL, mid-run
     let run_dir = dir.join("daisy_run/line");
@@ -120,7 +120,7 @@ fn a_driver_killed_mid_run_loses_no_reported_block_and_the_rerun_does_only_the_r
         "every reported block is marked"
     );
 
-    let out = run_ok(&mut dir.driver(&["run", "line.toml"]));
+    let out = run_ok(&mut dir.driver(&["run", "--serial", "line.toml"]));
     let second_run: Vec<u64> = ran(&dir)[first_run..].to_vec();
     assert_eq!(
         second_run.len() as u64,
@@ -139,14 +139,14 @@ fn a_driver_killed_mid_run_loses_no_reported_block_and_the_rerun_does_only_the_r
 fn a_changed_write_roi_is_refused_with_how_to_reset() {
     let dir = TestDir::new();
     dir.write("line.toml", &line_task(5, false, "true"));
-    run_ok(&mut dir.driver(&["run", "line.toml"]));
+    run_ok(&mut dir.driver(&["run", "--serial", "line.toml"]));
     let changed = line_task(5, false, "true").replace(
         "write_roi = { offset = [1], shape = [1] }",
         "write_roi = { offset = [0], shape = [2] }",
     );
     assert_ne!(changed, line_task(5, false, "true"));
     dir.write("line.toml", &changed);
-    let out = run_fails(&mut dir.driver(&["run", "line.toml"]), 2);
+    let out = run_fails(&mut dir.driver(&["run", "--serial", "line.toml"]), 2);
     assert!(out.contains("different task layout"), "{out}");
     assert!(out.contains("rm -rf daisy_run/line/done/line"), "{out}");
     let plan = run_fails(&mut dir.driver(&["plan", "line.toml"]), 1);
@@ -181,7 +181,7 @@ max_retries = 0
 command = ["python3", "worker.py"]
 "#,
     );
-    let out = run_fails(&mut dir.driver(&["run", "worker.toml"]), 1);
+    let out = run_fails(&mut dir.driver(&["run", "--serial", "worker.toml"]), 1);
     let run_dir = dir.join("daisy_run/worker");
     let events = events(&run_dir);
     assert_eq!(

@@ -1,0 +1,157 @@
+//! Protocol robustness: bad input over a raw socket is refused with a
+//! reason, and the run it was sent to still completes.
+
+use crate::util::*;
+use daisy_core::context::WorkerContext;
+use daisy_core::protocol::frame::encode;
+use daisy_core::protocol::{BlockResult, FromDriver, Hello, Role, ToDriver, PROTOCOL_VERSION};
+use std::io::{Read, Write};
+use std::net::{Shutdown, TcpStream};
+use std::time::Duration;
+
+const PIPELINE: &str = r#"name = "p"
+[[task]]
+id = "slow"
+total_roi = { offset = [0], shape = [30] }
+read_roi = { offset = [0], shape = [1] }
+write_roi = { offset = [0], shape = [1] }
+block_command = ["sleep", "0.1"]
+"#;
+
+fn connect(context: &WorkerContext) -> TcpStream {
+    let address = context.addresses.last().unwrap();
+    let stream = TcpStream::connect(address).unwrap();
+    stream
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    stream
+}
+
+fn send(stream: &mut TcpStream, message: &ToDriver) {
+    stream.write_all(&encode(message).unwrap()).unwrap();
+}
+
+/// The next frame from the driver that is not a heartbeat.
+fn receive(stream: &mut TcpStream) -> FromDriver {
+    loop {
+        let mut prefix = [0u8; 4];
+        stream
+            .read_exact(&mut prefix)
+            .expect("a frame from the driver");
+        let mut payload = vec![0u8; u32::from_be_bytes(prefix) as usize];
+        stream.read_exact(&mut payload).unwrap();
+        let message: FromDriver = rmp_serde::from_slice(&payload).unwrap();
+        if message != FromDriver::Heartbeat {
+            return message;
+        }
+    }
+}
+
+fn hello(token: &str, task: &str) -> ToDriver {
+    ToDriver::Hello(Hello {
+        protocol: PROTOCOL_VERSION,
+        token: token.to_string(),
+        role: Role::Worker,
+        task_id: Some(task.to_string()),
+        worker_id: None,
+        job_id: None,
+        host: "test".into(),
+        pid: std::process::id(),
+    })
+}
+
+fn rejection(stream: &mut TcpStream) -> String {
+    match receive(stream) {
+        FromDriver::Rejected { reason } => reason,
+        other => panic!("expected a rejection, got {other:?}"),
+    }
+}
+
+fn raw_rejection(context: &WorkerContext, bytes: &[u8], close: bool) -> String {
+    let mut stream = connect(context);
+    stream.write_all(bytes).unwrap();
+    if close {
+        stream.shutdown(Shutdown::Write).unwrap();
+    }
+    rejection(&mut stream)
+}
+
+fn refusal(stream: &mut TcpStream) -> String {
+    match receive(stream) {
+        FromDriver::Error { reason } => reason,
+        other => panic!("expected an error reply, got {other:?}"),
+    }
+}
+
+#[test]
+fn bad_input_is_refused_with_a_reason_and_the_run_completes() {
+    let dir = TestDir::new();
+    dir.write("p.toml", PIPELINE);
+    let driver = ChildGuard::spawn(&mut dir.driver(&["run", "p.toml"]));
+    let context_file = dir.join("daisy_run/p/context.json");
+    wait_until("the driver listens", || context_file.exists());
+    let context =
+        WorkerContext::from_json(&std::fs::read_to_string(&context_file).unwrap()).unwrap();
+
+    let garbage = raw_rejection(&context, b"GET / HTTP/1.1\r\n\r\n", false);
+    assert!(garbage.contains("exceeds the limit"), "{garbage}");
+    let truncated = raw_rejection(&context, &[0, 0, 0, 10, 1, 2], true);
+    assert!(truncated.contains("middle of a frame"), "{truncated}");
+    let oversized = raw_rejection(&context, &(64u32 << 20).to_be_bytes(), false);
+    assert!(oversized.contains("exceeds the limit"), "{oversized}");
+    let undecodable = raw_rejection(&context, &[0, 0, 0, 2, 0xc1, 0xc1], false);
+    assert!(undecodable.contains("undecodable"), "{undecodable}");
+
+    let mut stream = connect(&context);
+    send(&mut stream, &hello("not-the-token", "slow"));
+    assert!(rejection(&mut stream).contains("wrong token"));
+    let mut stream = connect(&context);
+    send(&mut stream, &hello(&context.token, "nope"));
+    assert!(rejection(&mut stream).contains("unknown task \"nope\""));
+
+    let mut worker = connect(&context);
+    send(&mut worker, &hello(&context.token, "slow"));
+    assert!(matches!(receive(&mut worker), FromDriver::Welcome(_)));
+    let release = |id| ToDriver::ReleaseBlocks {
+        results: vec![BlockResult {
+            block_id: id,
+            ok: true,
+            error: None,
+        }],
+    };
+    send(&mut worker, &release(999));
+    assert!(refusal(&mut worker).contains("block 999 is not held"));
+    send(&mut worker, &ToDriver::AcquireBlocks { max: 1 });
+    let FromDriver::Blocks { blocks } = receive(&mut worker) else {
+        panic!("expected blocks")
+    };
+    let id = blocks[0].block_id;
+    send(&mut worker, &release(id));
+    send(&mut worker, &release(id));
+    assert!(
+        refusal(&mut worker).contains("not held"),
+        "a duplicate release is refused"
+    );
+    drop(worker);
+
+    let status = driver.wait_for_exit();
+    assert!(status.success(), "the run completed: {status:?}");
+    let events = events(&dir.join("daisy_run/p"));
+    let refused = events
+        .iter()
+        .filter(|e| e["event"] == "connection_refused")
+        .count();
+    assert_eq!(refused, 6);
+    assert_eq!(
+        events
+            .iter()
+            .filter(|e| e["event"] == "request_refused")
+            .count(),
+        2
+    );
+    assert_eq!(
+        event_blocks(&events, "block_done", "slow").len(),
+        30,
+        "every block counted once"
+    );
+}
