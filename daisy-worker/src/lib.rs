@@ -1,10 +1,28 @@
-//! daisy-worker: runs user code on blocks.
+//! daisy-worker: connects to a driver and runs user code on blocks.
 //!
 //! # Layout
+//! - [`client`]: one connection to the driver ([`Client`]): handshake,
+//!   heartbeats, acquire and release; usable in process by Rust programs.
+//! - [`runtime`]: the worker's main loop ([`run`]): take a block, run the
+//!   task's code on it, report, until the driver has no more work or the
+//!   worker is asked to stop.
+//! - `runner`: the task's code as the Welcome gives it, ready to run
+//!   blocks (a block command, or a worker command restarted if it dies).
 //! - [`user_code`]: the two ways user code runs: a block command started
 //!   once per block, or a long-running worker command fed JSON lines.
+//! - [`cli`]: the `daisy-worker` command line (context, exit codes).
 //!
-//! The connection to the driver, the watchdog and the `daisy-worker`
-//! binary come next (see DESIGN.md, "Workers and user code"); the serial
-//! `daisy-driver run` already uses [`user_code`] in process.
+//! The serial `daisy-driver run` uses [`user_code`] in process.
+pub mod cli;
+pub mod client;
+mod runner;
+pub mod runtime;
 pub mod user_code;
+
+pub use client::{Acquired, Client, ClientError, ConnectError, ConnectOpts};
+pub use runtime::{run, RunConfig, RunError, Stopped};
+
+/// The fake driver of the tests, shared with tests/cli.rs.
+#[cfg(test)]
+#[path = "../tests/peer/mod.rs"]
+mod test_peer;

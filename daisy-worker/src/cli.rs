@@ -1,0 +1,302 @@
+//! The `daisy-worker` command line: where the worker's context comes from
+//! (flags, a context file, or `DAISY_CONTEXT`), then the runtime, then the
+//! exit code. The binary only parses and calls [`main`].
+//!
+//! The run token is read from a file or from the context, never taken from
+//! the command line (any user of a node can read `ps`), and never printed.
+
+use crate::client::{ConnectError, ConnectOpts};
+use crate::runtime::{run, RunConfig, RunError, Stopped};
+use anyhow::{anyhow, bail, Context};
+use clap::Parser;
+use daisy_core::context::{WorkerContext, CONTEXT_ENV};
+use daisy_core::protocol::PROTOCOL_VERSION;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::time::Duration;
+use tokio::signal::unix::{signal, SignalKind};
+
+/// The driver was unreachable or lost, or the task's code cannot run.
+pub const EXIT_FAILURE: u8 = 1;
+/// No context, or an invalid one; bad flags.
+pub const EXIT_USAGE: u8 = 2;
+/// The driver refused this worker.
+pub const EXIT_REJECTED: u8 = 3;
+
+const NO_CONTEXT: &str = "no daisy context: this worker does not know its driver. Give one of:
+  --connect HOST:PORT --task ID --token-file FILE   (a worker started by hand)
+  --context-file FILE [--task ID]                   (e.g. <run-dir>/context.json, written by the driver)
+  the DAISY_CONTEXT environment variable            (set by the driver for the workers it launches)";
+
+const AFTER_HELP: &str = "\
+Where the worker finds its driver, first match wins:
+  --connect HOST:PORT --task ID --token-file FILE   a worker started by hand
+  --context-file FILE [--task ID]                   e.g. <run-dir>/context.json, written by the driver
+  DAISY_CONTEXT (environment)                       set by the driver for the workers it launches
+--task overrides the task of a context. The token is never given on the command line.
+
+The worker's own messages go to stderr; RUST_LOG sets how many (default: info).
+SIGTERM or SIGINT: take no more blocks, finish the running one, report it, exit 0.
+
+Exit status:
+  0  the driver has no more work, or the worker was stopped by a signal
+  1  the driver was unreachable or lost, or the task's code cannot run here
+  2  no context or an invalid one, or bad flags
+  3  rejected by the driver (wrong token, unknown task, other protocol version)";
+
+/// Runs the blocks of one daisy task on this machine.
+///
+/// The worker connects to a run's driver, receives the task's code (a
+/// block command run once per block, or a long-running worker command fed
+/// blocks on its stdin), and runs it on one block after another until the
+/// driver has no more work for it. Workers are usually launched by the
+/// driver; start one by hand to add a machine to a running run.
+#[derive(Debug, Parser)]
+#[command(name = "daisy-worker", version, after_help = AFTER_HELP)]
+pub struct Cli {
+    /// The driver's address, for a worker started by hand; repeat it to
+    /// give several, tried in order. Needs --task and --token-file.
+    #[arg(long, value_name = "HOST:PORT")]
+    pub connect: Vec<String>,
+    /// The task to serve; overrides the task named by a context.
+    #[arg(long, value_name = "ID")]
+    pub task: Option<String>,
+    /// A file holding the run's token (with --connect).
+    #[arg(long, value_name = "FILE", requires = "connect")]
+    pub token_file: Option<PathBuf>,
+    /// A daisy context as JSON, such as the driver's <run-dir>/context.json
+    /// (which names no task: give --task).
+    #[arg(long, value_name = "FILE", conflicts_with = "connect")]
+    pub context_file: Option<PathBuf>,
+    /// How long to keep trying while the driver is not reachable yet
+    /// (e.g. "90s", "5m").
+    #[arg(long, value_name = "DURATION", default_value = "60s", value_parser = humantime::parse_duration)]
+    pub connect_timeout: Duration,
+    /// Where the output of the task's code goes:
+    /// <DIR>/worker-<id>-user.out and .err.
+    #[arg(long, value_name = "DIR", env = "DAISY_LOG_DIR", default_value = ".")]
+    pub log_dir: PathBuf,
+}
+
+/// Resolves the context, runs the worker, picks the exit code. Call it
+/// before any thread is started: it removes `DAISY_CONTEXT` from the
+/// environment, so nothing started later inherits the token.
+pub fn main(cli: Cli) -> ExitCode {
+    let config = config(cli);
+    std::env::remove_var(CONTEXT_ENV);
+    match config {
+        Ok(config) => ExitCode::from(serve(config)),
+        Err(e) => {
+            eprintln!("daisy-worker: error: {e:#}");
+            ExitCode::from(EXIT_USAGE)
+        }
+    }
+}
+
+fn serve(config: RunConfig) -> u8 {
+    let runtime = match tokio::runtime::Runtime::new() {
+        Ok(runtime) => runtime,
+        Err(e) => {
+            eprintln!("daisy-worker: error: cannot start the async runtime: {e}");
+            return EXIT_FAILURE;
+        }
+    };
+    let outcome = runtime.block_on(run(config, stop_signal()));
+    // After an error a block may still run: exiting, not waiting, ends it.
+    runtime.shutdown_background();
+    exit_code(outcome)
+}
+
+fn exit_code(outcome: Result<Stopped, RunError>) -> u8 {
+    match outcome {
+        Ok(Stopped::Shutdown { reason }) => {
+            tracing::info!("no more work: {reason}");
+            0
+        }
+        Ok(Stopped::Drained { reason }) => {
+            tracing::info!("stopped ({reason})");
+            0
+        }
+        Err(RunError::Connect(ConnectError::Rejected { reason })) => {
+            eprintln!("daisy-worker: rejected by the driver: {reason}");
+            EXIT_REJECTED
+        }
+        Err(e) => {
+            eprintln!("daisy-worker: error: {e}");
+            EXIT_FAILURE
+        }
+    }
+}
+
+/// Resolves when the worker is asked to stop, saying by what.
+async fn stop_signal() -> String {
+    let (Ok(mut term), Ok(mut int)) = (
+        signal(SignalKind::terminate()),
+        signal(SignalKind::interrupt()),
+    ) else {
+        tracing::warn!(
+            "cannot listen for SIGTERM and SIGINT: only the driver can stop this worker"
+        );
+        return std::future::pending().await;
+    };
+    tokio::select! {
+        _ = term.recv() => "received SIGTERM".into(),
+        _ = int.recv() => "received SIGINT".into(),
+    }
+}
+
+fn config(cli: Cli) -> anyhow::Result<RunConfig> {
+    Ok(RunConfig {
+        connect: connect_opts(&cli)?,
+        log_dir: cli.log_dir,
+    })
+}
+
+fn connect_opts(cli: &Cli) -> anyhow::Result<ConnectOpts> {
+    let (context, source) = load_context(cli)?;
+    if context.protocol != PROTOCOL_VERSION {
+        bail!(
+            "{source}: the context is for protocol version {}, this daisy-worker speaks version \
+             {PROTOCOL_VERSION}: use the daisy-worker of the driver's release",
+            context.protocol
+        );
+    }
+    if context.addresses.is_empty() {
+        bail!("{source}: the context lists no driver address");
+    }
+    let task = cli.task.clone().or(context.task_id);
+    let task = task.ok_or_else(|| anyhow!("{source} names no task: give --task ID"))?;
+    let mut opts = ConnectOpts::new(context.addresses, context.token, task);
+    opts.worker_id = context.worker_id;
+    opts.connect_timeout = cli.connect_timeout;
+    Ok(opts)
+}
+
+/// The context, and where it came from (for messages).
+fn load_context(cli: &Cli) -> anyhow::Result<(WorkerContext, String)> {
+    if !cli.connect.is_empty() {
+        return Ok((flags_context(cli)?, "--connect".into()));
+    }
+    if let Some(file) = &cli.context_file {
+        return Ok((
+            file_context(file)?,
+            format!("context file {}", file.display()),
+        ));
+    }
+    let text = std::env::var_os(CONTEXT_ENV).ok_or_else(|| anyhow!(NO_CONTEXT))?;
+    let text = text
+        .into_string()
+        .map_err(|_| anyhow!("{CONTEXT_ENV} is not valid UTF-8"))?;
+    let context = WorkerContext::from_json(&text).map_err(|e| anyhow!("{CONTEXT_ENV}: {e}"))?;
+    Ok((context, CONTEXT_ENV.into()))
+}
+
+fn flags_context(cli: &Cli) -> anyhow::Result<WorkerContext> {
+    let token_file = cli.token_file.as_deref().ok_or_else(|| {
+        anyhow!(
+            "--connect needs --token-file FILE: the run token is never given on the command line"
+        )
+    })?;
+    Ok(WorkerContext {
+        addresses: cli.connect.clone(),
+        task_id: None,
+        worker_id: None,
+        token: read_token(token_file)?,
+        protocol: PROTOCOL_VERSION,
+    })
+}
+
+fn file_context(path: &Path) -> anyhow::Result<WorkerContext> {
+    let text = std::fs::read_to_string(path)
+        .with_context(|| format!("cannot read the context file {}", path.display()))?;
+    WorkerContext::from_json(&text).map_err(|e| anyhow!("{}: {e}", path.display()))
+}
+
+fn read_token(path: &Path) -> anyhow::Result<String> {
+    let text = std::fs::read_to_string(path)
+        .with_context(|| format!("cannot read the token file {}", path.display()))?;
+    let token = text.trim();
+    if token.is_empty() {
+        bail!("the token file {} is empty", path.display());
+    }
+    Ok(token.to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(args: &[&str]) -> Cli {
+        Cli::try_parse_from(std::iter::once("daisy-worker").chain(args.iter().copied())).unwrap()
+    }
+
+    #[test]
+    fn flags_make_a_context_with_the_token_from_its_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let token = dir.path().join("token");
+        std::fs::write(&token, "s3cret\n").unwrap();
+        let token = token.to_str().unwrap();
+        let cli = parse(&[
+            "--connect",
+            "h:1",
+            "--connect",
+            "h:2",
+            "--task",
+            "t",
+            "--token-file",
+            token,
+        ]);
+        let opts = connect_opts(&cli).unwrap();
+        assert_eq!(opts.addresses, ["h:1", "h:2"]);
+        assert_eq!(
+            (opts.token.as_str(), opts.task_id.as_str()),
+            ("s3cret", "t")
+        );
+        let no_task = parse(&["--connect", "h:1", "--token-file", token]);
+        let error = connect_opts(&no_task).unwrap_err().to_string();
+        assert!(error.contains("--task ID"), "{error}");
+        let error = connect_opts(&parse(&["--connect", "h:1", "--task", "t"])).unwrap_err();
+        assert!(error.to_string().contains("--token-file"), "{error}");
+    }
+
+    #[test]
+    fn a_context_file_needs_a_task_and_the_right_protocol() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("context.json");
+        let context = WorkerContext {
+            addresses: vec!["h:1".into()],
+            task_id: None,
+            worker_id: None,
+            token: "s3cret".into(),
+            protocol: PROTOCOL_VERSION,
+        };
+        std::fs::write(&file, context.to_json()).unwrap();
+        let path = file.to_str().unwrap();
+        let error = connect_opts(&parse(&["--context-file", path])).unwrap_err();
+        assert!(
+            error.to_string().contains("names no task: give --task"),
+            "{error}"
+        );
+        let opts = connect_opts(&parse(&["--context-file", path, "--task", "t"])).unwrap();
+        assert_eq!((opts.task_id.as_str(), opts.worker_id), ("t", None));
+        let old = WorkerContext {
+            protocol: 0,
+            ..context
+        };
+        std::fs::write(&file, old.to_json()).unwrap();
+        let error = connect_opts(&parse(&["--context-file", path, "--task", "t"])).unwrap_err();
+        assert!(error.to_string().contains("protocol version 0"), "{error}");
+    }
+
+    #[test]
+    fn bad_flag_combinations_are_refused_by_the_parser() {
+        let parse = |args: &[&str]| {
+            Cli::try_parse_from(std::iter::once("daisy-worker").chain(args.iter().copied()))
+        };
+        assert!(parse(&["--token-file", "f"]).is_err());
+        assert!(parse(&["--connect", "h:1", "--context-file", "c"]).is_err());
+        assert!(parse(&["--connect-timeout", "soon"]).is_err());
+        let cli = parse(&["--context-file", "c", "--connect-timeout", "90s"]).unwrap();
+        assert_eq!(cli.connect_timeout, Duration::from_secs(90));
+    }
+}

@@ -1,0 +1,270 @@
+//! The main loop against a stand-in driver, running real user processes.
+
+use super::*;
+use crate::test_peer::{block, block_command, within, Peer, PeerConn, PATIENCE};
+use daisy_core::protocol::{CodeKind, FromDriver, TaskCode, ToDriver};
+use std::path::Path;
+use std::time::Duration;
+use tokio::sync::oneshot;
+
+/// A running worker, the driver's end of its connection, and the trigger
+/// of its stop future (dropping it stops the worker too).
+struct Started {
+    worker: JoinHandle<Result<Stopped, RunError>>,
+    conn: PeerConn,
+    stop: oneshot::Sender<()>,
+}
+
+async fn start(code: Option<TaskCode>, log_dir: &Path, interval_s: f64, misses: u32) -> Started {
+    let peer = Peer::bind().await;
+    let mut connect = ConnectOpts::new(vec![peer.address()], "t0ken".into(), "predict".into());
+    connect.connect_timeout = PATIENCE;
+    let config = RunConfig {
+        connect,
+        log_dir: log_dir.to_path_buf(),
+    };
+    let (stop, stopped) = oneshot::channel();
+    let stop_future = async move {
+        let _ = stopped.await;
+        "told to stop".to_string()
+    };
+    let worker = tokio::spawn(run(config, stop_future));
+    let (mut conn, _) = peer.accept().await;
+    conn.welcome(code, interval_s, misses).await;
+    Started { worker, conn, stop }
+}
+
+/// Hands out `ids` one per request and returns the released results.
+async fn hand_out(conn: &mut PeerConn, ids: &[u64]) -> Vec<BlockResult> {
+    let mut results = Vec::new();
+    for &id in ids {
+        assert_eq!(conn.recv().await, ToDriver::AcquireBlocks { max: 1 });
+        conn.send(&FromDriver::Blocks {
+            blocks: vec![block(id)],
+        })
+        .await;
+        match conn.recv().await {
+            ToDriver::ReleaseBlocks { results: released } => results.extend(released),
+            other => panic!("expected a release of block {id}, got {other:?}"),
+        }
+    }
+    results
+}
+
+async fn shut_down(conn: &mut PeerConn) {
+    assert_eq!(conn.recv().await, ToDriver::AcquireBlocks { max: 1 });
+    let reason = "no more blocks".to_string();
+    conn.send(&FromDriver::Shutdown { reason }).await;
+    conn.expect_closed().await;
+}
+
+fn sh(script: &str) -> Option<TaskCode> {
+    Some(block_command(&["sh", "-c", script]))
+}
+
+fn ok(block_id: u64) -> BlockResult {
+    BlockResult {
+        block_id,
+        ok: true,
+        error: None,
+    }
+}
+
+fn failed(block_id: u64, error: &str) -> BlockResult {
+    BlockResult {
+        block_id,
+        ok: false,
+        error: Some(error.into()),
+    }
+}
+
+async fn ended(worker: JoinHandle<Result<Stopped, RunError>>) -> Result<Stopped, RunError> {
+    within("the worker to end", worker).await.unwrap()
+}
+
+#[tokio::test]
+async fn blocks_are_released_ok_or_with_their_failure_until_shutdown() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("out");
+    let script = format!(
+        "if [ {{block_id}} = 2 ]; then echo broken >&2; exit 3; fi; echo {{block_id}} >> {}",
+        out.display()
+    );
+    let mut started = start(sh(&script), dir.path(), 10.0, 3).await;
+    let results = hand_out(&mut started.conn, &[1, 2, 3]).await;
+    let failure = "exit status 3; stderr tail: broken";
+    assert_eq!(results, [ok(1), failed(2, failure), ok(3)]);
+    shut_down(&mut started.conn).await;
+    let stopped = ended(started.worker).await.unwrap();
+    let reason = "no more blocks".to_string();
+    assert_eq!(stopped, Stopped::Shutdown { reason });
+    assert_eq!(std::fs::read_to_string(out).unwrap(), "1\n3\n");
+    let user_err = std::fs::read_to_string(dir.path().join("worker-7-user.err")).unwrap();
+    assert_eq!(user_err, "broken\n");
+}
+
+#[tokio::test]
+async fn a_stop_during_a_block_lets_it_finish_and_be_released() {
+    let dir = tempfile::tempdir().unwrap();
+    let (running, go) = (dir.path().join("running"), dir.path().join("go"));
+    let script = format!(
+        "touch {}; while [ ! -e {} ]; do sleep 0.02; done",
+        running.display(),
+        go.display()
+    );
+    let mut started = start(sh(&script), dir.path(), 10.0, 3).await;
+    let conn = &mut started.conn;
+    assert_eq!(conn.recv().await, ToDriver::AcquireBlocks { max: 1 });
+    let blocks = vec![block(4)];
+    conn.send(&FromDriver::Blocks { blocks }).await;
+    within("the block to start", wait_for_file(&running)).await;
+    started.stop.send(()).unwrap();
+    let draining = ToDriver::Draining {
+        reason: "told to stop".into(),
+    };
+    assert_eq!(conn.recv().await, draining);
+    std::fs::write(&go, "").unwrap();
+    let release = ToDriver::ReleaseBlocks {
+        results: vec![ok(4)],
+    };
+    assert_eq!(conn.recv().await, release);
+    conn.expect_closed().await;
+    let stopped = ended(started.worker).await.unwrap();
+    let reason = "told to stop".to_string();
+    assert_eq!(stopped, Stopped::Drained { reason });
+}
+
+async fn wait_for_file(path: &Path) {
+    while !path.exists() {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+/// A worker parked in an acquire, told to stop; returns once the driver
+/// has received its Draining.
+async fn stopped_while_parked(log_dir: &Path) -> (JoinHandle<Result<Stopped, RunError>>, PeerConn) {
+    let Started {
+        worker,
+        mut conn,
+        stop,
+    } = start(sh("true"), log_dir, 10.0, 3).await;
+    assert_eq!(conn.recv().await, ToDriver::AcquireBlocks { max: 1 });
+    drop(stop);
+    let draining = ToDriver::Draining {
+        reason: "told to stop".into(),
+    };
+    assert_eq!(conn.recv().await, draining);
+    (worker, conn)
+}
+
+#[tokio::test]
+async fn a_stop_while_parked_ends_with_the_drivers_shutdown() {
+    let dir = tempfile::tempdir().unwrap();
+    let (worker, mut conn) = stopped_while_parked(dir.path()).await;
+    let reason = "the worker is draining".to_string();
+    conn.send(&FromDriver::Shutdown { reason }).await;
+    conn.expect_closed().await;
+    let reason = "told to stop".to_string();
+    assert_eq!(ended(worker).await.unwrap(), Stopped::Drained { reason });
+}
+
+#[tokio::test]
+async fn blocks_that_cross_the_draining_on_the_wire_are_run() {
+    let dir = tempfile::tempdir().unwrap();
+    let (worker, mut conn) = stopped_while_parked(dir.path()).await;
+    conn.send(&FromDriver::Blocks {
+        blocks: vec![block(8)],
+    })
+    .await;
+    let release = ToDriver::ReleaseBlocks {
+        results: vec![ok(8)],
+    };
+    assert_eq!(conn.recv().await, release);
+    conn.expect_closed().await;
+    assert!(matches!(ended(worker).await, Ok(Stopped::Drained { .. })));
+}
+
+/// Answers every block but block 2, on which it dies; logs its pid when it
+/// starts and "bye" when its stdin closes.
+const DIES_ON_BLOCK_2: &str = r#"
+import json, os, sys
+log = open(sys.argv[1], "a")
+log.write(f"start {os.getpid()}\n"); log.flush()
+for line in sys.stdin:
+    i = json.loads(line)["block_id"]
+    if i == 2:
+        sys.exit(3)
+    print(json.dumps({"block_id": i, "ok": True}))
+log.write("bye\n")
+"#;
+
+#[tokio::test]
+async fn a_worker_command_is_restarted_after_it_dies_and_finished_at_shutdown() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("log");
+    let argv = [
+        "python3",
+        "-u",
+        "-c",
+        DIES_ON_BLOCK_2,
+        log.to_str().unwrap(),
+    ];
+    let code = TaskCode {
+        kind: CodeKind::WorkerCommand,
+        timeout_s: Some(60.0),
+        ..block_command(&argv)
+    };
+    let mut started = start(Some(code), dir.path(), 10.0, 3).await;
+    let results = hand_out(&mut started.conn, &[1, 2, 3]).await;
+    let failure = "worker command ended before answering block 2: exit status 3; stderr was empty";
+    assert_eq!(results, [ok(1), failed(2, failure), ok(3)]);
+    shut_down(&mut started.conn).await;
+    assert!(matches!(
+        ended(started.worker).await,
+        Ok(Stopped::Shutdown { .. })
+    ));
+    let log = std::fs::read_to_string(log).unwrap();
+    let lines: Vec<&str> = log.lines().collect();
+    let two_starts_and_a_bye = lines.len() == 3
+        && lines[..2].iter().all(|l| l.starts_with("start"))
+        && lines[0] != lines[1]
+        && lines[2] == "bye";
+    assert!(two_starts_and_a_bye, "{log}");
+}
+
+#[tokio::test]
+async fn a_silent_driver_during_a_block_ends_the_run() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut started = start(sh("sleep 1"), dir.path(), 0.1, 2).await;
+    assert_eq!(
+        started.conn.recv().await,
+        ToDriver::AcquireBlocks { max: 1 }
+    );
+    started
+        .conn
+        .send(&FromDriver::Blocks {
+            blocks: vec![block(1)],
+        })
+        .await;
+    let error = ended(started.worker).await.unwrap_err();
+    assert!(
+        matches!(error, RunError::Client(ClientError::DriverLost { .. })),
+        "{error:?}"
+    );
+}
+
+#[tokio::test]
+async fn code_that_cannot_run_is_refused_and_the_driver_told_why() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut started = start(sh("echo {blok_id}"), dir.path(), 10.0, 3).await;
+    let ToDriver::Draining { reason } = started.conn.recv().await else {
+        panic!("expected Draining");
+    };
+    assert!(reason.contains("unknown placeholder {blok_id}"), "{reason}");
+    started.conn.expect_closed().await;
+    let error = ended(started.worker).await.unwrap_err();
+    assert!(matches!(error, RunError::BadCode { .. }), "{error:?}");
+    let started = start(None, dir.path(), 10.0, 3).await;
+    let error = ended(started.worker).await.unwrap_err();
+    assert!(error.to_string().contains("carries no code"), "{error}");
+}
