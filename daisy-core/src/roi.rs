@@ -173,7 +173,8 @@ fn nearest_grid_line(point: Coordinate, grid: Coordinate, tie_up: bool) -> Coord
 
 impl fmt::Display for Roi {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "[{}:{}] ({})", self.begin(), self.end(), self.shape)
+        // The words of the pipeline file, so messages read like the input.
+        write!(f, "{{offset {}, shape {}}}", self.offset, self.shape)
     }
 }
 
