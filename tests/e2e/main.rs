@@ -2,6 +2,7 @@
 //! real files. One test binary (as in ripgrep); `util` holds the harness.
 
 mod distributed;
+mod failures;
 mod plan;
 mod protocol;
 mod resources;

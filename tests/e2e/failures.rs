@@ -1,0 +1,176 @@
+//! Runs that go wrong: workers that keep dying get their task abandoned
+//! while unrelated tasks finish, and SIGTERM stops a run that a re-run
+//! then resumes.
+
+use crate::util::*;
+use std::collections::BTreeSet;
+
+fn task(id: &str, blocks: u32, command: &str, extra: &str) -> String {
+    format!(
+        r#"
+[[task]]
+id = "{id}"
+total_roi = {{ offset = [0], shape = [{blocks}] }}
+read_roi = {{ offset = [0], shape = [1] }}
+write_roi = {{ offset = [0], shape = [1] }}
+block_command = ["sh", "-c", "{command}"]
+{extra}
+"#
+    )
+}
+
+#[test]
+fn a_task_whose_workers_keep_dying_is_abandoned_and_its_peer_finishes() {
+    let dir = TestDir::new();
+    let pipeline = format!(
+        "name = \"dying\"\n{}{}{}",
+        task("doomed", 10, "kill -9 $PPID", "max_worker_restarts = 2"),
+        task("after", 10, "true", "upstream = [\"doomed\"]"),
+        task("peer", 10, "echo {block_id} >> peer.txt", "max_workers = 2"),
+    );
+    dir.write("dying.toml", &pipeline);
+    let out = run_fails(&mut dir.driver(&["run", "dying.toml"]), 1);
+    assert!(
+        out.contains("task \"doomed\" was abandoned after 3 unclean worker exits"),
+        "{out}"
+    );
+    let events = events(&dir.join("daisy_run/dying"));
+    let lost = events
+        .iter()
+        .filter(|e| e["event"] == "worker_gone" && e["task"] == "doomed" && e["clean"] == false)
+        .count();
+    assert_eq!(lost, 3, "2 restarts after the first loss, then no more");
+    let abandoned: BTreeSet<&str> = events
+        .iter()
+        .filter(|e| e["event"] == "task_abandoned")
+        .filter_map(|e| e["task"].as_str())
+        .collect();
+    assert_eq!(abandoned, BTreeSet::from(["doomed", "after"]));
+    let done = |task: &str| {
+        events
+            .iter()
+            .find(|e| e["event"] == "task_done" && e["task"] == task)
+            .map(|e| e["counters"].clone())
+            .unwrap()
+    };
+    assert_eq!(done("doomed")["orphaned"], 10);
+    assert_eq!(done("after")["orphaned"], 10);
+    assert_eq!(done("peer")["completed"], 10);
+    let peer: BTreeSet<String> = dir.read("peer.txt").lines().map(String::from).collect();
+    assert_eq!(peer.len(), 10);
+}
+
+#[test]
+fn sigterm_stops_the_run_ends_its_workers_and_a_rerun_resumes() {
+    let dir = TestDir::new();
+    let pipeline = format!(
+        "name = \"stop\"\n{}",
+        task(
+            "slow",
+            40,
+            "echo $PPID >> pids.txt; sleep 0.2; echo {block_id} >> ran.txt",
+            "max_workers = 2"
+        )
+    );
+    dir.write("stop.toml", &pipeline);
+    let driver = ChildGuard::spawn(&mut dir.driver(&["run", "stop.toml"]));
+    wait_until("some blocks ran", || {
+        dir.read("ran.txt").lines().count() >= 4
+    });
+    let pid = nix::unistd::Pid::from_raw(driver.0.id() as i32);
+    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM).unwrap();
+    let status = driver.wait_for_exit();
+    assert_eq!(status.code(), Some(130), "interrupted: {status:?}");
+    let workers: BTreeSet<i32> = dir
+        .read("pids.txt")
+        .lines()
+        .filter_map(|l| l.trim().parse().ok())
+        .collect();
+    assert!(
+        workers.iter().all(|pid| !process_alive(*pid)),
+        "no worker left behind"
+    );
+    let events = events(&dir.join("daisy_run/stop"));
+    assert_eq!(events.last().unwrap()["event"], "run_finished");
+    assert_eq!(events.last().unwrap()["completed"], false);
+    let done_before: BTreeSet<u64> = event_blocks(&events, "block_done", "slow")
+        .into_iter()
+        .collect();
+
+    let out = run_ok(&mut dir.driver(&["run", "stop.toml"]));
+    assert!(
+        out.contains(&format!("{} blocks run", 40 - done_before.len())),
+        "only the rest ran: {out}"
+    );
+}
+
+/// The next message from the driver that is not a heartbeat.
+fn receive(stream: &mut std::net::TcpStream) -> daisy_core::protocol::FromDriver {
+    use std::io::Read;
+    loop {
+        let mut prefix = [0u8; 4];
+        stream
+            .read_exact(&mut prefix)
+            .expect("a frame from the driver");
+        let mut payload = vec![0u8; u32::from_be_bytes(prefix) as usize];
+        stream.read_exact(&mut payload).unwrap();
+        let message: daisy_core::protocol::FromDriver = rmp_serde::from_slice(&payload).unwrap();
+        if message != daisy_core::protocol::FromDriver::Heartbeat {
+            return message;
+        }
+    }
+}
+
+#[test]
+fn an_observer_gets_a_snapshot_of_the_run() {
+    use daisy_core::context::WorkerContext;
+    use daisy_core::protocol::frame::encode;
+    use daisy_core::protocol::{FromDriver, Hello, Role, ToDriver, PROTOCOL_VERSION};
+    use std::io::Write;
+
+    let dir = TestDir::new();
+    let pipeline = format!("name = \"obs\"\n{}", task("t", 20, "sleep 0.1", ""));
+    dir.write("obs.toml", &pipeline);
+    let driver = ChildGuard::spawn(&mut dir.driver(&["run", "obs.toml"]));
+    let context_file = dir.join("daisy_run/obs/context.json");
+    wait_until("the driver listens", || context_file.exists());
+    let context =
+        WorkerContext::from_json(&std::fs::read_to_string(&context_file).unwrap()).unwrap();
+    let mut stream = std::net::TcpStream::connect(context.addresses.last().unwrap()).unwrap();
+    stream
+        .set_read_timeout(Some(std::time::Duration::from_secs(10)))
+        .unwrap();
+    let hello = ToDriver::Hello(Hello {
+        protocol: PROTOCOL_VERSION,
+        token: context.token.clone(),
+        role: Role::Observer,
+        task_id: None,
+        worker_id: None,
+        job_id: None,
+        host: "test".into(),
+        pid: 1,
+    });
+    stream.write_all(&encode(&hello).unwrap()).unwrap();
+    let FromDriver::Welcome(welcome) = receive(&mut stream) else {
+        panic!("expected a welcome")
+    };
+    assert!(welcome.code.is_none(), "observers get no code to run");
+    stream
+        .write_all(&encode(&ToDriver::AcquireBlocks { max: 1 }).unwrap())
+        .unwrap();
+    assert!(
+        matches!(receive(&mut stream), FromDriver::Error { .. }),
+        "observers take no blocks"
+    );
+    stream
+        .write_all(&encode(&ToDriver::GetSnapshot).unwrap())
+        .unwrap();
+    let FromDriver::Snapshot(snapshot) = receive(&mut stream) else {
+        panic!("expected a snapshot")
+    };
+    assert_eq!(snapshot.pipeline, "obs");
+    assert_eq!(snapshot.tasks[0].task_id, "t");
+    assert_eq!(snapshot.tasks[0].counters.total, 20);
+    drop(stream);
+    assert!(driver.wait_for_exit().success());
+}
