@@ -210,7 +210,11 @@ impl TaskPlan {
 
 fn roi(roi: &WireRoi) -> String {
     let join = |v: &[i64]| v.iter().map(i64::to_string).collect::<Vec<_>>().join(", ");
-    format!("{{offset [{}], shape [{}]}}", join(&roi.offset), join(&roi.shape))
+    format!(
+        "{{offset [{}], shape [{}]}}",
+        join(&roi.offset),
+        join(&roi.shape)
+    )
 }
 
 fn render_map(map: &BTreeMap<String, u64>) -> String {
