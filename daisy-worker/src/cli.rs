@@ -167,9 +167,22 @@ fn connect_opts(cli: &Cli) -> anyhow::Result<ConnectOpts> {
     let task = cli.task.clone().or(context.task_id);
     let task = task.ok_or_else(|| anyhow!("{source} names no task: give --task ID"))?;
     let mut opts = ConnectOpts::new(context.addresses, context.token, task);
-    opts.worker_id = context.worker_id;
+    opts.worker_id = context
+        .worker_id
+        .map(|first| first + array_index(|name| std::env::var(name).ok()));
     opts.connect_timeout = cli.connect_timeout;
     Ok(opts)
+}
+
+/// This worker's position in a job array: the driver submits N workers as
+/// one array with one context naming the first worker id, so array task i
+/// is worker `first + i`. SLURM numbers array tasks from 0
+/// (`SLURM_ARRAY_TASK_ID`), LSF from 1 (`LSB_JOBINDEX`, 0 outside arrays).
+fn array_index(var: impl Fn(&str) -> Option<String>) -> u64 {
+    let number = |name: &str| var(name)?.parse::<u64>().ok();
+    number("SLURM_ARRAY_TASK_ID")
+        .or_else(|| number("LSB_JOBINDEX").map(|i| i.saturating_sub(1)))
+        .unwrap_or(0)
 }
 
 /// The context, and where it came from (for messages).
@@ -298,5 +311,17 @@ mod tests {
         assert!(parse(&["--connect-timeout", "soon"]).is_err());
         let cli = parse(&["--context-file", "c", "--connect-timeout", "90s"]).unwrap();
         assert_eq!(cli.connect_timeout, Duration::from_secs(90));
+    }
+
+    #[test]
+    fn array_tasks_count_from_the_first_worker_id() {
+        let index = |name: &'static str, value: &'static str| {
+            array_index(move |asked: &str| (asked == name).then(|| value.to_string()))
+        };
+        assert_eq!(array_index(|_: &str| None), 0);
+        assert_eq!(index("SLURM_ARRAY_TASK_ID", "4"), 4);
+        assert_eq!(index("LSB_JOBINDEX", "3"), 2);
+        assert_eq!(index("LSB_JOBINDEX", "0"), 0);
+        assert_eq!(index("SLURM_ARRAY_TASK_ID", "x"), 0);
     }
 }

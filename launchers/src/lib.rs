@@ -130,10 +130,25 @@ pub trait Launcher: Send {
     /// learns that the worker lives from its connection, not from here).
     fn start(&mut self, request: &WorkerRequest) -> Result<JobId, LaunchError>;
 
+    /// Starts several workers of one task, with consecutive worker ids,
+    /// returning one result per request in order. Cluster backends submit
+    /// them as one job array (one scheduler call for N workers); the
+    /// default starts them one by one.
+    fn start_many(&mut self, requests: &[WorkerRequest]) -> Vec<Result<JobId, LaunchError>> {
+        requests.iter().map(|r| self.start(r)).collect()
+    }
+
+    /// How often `poll_ended` is worth calling: a local check is cheap, a
+    /// cluster scheduler should be asked every few tens of seconds.
+    fn poll_interval(&self) -> std::time::Duration {
+        std::time::Duration::from_millis(100)
+    }
+
     /// Jobs that have ended since the last call, each reported exactly
     /// once with its worker id, cancelled ones included (as
     /// [`JobEnd::Cancelled`]), so the driver sees every end once. One
-    /// batched check for all jobs; never blocks.
+    /// batched check for all jobs (one squeue call, not one per job);
+    /// cluster backends may block for that call.
     fn poll_ended(&mut self) -> Vec<(u64, JobId, JobEnd)>;
 
     /// Ends the given workers' jobs, children included; ids not running
