@@ -82,6 +82,9 @@ pub struct TaskConfig {
     pub command: UserCommand,
     /// Extra environment variables for the user's command.
     pub env: BTreeMap<String, String>,
+    /// How this task's workers are started: `[launcher]` with the task's
+    /// own `launcher` table laid over it.
+    pub launcher: LauncherConfig,
 }
 
 /// What a worker of the task runs (DESIGN "Workers and user code").
@@ -111,6 +114,8 @@ pub struct LauncherConfig {
     pub directives: Vec<String>,
     /// Environment setup lines run before the worker, e.g. `module load cuda`.
     pub setup: Vec<String>,
+    /// At most this many workers of one job array run at once (`%N`).
+    pub max_array_parallel: Option<u32>,
 }
 
 /// Which backend starts workers.
@@ -318,8 +323,14 @@ pub(super) mod tests {
             template: Some(PathBuf::from("pipelines/worker.sbatch")),
             directives: vec!["--constraint=a100".into()],
             setup: vec!["module load cuda".into()],
+            max_array_parallel: Some(10),
         };
         assert_eq!(pipeline.launcher, launcher);
+        assert_eq!(
+            pipeline.task("relabel").unwrap().launcher,
+            launcher,
+            "the run's launcher"
+        );
         let predict = pipeline.task("predict").unwrap();
         let mut spec = TaskSpec::new(
             "predict",
@@ -339,8 +350,34 @@ pub(super) mod tests {
             timeout: Some(Duration::from_secs(600)),
             command: UserCommand::Worker(vec!["python".into(), "predict.py".into()]),
             env: BTreeMap::from([("OMP_NUM_THREADS".to_string(), "4".to_string())]),
+            launcher: LauncherConfig {
+                partition: Some("gpu-long".into()),
+                time: Some("08:00:00".into()),
+                ..launcher
+            },
         };
         assert_eq!(predict, &expected);
+    }
+
+    #[test]
+    fn a_task_launcher_overrides_options_but_not_the_kind() {
+        let text = format!(
+            "name = \"m\"\n{}",
+            task(
+                "t",
+                "launcher = { kind = \"bsub\", partiton = \"x\", max_array_parallel = 0 }"
+            )
+        );
+        let problems = problems(&text);
+        assert_has(&problems, r#"task "t": unknown field "kind" in [launcher]"#);
+        assert_has(
+            &problems,
+            r#"task "t": unknown field "partiton" in [launcher] (did you mean "partition"?)"#,
+        );
+        assert_has(
+            &problems,
+            r#"task "t": launcher.max_array_parallel = 0 must be at least 1"#,
+        );
     }
 
     #[test]

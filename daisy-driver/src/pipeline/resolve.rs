@@ -33,6 +33,7 @@ const LAUNCHER_FIELDS: &[&str] = &[
     "template",
     "directives",
     "setup",
+    "max_array_parallel",
 ];
 const TASK_FIELDS: &[&str] = &[
     "id",
@@ -50,6 +51,7 @@ const TASK_FIELDS: &[&str] = &[
     "command",
     "block_command",
     "env",
+    "launcher",
 ];
 const ROI_FIELDS: &[&str] = &["offset", "shape"];
 const FITS: [Fit; 3] = [Fit::Valid, Fit::Overhang, Fit::Shrink];
@@ -85,7 +87,12 @@ pub(super) fn pipeline(tree: &Value, path: &Path) -> Result<Pipeline, Vec<Proble
     let top = TopLevel::read(table, path, &mut problems);
     let mut drafts: Vec<TaskDraft> = Vec::with_capacity(top.tasks.len());
     for (i, table) in top.tasks.iter().enumerate() {
-        drafts.push(task(i + 1, table, &top.resources, &mut problems));
+        let run = Run {
+            budget: &top.resources,
+            launcher: &top.launcher,
+            path,
+        };
+        drafts.push(task(i + 1, table, &run, &mut problems));
     }
     validate::link_tasks(&mut drafts, &mut problems);
     let tasks: Option<Vec<TaskConfig>> = drafts.into_iter().map(|draft| draft.config).collect();
@@ -140,17 +147,64 @@ fn launcher(top: &mut Fields, pipeline_path: &Path) -> LauncherConfig {
     };
     let mut fields = top.nested("launcher", table);
     fields.reject_unknown(LAUNCHER_FIELDS);
-    let template = fields.optional("template", non_empty);
+    let kind = fields.optional("kind", |v| one_of(v, &LauncherKind::ALL));
     LauncherConfig {
-        kind: (fields.optional("kind", |v| one_of(v, &LauncherKind::ALL))).unwrap_or_default(),
-        partition: fields.optional("partition", non_empty),
-        account: fields.optional("account", non_empty),
-        qos: fields.optional("qos", non_empty),
-        time: fields.optional("time", walltime),
-        template: template.map(|template| beside(pipeline_path, &template)),
-        directives: fields.optional("directives", strings).unwrap_or_default(),
-        setup: fields.optional("setup", strings).unwrap_or_default(),
+        kind: kind.unwrap_or_default(),
+        ..launcher_options(&mut fields, pipeline_path, LauncherConfig::default())
     }
+}
+
+/// A task's own `launcher` table: options of `[launcher]` it overrides
+/// for its workers (a GPU task on another partition). The kind is the
+/// run's: one launcher per run.
+fn task_launcher(task: &mut Fields, run: &Run) -> LauncherConfig {
+    let Some(table) = task.optional("launcher", object) else {
+        return run.launcher.clone();
+    };
+    let mut fields = task.nested("launcher", table);
+    fields.reject_unknown(&LAUNCHER_FIELDS[1..]);
+    launcher_options(&mut fields, run.path, run.launcher.clone())
+}
+
+/// The launcher options in `fields`, each falling back to `base`.
+fn launcher_options(
+    fields: &mut Fields,
+    pipeline_path: &Path,
+    base: LauncherConfig,
+) -> LauncherConfig {
+    let template = fields.optional("template", non_empty);
+    let at_least_one = |v| {
+        count(v).and_then(|n| {
+            if n > 0 {
+                Ok(n)
+            } else {
+                Err("must be at least 1".into())
+            }
+        })
+    };
+    let max_array_parallel = fields.optional("max_array_parallel", at_least_one);
+    LauncherConfig {
+        kind: base.kind,
+        partition: fields.optional("partition", non_empty).or(base.partition),
+        account: fields.optional("account", non_empty).or(base.account),
+        qos: fields.optional("qos", non_empty).or(base.qos),
+        time: fields.optional("time", walltime).or(base.time),
+        template: template
+            .map(|t| beside(pipeline_path, &t))
+            .or(base.template),
+        directives: fields
+            .optional("directives", strings)
+            .unwrap_or(base.directives),
+        setup: fields.optional("setup", strings).unwrap_or(base.setup),
+        max_array_parallel: max_array_parallel.or(base.max_array_parallel),
+    }
+}
+
+/// What every task is read against: the budget and the run's launcher.
+struct Run<'a> {
+    budget: &'a Amounts,
+    launcher: &'a LauncherConfig,
+    path: &'a Path,
 }
 
 /// `path` relative to the directory of the pipeline file, so a pipeline
@@ -164,7 +218,7 @@ fn beside(pipeline_path: &Path, path: &str) -> PathBuf {
 
 /// The `n`-th `[[task]]` table (from 1), its `requires` checked against
 /// the global `budget`.
-fn task(n: usize, table: &Table, budget: &Amounts, problems: &mut Vec<Problem>) -> TaskDraft {
+fn task(n: usize, table: &Table, run: &Run, problems: &mut Vec<Problem>) -> TaskDraft {
     let mut unnamed = Fields::new(table, Subject::UnnamedTask(n), problems);
     let id = unnamed.required("id", |v| string(v).and_then(directory_name));
     let subject = id.clone().map_or(Subject::UnnamedTask(n), Subject::Task);
@@ -172,7 +226,7 @@ fn task(n: usize, table: &Table, budget: &Amounts, problems: &mut Vec<Problem>) 
     fields.reject_unknown(TASK_FIELDS);
     let upstream = fields.optional("upstream", strings).unwrap_or_default();
     let spec = task_spec(&mut fields);
-    let launch = Launch::read(&mut fields, budget);
+    let launch = Launch::read(&mut fields, run);
     let dims = spec.as_ref().map(|spec| spec.total_roi.dims());
     let config = match (id.clone(), spec, launch) {
         (Some(id), Some(spec), Some(launch)) => {
@@ -220,12 +274,13 @@ struct Launch {
     timeout: Option<Duration>,
     command: UserCommand,
     env: BTreeMap<String, String>,
+    launcher: LauncherConfig,
 }
 
 impl Launch {
-    fn read(fields: &mut Fields, budget: &Amounts) -> Option<Self> {
+    fn read(fields: &mut Fields, run: &Run) -> Option<Self> {
         let requires = fields.amounts("requires");
-        for message in validate::budget_problems(&requires, budget) {
+        for message in validate::budget_problems(&requires, run.budget) {
             fields.report("requires", message);
         }
         let max_workers = fields.optional("max_workers", count);
@@ -237,6 +292,7 @@ impl Launch {
             max_workers: max_workers.unwrap_or(DEFAULT_MAX_WORKERS),
             max_worker_restarts: max_worker_restarts.unwrap_or(DEFAULT_MAX_WORKER_RESTARTS),
             timeout,
+            launcher: task_launcher(fields, run),
             command: user_command(fields)?,
             env,
         })
@@ -252,6 +308,7 @@ impl Launch {
             timeout: self.timeout,
             command: self.command,
             env: self.env,
+            launcher: self.launcher,
         }
     }
 }
