@@ -87,6 +87,9 @@ struct TaskQueue {
     roots: Option<LevelBlocks>,
     /// Blocks made ready by their upstream, and retries, in FIFO order.
     ready: VecDeque<Block>,
+    /// A ready block looked at by `has_runnable` and not handed out yet;
+    /// it comes first.
+    peeked: Option<Block>,
     /// Failures so far of blocks that failed and may still be retried.
     retries: HashMap<BlockId, u32>,
     /// Given up on: nothing is handed out or made ready any more.
@@ -114,6 +117,7 @@ impl TaskQueue {
             },
             roots,
             ready: seeds,
+            peeked: None,
             retries: HashMap::new(),
             abandoned: false,
         }
@@ -198,15 +202,39 @@ impl Scheduler {
         if queue.counters.ready == 0 {
             return None;
         }
-        let block = match queue.roots.as_mut().and_then(Iterator::next) {
-            Some(root) => root,
-            None => {
-                queue.roots = None;
-                queue.ready.pop_front()?
-            }
+        let block = match queue.peeked.take() {
+            Some(peeked) => peeked,
+            None => match queue.roots.as_mut().and_then(Iterator::next) {
+                Some(root) => root,
+                None => {
+                    queue.roots = None;
+                    queue.ready.pop_front()?
+                }
+            },
         };
         queue.counters.ready -= 1;
         Some(block)
+    }
+
+    /// True if `task` has a ready block that still needs running. Blocks
+    /// done in an earlier run are skipped on the way (as `acquire` would),
+    /// so a resumed run does not start workers for work that is done.
+    pub fn has_runnable(&mut self, task: TaskIdx, is_done: &mut dyn FnMut(&Block) -> bool) -> bool {
+        if self.tasks[task.index()].peeked.is_some() {
+            return true;
+        }
+        while let Some(block) = self.next_ready(task) {
+            if is_done(&block) {
+                self.tasks[task.index()].counters.skipped += 1;
+                self.on_success(&block);
+                continue;
+            }
+            let queue = &mut self.tasks[task.index()];
+            queue.peeked = Some(block);
+            queue.counters.ready += 1;
+            return true;
+        }
+        false
     }
 
     /// Records what happened to a block that was handed out. A block that
@@ -262,6 +290,7 @@ impl Scheduler {
             }
             queue.abandoned = true;
             queue.roots = None;
+            queue.peeked = None;
             queue.ready.clear();
             queue.retries.clear();
             let c = &mut queue.counters;

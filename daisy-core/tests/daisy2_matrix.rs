@@ -370,3 +370,28 @@ fn skipped_blocks_count_as_completed_and_unlock_their_downstream() {
     let c = s.counters(T0);
     assert_eq!((c.completed, c.skipped, c.processing), (1, 1, 1));
 }
+
+#[test]
+fn has_runnable_skips_done_blocks_without_changing_the_order() {
+    let mut s = scheduler(vec![first_2d()]);
+    let mut done_in_level_0 = |b: &daisy_core::Block| b.id.spatial == 12 || b.id.spatial == 23;
+    assert!(s.has_runnable(T0, &mut done_in_level_0));
+    assert!(
+        s.has_runnable(T0, &mut done_in_level_0),
+        "asking twice changes nothing"
+    );
+    assert_eq!(s.counters(T0).skipped, 2);
+    assert_eq!(
+        s.counters(T0).ready,
+        4,
+        "25 and 40, and 8 and 17 that waited only for 12 and 23"
+    );
+    assert_eq!(acquire_all(&mut s, T0)[..2], [25, 40]);
+    let mut everything_done = |_: &daisy_core::Block| true;
+    let mut s = scheduler(vec![first_2d()]);
+    assert!(!s.has_runnable(T0, &mut everything_done));
+    assert!(
+        s.is_done(),
+        "a run whose blocks are all done ends without workers"
+    );
+}
