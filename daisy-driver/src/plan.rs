@@ -182,9 +182,10 @@ impl TaskPlan {
             roi(&self.write_roi),
             self.fit
         );
+        let levels = if self.levels == 1 { "level" } else { "levels" };
         let _ = writeln!(
             out,
-            "  blocks       {} in {} levels, {} ready at start",
+            "  blocks       {} in {} {levels}, {} roots (ready when nothing is done)",
             self.blocks, self.levels, self.root_blocks
         );
         let _ = writeln!(
@@ -201,8 +202,8 @@ impl TaskPlan {
         );
         let _ = writeln!(
             out,
-            "  {:<12} {}",
-            format!("{} command", self.command_kind),
+            "  command      {} command: {}",
+            self.command_kind,
             self.command.join(" ")
         );
     }

@@ -50,7 +50,7 @@ fn plan_reports_blocks_levels_roots_and_workers() {
     assert_eq!(relabel["root_blocks"], 0);
 
     let text = run_ok(&mut dir.driver(&["plan", "seg.toml"]));
-    assert!(text.contains("16 in 4 levels, 4 ready at start"), "{text}");
+    assert!(text.contains("16 in 4 levels, 4 roots"), "{text}");
     assert!(!dir.join("daisy_run").exists(), "planning creates nothing");
 }
 
