@@ -1,5 +1,6 @@
 //! How daisy starts and cancels workers: the [`Launcher`] trait and its
-//! backends (local processes now; sbatch, bsub and slurmrestd later).
+//! backends (local processes and SLURM's sbatch now; bsub and slurmrestd
+//! later).
 //!
 //! A launcher is deliberately small, like HyperQueue's `QueueHandler`:
 //! start one worker, one batched check of which jobs ended, cancel. It
@@ -16,10 +17,20 @@
 //! Secrets (the run token) travel only in [`WorkerRequest::env`], never in
 //! its arguments, because any user on a node can read command lines.
 
+mod bsub;
+mod cluster;
 mod local;
+mod sbatch;
+mod template;
 mod worker_program;
 
+pub use bsub::{BsubLauncher, LsfCalls, BSUB_PLACEHOLDERS, BUILTIN_BSUB_TEMPLATE, LSF_COMMANDS};
+pub use cluster::ClusterOptions;
 pub use local::{LocalLauncher, DEFAULT_GRACE};
+pub use sbatch::{
+    SbatchLauncher, SchedulerCalls, BUILTIN_WORKER_TEMPLATE, DEFAULT_COMMAND_TIMEOUT,
+    DEFAULT_POLL_INTERVAL, DEFAULT_RETRY_DELAYS, MAX_BACKOFF, PLACEHOLDERS, SLURM_COMMANDS,
+};
 pub use worker_program::{find_worker_program, DAISY_WORKER_BIN, WORKER_PROGRAM_NAME};
 
 use std::collections::BTreeMap;
@@ -51,6 +62,11 @@ pub struct WorkerRequest {
     /// the local backend ignores them (the driver's budget already gated
     /// the start).
     pub requires: BTreeMap<String, u64>,
+    /// Scheduler options (partition, walltime, job template...) for
+    /// cluster backends, resolved by the driver from the pipeline's
+    /// launcher section and the task's overrides; the local backend
+    /// ignores them.
+    pub cluster: ClusterOptions,
 }
 
 /// Shows environment names but not values, so logging a request never
@@ -67,6 +83,7 @@ impl fmt::Debug for WorkerRequest {
             .field("working_dir", &self.working_dir)
             .field("log_dir", &self.log_dir)
             .field("requires", &self.requires)
+            .field("cluster", &self.cluster)
             .finish()
     }
 }
@@ -185,6 +202,42 @@ pub enum LaunchError {
     /// so a typo never silently runs a different binary.
     #[error("DAISY_WORKER_BIN = {}: {source}", path.display())]
     WorkerBinMissing { path: PathBuf, source: io::Error },
+    /// The scheduler refused the submission, or kept failing with errors
+    /// it calls transient until the retries ran out; `stderr` holds its
+    /// message. `permanent` says retrying cannot help until the pipeline
+    /// or the site changes (invalid partition, account or resources),
+    /// so the driver should stop submitting for the task.
+    #[error("job submission {}: {stderr}", if *permanent { "refused" } else { "failed (transient, retries exhausted)" })]
+    Submit { stderr: String, permanent: bool },
+    /// Scheduler commands a backend needs are not on PATH.
+    #[error(
+        "cannot find {} on PATH ({}); install the scheduler's client commands or fix PATH",
+        missing.join(", "),
+        path.as_deref().unwrap_or("PATH is not set")
+    )]
+    ExecutablesMissing {
+        missing: Vec<String>,
+        path: Option<String>,
+    },
+    /// A job script could not be written to the log directory.
+    #[error("cannot write job script {}: {source}", path.display())]
+    Script { path: PathBuf, source: io::Error },
+    /// A user's job-script template could not be read.
+    #[error("cannot read job template {}: {source}", path.display())]
+    TemplateRead { path: PathBuf, source: io::Error },
+    /// A job-script template is malformed; nothing was submitted.
+    #[error("job template {}, line {line}: {problem}", template.display())]
+    Template {
+        template: PathBuf,
+        line: usize,
+        problem: TemplateProblem,
+    },
+    /// A scheduler command succeeded but printed something unexpected.
+    #[error("{command} printed {output:?}, not a job id")]
+    UnexpectedOutput {
+        command: &'static str,
+        output: String,
+    },
     /// No `daisy-worker` in any of the places looked at.
     #[error(
         "no {WORKER_PROGRAM_NAME} program found: {DAISY_WORKER_BIN} is not set, {}, \
@@ -192,6 +245,21 @@ pub enum LaunchError {
         worker_program::describe_beside_exe(.beside_exe)
     )]
     WorkerNotFound { beside_exe: Option<PathBuf> },
+}
+
+/// What is wrong in a job-script template.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum TemplateProblem {
+    /// A `{{` with no `}}` after it on the same line.
+    #[error("\"{{{{\" without a closing \"}}}}\"")]
+    Unclosed,
+    /// A name the template's backend does not fill; `known` lists the
+    /// names it does (used by the shared renderer in `template.rs`).
+    #[error("unknown placeholder {{{{{name}}}}} (known: {})", known.join(", "))]
+    UnknownName {
+        name: String,
+        known: Vec<&'static str>,
+    },
 }
 
 #[cfg(test)]
@@ -209,6 +277,7 @@ mod tests {
             working_dir: "/work".into(),
             log_dir: "/work/logs/predict".into(),
             requires: BTreeMap::new(),
+            cluster: ClusterOptions::default(),
         };
         let shown = format!("{request:?}");
         assert!(shown.contains("DAISY_CONTEXT"), "{shown}");

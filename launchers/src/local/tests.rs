@@ -29,6 +29,7 @@ fn sh(dir: &Path, worker_id: u64, script: &str) -> WorkerRequest {
         working_dir: dir.to_path_buf(),
         log_dir: dir.join("logs").join("task"),
         requires: BTreeMap::new(),
+        cluster: Default::default(),
     }
 }
 

@@ -1,0 +1,162 @@
+//! The bsub job script of a group of workers: the values of the
+//! placeholders of `slurm-templates/worker.bsub`, rendered by the shared
+//! [`template`](crate::template) rules. Pure, so every rule is tested
+//! without LSF.
+//!
+//! Translations from the launcher-agnostic options: `partition` is the LSF
+//! queue (`-q`), `account` the project (`-P`), the SLURM-style walltime
+//! `time` becomes `-W [hours:]minutes` (rounded up to a minute); `qos` has
+//! no LSF counterpart and is left out with a warning. Resources: `cpu` →
+//! `-n`, `gpu` → `-gpu "num=N"`, `mem` (megabytes) → `-R "rusage[mem=N]"`.
+
+use std::path::{Path, PathBuf};
+
+use crate::template::{self, Values};
+use crate::{LaunchError, WorkerRequest};
+
+/// The built-in template (`slurm-templates/worker.bsub`), compiled in so
+/// the driver needs no data files.
+pub const BUILTIN_TEMPLATE: &str = include_str!("../../../slurm-templates/worker.bsub");
+
+/// How the built-in template is named in errors.
+const BUILTIN_NAME: &str = "<built-in worker.bsub>";
+
+/// Every placeholder a bsub template may use; the built-in template's
+/// header says what each one holds.
+pub const PLACEHOLDERS: &[&str] = &[
+    "job_array",
+    "job_name",
+    "task_id",
+    "first_worker_id",
+    "last_worker_id",
+    "workers",
+    "queue",
+    "project",
+    "walltime",
+    "cpus",
+    "gpus",
+    "mem_mb",
+    "output",
+    "error",
+    "log_dir",
+    "working_dir",
+    "directives",
+    "setup",
+    "worker_command",
+];
+
+/// The script for a group of workers of one task (consecutive ids, the
+/// first one's options and command), from its template.
+pub(crate) fn script_for(group: &[WorkerRequest]) -> Result<String, LaunchError> {
+    let values = values_for(group)?;
+    let custom = group[0].cluster.template.as_deref();
+    template::render_template(custom, BUILTIN_TEMPLATE, BUILTIN_NAME, &values)
+}
+
+/// The placeholder values of a group of workers; refused only for a
+/// walltime that cannot be read.
+pub(crate) fn values_for(group: &[WorkerRequest]) -> Result<Values, LaunchError> {
+    let (first, last) = (&group[0], &group[group.len() - 1]);
+    let options = &first.cluster;
+    if let Some(qos) = &options.qos {
+        tracing::warn!(%qos, task = %first.task_id, "LSF has no qos; the launcher's qos is ignored");
+    }
+    let walltime = options.time.as_deref().map(walltime_option).transpose()?;
+    let resource = |key: &str| {
+        first
+            .requires
+            .get(key)
+            .filter(|n| **n > 0)
+            .map(u64::to_string)
+    };
+    let quoted = |path: &Path| Some(template::directive_quote(&path.display().to_string()));
+    Ok(Values::from([
+        ("job_array", Some(job_array(first, group.len()))),
+        ("job_name", Some(template::job_name(&first.task_id))),
+        ("task_id", Some(first.task_id.clone())),
+        ("first_worker_id", Some(first.worker_id.to_string())),
+        ("last_worker_id", Some(last.worker_id.to_string())),
+        ("workers", Some(group.len().to_string())),
+        ("queue", options.partition.clone()),
+        ("project", options.account.clone()),
+        ("walltime", walltime.flatten()),
+        ("cpus", resource("cpu")),
+        ("gpus", resource("gpu")),
+        ("mem_mb", resource("mem")),
+        ("output", quoted(&log_file(&first.log_dir, "out"))),
+        ("error", quoted(&log_file(&first.log_dir, "err"))),
+        (
+            "log_dir",
+            Some(template::shell_quote(&first.log_dir.display().to_string())),
+        ),
+        ("working_dir", quoted(&first.working_dir)),
+        (
+            "directives",
+            template::directive_lines("#BSUB", &options.directives),
+        ),
+        ("setup", template::joined_lines(&options.setup)),
+        ("worker_command", Some(template::worker_command(first))),
+    ]))
+}
+
+/// `daisy-<task>[1-N]`, or `daisy-<task>[1-N]%cap` with a cap: LSF's
+/// array syntax (indices from 1, `%` the running-element limit).
+fn job_array(first: &WorkerRequest, workers: usize) -> String {
+    let name = template::job_name(&first.task_id);
+    match first.cluster.max_array_parallel {
+        Some(cap) => format!("{name}[1-{workers}]%{cap}"),
+        None => format!("{name}[1-{workers}]"),
+    }
+}
+
+/// `<log_dir>/worker-%J_%I.<extension>`: LSF puts the job id for `%J` and
+/// the array index for `%I`.
+fn log_file(log_dir: &Path, extension: &str) -> PathBuf {
+    log_dir.join(format!("worker-%J_%I.{extension}"))
+}
+
+/// The `-W` value for a SLURM-style walltime, `None` for SLURM's "0" (no
+/// limit); an unreadable one is refused naming the option and value.
+fn walltime_option(time: &str) -> Result<Option<String>, LaunchError> {
+    let minutes = walltime_minutes(time).ok_or_else(|| LaunchError::Submit {
+        stderr: format!(
+            "launcher option time = {time:?} is not a walltime like \"04:00:00\" \
+             or \"1-12:00:00\", so it cannot become bsub -W"
+        ),
+        permanent: true,
+    })?;
+    Ok((minutes > 0).then(|| format!("{}:{:02}", minutes / 60, minutes % 60)))
+}
+
+/// Minutes (rounded up) in a SLURM walltime: `M`, `M:S`, `H:M:S`, `D-H`,
+/// `D-H:M` or `D-H:M:S`.
+pub(crate) fn walltime_minutes(time: &str) -> Option<u64> {
+    let number = |part: &str| match part.bytes().all(|b| b.is_ascii_digit()) {
+        true => part.parse::<u64>().ok(),
+        false => None,
+    };
+    let (days, clock) = match time.split_once('-') {
+        Some((days, clock)) => (number(days)?, clock),
+        None => (0, time),
+    };
+    let parts: Vec<u64> = clock.split(':').map(number).collect::<Option<_>>()?;
+    let with_days = time.contains('-');
+    let seconds = match (with_days, parts.as_slice()) {
+        (false, [m]) => m * 60,
+        (false, [m, s]) => m * 60 + s,
+        (_, [h, m, s]) => (h * 60 + m) * 60 + s,
+        (true, [h]) => h * 3600,
+        (true, [h, m]) => (h * 60 + m) * 60,
+        _ => return None,
+    };
+    Some((days * 86_400 + seconds).div_ceil(60))
+}
+
+/// Where the script of workers `first..=last` is kept before submission:
+/// `<log_dir>/worker-<first>-<last>.bsub`.
+pub(crate) fn script_path(log_dir: &Path, first: u64, last: u64) -> PathBuf {
+    log_dir.join(format!("worker-{first}-{last}.bsub"))
+}
+
+#[cfg(test)]
+mod tests;

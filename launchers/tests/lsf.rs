@@ -1,0 +1,547 @@
+//! The bsub launcher against the LSF stand-in (`tests/lsf-standin`: bsub,
+//! bjobs, bkill and bresume speaking LSF's documented formats), which runs
+//! the jobs for real on the local SLURM, so PEND, RUN, DONE and EXIT are
+//! real states.
+//!
+//! The launcher finds the stand-in through the PATH value it is built with
+//! (the process environment is never changed). Every test first calls
+//! [`lsf_or_skip`]: without SLURM and Python it skips loudly, or fails when
+//! `CI` is set. Every job a test submits is killed when the test ends,
+//! passed or not ([`Bkill`], and the launcher's own drop). Jobs are small
+//! shell programs standing in for daisy-worker.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use launchers::{
+    BsubLauncher, ClusterOptions, JobEnd, JobId, LaunchError, Launcher, WorkerRequest,
+};
+
+/// Stands in for the run token: it must reach the jobs' environment and
+/// appear in no script, job name or command line.
+const SECRET: &str = "daisy-lsf-token-5c8e17";
+
+/// The longest a test waits for the stand-in's jobs to start or end.
+const WAIT: Duration = Duration::from_secs(90);
+
+/// Where the stand-in's commands are.
+fn standin() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/lsf-standin")
+}
+
+/// Whether the stand-in can run: SLURM answers and Python 3 is there.
+/// Without them: fails under CI (`CI` set), else prints a loud skip notice
+/// and returns `false`.
+fn lsf_or_skip(test: &str) -> bool {
+    let works = |program: &str, arg: &str| {
+        Command::new(program)
+            .arg(arg)
+            .output()
+            .is_ok_and(|output| output.status.success())
+    };
+    if works("sinfo", "-h") && works("python3", "--version") {
+        return true;
+    }
+    let why = "the LSF stand-in needs SLURM (`sinfo -h` fails) and python3";
+    let how = "start SLURM with `bash ci/slurm/start-local-slurm.sh` (as root), \
+               then `source /tmp/daisy-slurm/env.sh` if /etc/slurm/slurm.conf is not linked";
+    if std::env::var_os("CI").is_some() {
+        panic!("{test}: {why}, and CI is set, so LSF tests may not be skipped; {how}");
+    }
+    eprintln!("\n!!!!!!!! SKIPPED {test}: {why}; {how} !!!!!!!!\n");
+    false
+}
+
+/// Kills the listed LSF jobs through the stand-in when dropped, so a
+/// failing test leaves nothing in the queue.
+#[derive(Default)]
+struct Bkill(Vec<String>);
+
+impl Bkill {
+    fn add(&mut self, job: &JobId) {
+        let array = array_of(job);
+        if !self.0.contains(&array) {
+            self.0.push(array);
+        }
+    }
+}
+
+impl Drop for Bkill {
+    fn drop(&mut self) {
+        if !self.0.is_empty() {
+            let _ = Command::new(standin().join("bkill")).args(&self.0).output();
+        }
+    }
+}
+
+/// `10042` for `10042[3]`.
+fn array_of(job: &JobId) -> String {
+    job.0.split('[').next().unwrap().to_owned()
+}
+
+/// A temporary run directory and requests for `/bin/sh -c <script>`
+/// workers of one task, whose name is unique to this test process.
+struct Run {
+    dir: tempfile::TempDir,
+    task: String,
+}
+
+impl Run {
+    fn new(task: &str) -> Self {
+        Self {
+            dir: tempfile::tempdir().unwrap(),
+            task: format!("lsf-{task}-{}", std::process::id()),
+        }
+    }
+
+    fn requests(&self, count: u64, script: &str, cluster: ClusterOptions) -> Vec<WorkerRequest> {
+        let context = format!("{{\"token\":\"{SECRET}\"}}");
+        (0..count)
+            .map(|worker_id| WorkerRequest {
+                task_id: self.task.clone(),
+                worker_id,
+                program: "/bin/sh".into(),
+                args: vec!["-c".into(), script.into()],
+                env: vec![
+                    ("DAISY_CONTEXT".into(), context.clone()),
+                    ("DAISY_CONTEXT_TEST".into(), SECRET.into()),
+                ],
+                working_dir: self.dir.path().into(),
+                log_dir: self.log_dir(),
+                requires: BTreeMap::from([("cpu".into(), 1)]),
+                cluster: cluster.clone(),
+            })
+            .collect()
+    }
+
+    fn log_dir(&self) -> PathBuf {
+        self.dir.path().join("logs").join(&self.task)
+    }
+
+    fn path(&self, name: &str) -> PathBuf {
+        self.dir.path().join(name)
+    }
+
+    /// The SLURM job name the stand-in gives the array.
+    fn job_name(&self) -> String {
+        format!("daisy-{}", self.task)
+    }
+}
+
+fn launcher() -> BsubLauncher {
+    BsubLauncher::with_path(Some(standin().into()))
+        .expect("the LSF stand-in's commands")
+        .with_retry_delays(vec![Duration::from_millis(200); 3])
+        .with_poll_interval(Duration::from_millis(200))
+}
+
+/// Submits and registers every array for cleanup; panics on any error.
+fn start(
+    launcher: &mut BsubLauncher,
+    requests: &[WorkerRequest],
+    cleanup: &mut Bkill,
+) -> Vec<JobId> {
+    let jobs: Vec<JobId> = launcher
+        .start_many(requests)
+        .into_iter()
+        .map(|result| result.expect("submitted"))
+        .collect();
+    jobs.iter().for_each(|job| cleanup.add(job));
+    jobs
+}
+
+/// Polls until `count` ends were reported (or [`WAIT`] passed), then
+/// twice more to check that nothing is reported twice.
+fn ends(launcher: &mut BsubLauncher, count: usize) -> Vec<(u64, JobId, JobEnd)> {
+    let deadline = Instant::now() + WAIT;
+    let mut ended = Vec::new();
+    while ended.len() < count && Instant::now() < deadline {
+        ended.extend(launcher.poll_ended());
+        std::thread::sleep(launcher.poll_interval());
+    }
+    for _ in 0..2 {
+        std::thread::sleep(launcher.poll_interval());
+        ended.extend(launcher.poll_ended());
+    }
+    ended.sort_by_key(|(worker, _, _)| *worker);
+    ended
+}
+
+/// `(index, STAT, EXIT_CODE)` of every element of `job`, from the
+/// stand-in's bjobs in the format the launcher uses.
+fn bjobs(job: &str) -> Vec<(u32, String, String)> {
+    let output = Command::new(standin().join("bjobs"))
+        .args([
+            "-a",
+            "-noheader",
+            "-o",
+            "jobid jobindex stat exit_code",
+            job,
+        ])
+        .output()
+        .unwrap();
+    String::from_utf8_lossy(&output.stdout)
+        .lines()
+        .filter_map(
+            |line| match line.split_whitespace().collect::<Vec<_>>()[..] {
+                [_, index, stat, code] => Some((index.parse().ok()?, stat.into(), code.into())),
+                _ => None,
+            },
+        )
+        .collect()
+}
+
+/// The state of element `index` of `job`, if bjobs lists it.
+fn stat(job: &str, index: u32) -> Option<String> {
+    bjobs(job)
+        .into_iter()
+        .find(|(i, _, _)| *i == index)
+        .map(|(_, stat, _)| stat)
+}
+
+/// SLURM job ids with this job name still in squeue.
+fn squeue_by_name(name: &str) -> Vec<String> {
+    let output = Command::new("squeue")
+        .args(["--noheader", "--array", "--name", name, "--format=%i %T"])
+        .output()
+        .unwrap();
+    String::from_utf8_lossy(&output.stdout)
+        .lines()
+        .map(str::to_owned)
+        .collect()
+}
+
+/// The distinct states element `index` of `job` goes through until it is
+/// DONE or EXIT (checked every 100 ms, for at most [`WAIT`]).
+fn watch(job: &str, index: u32, mut on_state: impl FnMut(&str)) -> Vec<String> {
+    let deadline = Instant::now() + WAIT;
+    let mut seen: Vec<String> = Vec::new();
+    while Instant::now() < deadline {
+        if let Some(stat) = stat(job, index) {
+            if seen.last() != Some(&stat) {
+                on_state(&stat);
+                seen.push(stat.clone());
+            }
+            if stat == "DONE" || stat == "EXIT" {
+                return seen;
+            }
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    panic!("element {index} of job {job} did not finish; states seen: {seen:?}");
+}
+
+fn wait_for(what: &str, mut done: impl FnMut() -> bool) {
+    let deadline = Instant::now() + WAIT;
+    while !done() {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+fn read(path: &Path) -> String {
+    std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+}
+
+#[test]
+fn an_array_of_three_completes_each_worker_once_with_its_index() {
+    if !lsf_or_skip("an_array_of_three_completes...") {
+        return;
+    }
+    let (run, mut cleanup, mut launcher) = (Run::new("three"), Bkill::default(), launcher());
+    let script = "echo \"index=$LSB_JOBINDEX job=$LSB_JOBID slurm=${SLURM_ARRAY_TASK_ID:-none}\"";
+    let jobs = start(
+        &mut launcher,
+        &run.requests(3, script, ClusterOptions::default()),
+        &mut cleanup,
+    );
+    let array = array_of(&jobs[0]);
+    let expected_ids: Vec<JobId> = (1..=3).map(|i| JobId(format!("{array}[{i}]"))).collect();
+    assert_eq!(jobs, expected_ids);
+
+    let ended = ends(&mut launcher, 3);
+    let expected: Vec<_> = (0..3)
+        .map(|i| (i, jobs[i as usize].clone(), JobEnd::Exited { code: 0 }))
+        .collect();
+    assert_eq!(ended, expected, "each worker ended once, with code 0");
+    for i in 1..=3 {
+        let out = read(&run.log_dir().join(format!("worker-{array}_{i}.out")));
+        assert_eq!(
+            out,
+            format!("index={i} job={array} slurm=none\n"),
+            "LSF's %J_%I and job environment"
+        );
+    }
+    let states: Vec<_> = bjobs(&array)
+        .into_iter()
+        .map(|(i, stat, _)| (i, stat))
+        .collect();
+    assert_eq!(
+        states,
+        [(1, "DONE".into()), (2, "DONE".into()), (3, "DONE".into())]
+    );
+    let calls = launcher.calls();
+    assert_eq!(calls.submissions, 1);
+    eprintln!("three workers: {calls:?}");
+}
+
+#[test]
+fn a_worker_exiting_3_ends_as_exited_3_and_lsf_says_exit() {
+    if !lsf_or_skip("a_worker_exiting_3...") {
+        return;
+    }
+    let (run, mut cleanup, mut launcher) = (Run::new("exit3"), Bkill::default(), launcher());
+    let jobs = start(
+        &mut launcher,
+        &run.requests(1, "exit 3", ClusterOptions::default()),
+        &mut cleanup,
+    );
+    let ended = ends(&mut launcher, 1);
+    assert_eq!(ended, [(0, jobs[0].clone(), JobEnd::Exited { code: 3 })]);
+    assert_eq!(bjobs(&array_of(&jobs[0])), [(1, "EXIT".into(), "3".into())]);
+}
+
+#[test]
+fn a_capped_array_shows_pend_run_done_and_keeps_its_slots_meanwhile() {
+    if !lsf_or_skip("a_capped_array_shows_pend_run_done...") {
+        return;
+    }
+    let (run, mut cleanup, mut launcher) = (Run::new("capped"), Bkill::default(), launcher());
+    let cluster = ClusterOptions {
+        max_array_parallel: Some(1),
+        ..ClusterOptions::default()
+    };
+    let jobs = start(
+        &mut launcher,
+        &run.requests(2, "sleep 2", cluster),
+        &mut cleanup,
+    );
+    let array = array_of(&jobs[0]);
+    let (mut polled_while_alive, mut ended) = (0, Vec::new());
+    let seen = watch(&array, 2, |stat| {
+        if stat == "PEND" || stat == "RUN" {
+            let early = launcher.poll_ended();
+            assert!(
+                early.iter().all(|(worker, _, _)| *worker != 1),
+                "{stat}: {early:?}"
+            );
+            ended.extend(early);
+            polled_while_alive += 1;
+        }
+    });
+    assert_eq!(
+        seen,
+        ["PEND", "RUN", "DONE"],
+        "element 2 waits for element 1 (%1)"
+    );
+    assert_eq!(polled_while_alive, 2);
+    ended.extend(ends(&mut launcher, 2 - ended.len()));
+    ended.sort_by_key(|(worker, _, _)| *worker);
+    let expected: Vec<_> = (0..2)
+        .map(|i| (i, jobs[i as usize].clone(), JobEnd::Exited { code: 0 }))
+        .collect();
+    assert_eq!(ended, expected, "each worker ended once");
+}
+
+#[test]
+fn a_held_job_is_psusp_until_resumed_then_runs_and_is_done() {
+    if !lsf_or_skip("a_held_job_is_psusp...") {
+        return;
+    }
+    let (run, mut cleanup, mut launcher) = (Run::new("held"), Bkill::default(), launcher());
+    let cluster = ClusterOptions {
+        directives: vec!["-H".into()],
+        ..ClusterOptions::default()
+    };
+    let job = start(
+        &mut launcher,
+        &run.requests(1, "sleep 1", cluster),
+        &mut cleanup,
+    )
+    .remove(0);
+    let array = array_of(&job);
+    for _ in 0..3 {
+        assert!(
+            launcher.poll_ended().is_empty(),
+            "a held job keeps its slot"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    assert_eq!(stat(&array, 1).as_deref(), Some("PSUSP"));
+    let resumed = Command::new(standin().join("bresume"))
+        .arg(&array)
+        .output()
+        .unwrap();
+    assert_eq!(
+        String::from_utf8_lossy(&resumed.stdout),
+        format!("Job <{array}> is being resumed\n")
+    );
+    let seen = watch(&array, 1, |_| {});
+    assert_eq!(seen.last().map(String::as_str), Some("DONE"), "{seen:?}");
+    assert!(seen.contains(&"RUN".to_owned()), "{seen:?}");
+    assert_eq!(
+        ends(&mut launcher, 1),
+        [(0, job, JobEnd::Exited { code: 0 })]
+    );
+}
+
+#[test]
+fn cancel_all_is_one_bkill_and_leaves_no_job_in_squeue() {
+    if !lsf_or_skip("cancel_all_is_one_bkill...") {
+        return;
+    }
+    let (run, mut cleanup, mut launcher) = (Run::new("sleepers"), Bkill::default(), launcher());
+    let cluster = ClusterOptions {
+        max_array_parallel: Some(2),
+        ..ClusterOptions::default()
+    };
+    let jobs = start(
+        &mut launcher,
+        &run.requests(3, "sleep 300", cluster),
+        &mut cleanup,
+    );
+    let array = array_of(&jobs[0]);
+    wait_for("two running, one pending", || {
+        let stats: Vec<String> = bjobs(&array).into_iter().map(|(_, stat, _)| stat).collect();
+        stats == ["RUN", "RUN", "PEND"]
+    });
+    assert!(!squeue_by_name(&run.job_name()).is_empty());
+    launcher.cancel_all();
+    assert_eq!(launcher.calls().cancels, 1);
+    wait_for("squeue to list none of them", || {
+        squeue_by_name(&run.job_name()).is_empty()
+    });
+    let ended = ends(&mut launcher, 3);
+    let expected: Vec<_> = (0..3)
+        .map(|i| (i, jobs[i as usize].clone(), JobEnd::Cancelled))
+        .collect();
+    assert_eq!(ended, expected);
+    let stats: Vec<String> = bjobs(&array).into_iter().map(|(_, stat, _)| stat).collect();
+    assert_eq!(
+        stats,
+        ["EXIT", "EXIT", "EXIT"],
+        "LSF shows killed jobs as EXIT"
+    );
+}
+
+#[test]
+fn a_bad_queue_is_a_permanent_submit_error_with_lsfs_message() {
+    if !lsf_or_skip("a_bad_queue...") {
+        return;
+    }
+    let (run, mut launcher) = (Run::new("nowhere"), launcher());
+    let cluster = ClusterOptions {
+        partition: Some("nosuchqueue".into()),
+        ..ClusterOptions::default()
+    };
+    let results = launcher.start_many(&run.requests(2, "true", cluster));
+    for result in results {
+        let error = result.unwrap_err();
+        eprintln!("{error}");
+        assert!(
+            matches!(
+                &error,
+                LaunchError::Submit {
+                    permanent: true,
+                    ..
+                }
+            ),
+            "{error}"
+        );
+        let message = error.to_string();
+        assert!(
+            message.contains("nosuchqueue: No such queue. Job not submitted."),
+            "{message}"
+        );
+    }
+    assert_eq!(launcher.calls().submissions, 1, "not retried");
+}
+
+#[test]
+fn the_token_reaches_the_job_but_no_script_job_name_or_command_line() {
+    if !lsf_or_skip("the_token_reaches_the_job...") {
+        return;
+    }
+    let (run, mut cleanup, mut launcher) = (Run::new("secret"), Bkill::default(), launcher());
+    let script = "printf '%s' \"$DAISY_CONTEXT_TEST\" > secret-$LSB_JOBINDEX.txt; sleep 1";
+    let jobs = start(
+        &mut launcher,
+        &run.requests(2, script, ClusterOptions::default()),
+        &mut cleanup,
+    );
+    let array = array_of(&jobs[0]);
+    let slurm_ids = squeue_by_name(&run.job_name());
+    let shown = Command::new("scontrol")
+        .args(["-o", "show", "job"])
+        .output()
+        .unwrap();
+    let shown = String::from_utf8_lossy(&shown.stdout);
+    assert!(
+        shown.contains(&format!("JobName={}", run.job_name())),
+        "{shown}"
+    );
+    assert!(!shown.contains(SECRET), "scontrol shows the token: {shown}");
+    assert_eq!(ends(&mut launcher, 2).len(), 2, "{slurm_ids:?}");
+    for i in 1..=2 {
+        assert_eq!(
+            read(&run.path(&format!("secret-{i}.txt"))),
+            SECRET,
+            "element {i}"
+        );
+    }
+    let kept = read(&run.log_dir().join("worker-0-1.bsub"));
+    assert!(
+        kept.contains(&format!("#BSUB -J \"daisy-{}[1-2]\"", run.task)),
+        "{kept}"
+    );
+    assert!(!kept.contains(SECRET), "{kept}");
+    for file in ["job-script", "slurm-wrapper.sh", "job.json"] {
+        let text = read(&standin_state_dir().join("jobs").join(&array).join(file));
+        assert!(!text.contains(SECRET), "{file}: {text}");
+    }
+}
+
+/// The stand-in's state directory (its job scripts and sbatch calls).
+fn standin_state_dir() -> PathBuf {
+    std::env::var_os("LSF_STANDIN_DIR")
+        .filter(|dir| !dir.is_empty())
+        .map_or_else(|| PathBuf::from("/tmp/lsf-standin"), PathBuf::from)
+}
+
+#[test]
+fn fifty_workers_cost_one_submission_and_a_poll_one_status_call() {
+    if !lsf_or_skip("fifty_workers...") {
+        return;
+    }
+    let (run, mut cleanup, mut launcher) = (Run::new("fifty"), Bkill::default(), launcher());
+    let cluster = ClusterOptions {
+        directives: vec!["-H".into()],
+        ..ClusterOptions::default()
+    };
+    let jobs = start(
+        &mut launcher,
+        &run.requests(50, "true", cluster),
+        &mut cleanup,
+    );
+    assert_eq!(jobs.len(), 50);
+    assert_eq!(jobs[49].0, format!("{}[50]", array_of(&jobs[0])));
+    for _ in 0..3 {
+        assert!(
+            launcher.poll_ended().is_empty(),
+            "held workers keep their slots"
+        );
+    }
+    let calls = launcher.calls();
+    assert_eq!((calls.submissions, calls.status), (1, 3));
+    println!(
+        "LSF calls for a task with 50 workers: {} submission call, {} status calls in 3 polls ({calls:?})",
+        calls.submissions, calls.status
+    );
+    launcher.cancel_all();
+    assert_eq!(launcher.calls().cancels, 1);
+    wait_for("the array to leave squeue", || {
+        squeue_by_name(&run.job_name()).is_empty()
+    });
+}
