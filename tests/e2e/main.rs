@@ -5,6 +5,7 @@ mod distributed;
 mod failures;
 mod plan;
 mod protocol;
+mod python_worker;
 mod resources;
 mod serial;
 mod util;
