@@ -58,17 +58,21 @@ pub fn run_context(addresses: Vec<String>, token: &str) -> WorkerContext {
     }
 }
 
-/// Writes `context.json` readable by its owner only (it holds the token).
+/// Writes `context.json` readable by its owner only (it holds the token),
+/// atomically: a worker started by hand never reads half a file.
 pub fn write_context_file(path: &Path, context: &WorkerContext) -> anyhow::Result<()> {
-    let _ = std::fs::remove_file(path);
+    let partial = path.with_extension("json.partial");
+    let _ = std::fs::remove_file(&partial);
     let mut file = std::fs::OpenOptions::new()
         .write(true)
         .create_new(true)
         .mode(0o600)
-        .open(path)
-        .with_context(|| format!("creating {}", path.display()))?;
+        .open(&partial)
+        .with_context(|| format!("creating {}", partial.display()))?;
     file.write_all(context.to_json().as_bytes())
-        .with_context(|| format!("writing {}", path.display()))
+        .with_context(|| format!("writing {}", partial.display()))?;
+    std::fs::rename(&partial, path)
+        .with_context(|| format!("renaming {} into place", partial.display()))
 }
 
 #[cfg(test)]

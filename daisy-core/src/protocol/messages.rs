@@ -8,11 +8,12 @@ use crate::scheduler::TaskCounters;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
-/// Who is connecting.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+/// Who is connecting; a Hello without a role is a worker's.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Role {
     /// Takes blocks of one task and runs them.
+    #[default]
     Worker,
     /// Watches the run (status, dashboards); never receives blocks.
     Observer,
@@ -24,6 +25,7 @@ pub struct Hello {
     pub protocol: u32,
     /// The run's secret token (from DAISY_CONTEXT or a token file).
     pub token: String,
+    #[serde(default)]
     pub role: Role,
     /// The task a worker serves (required for workers).
     #[serde(default)]
@@ -164,7 +166,7 @@ mod tests {
     #[test]
     fn a_hello_from_another_implementation_parses_without_optional_fields() {
         let value = serde_json::json!({
-            "type": "hello", "protocol": 1, "token": "t", "role": "worker",
+            "type": "hello", "protocol": 1, "token": "t",
             "task_id": "predict", "extra": [1, 2]
         });
         let bytes = rmp_serde::to_vec_named(&value).unwrap();
@@ -173,6 +175,7 @@ mod tests {
             panic!("not a hello: {message:?}");
         };
         assert_eq!(hello.task_id.as_deref(), Some("predict"));
+        assert_eq!(hello.role, Role::Worker);
         assert_eq!((hello.worker_id, hello.pid), (None, 0));
     }
 }
