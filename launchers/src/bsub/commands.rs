@@ -55,7 +55,8 @@ impl LsfCommands {
 
 /// One command to run: arguments, the file it reads as stdin (`bsub <
 /// script`), extra environment (added to the inherited one), directory.
-#[derive(Debug, Default)]
+/// Not `Debug`: the environment holds the run token, and nothing may log it.
+#[derive(Default)]
 pub(crate) struct Invocation<'a> {
     pub args: Vec<String>,
     pub stdin: Option<&'a Path>,
