@@ -2,6 +2,7 @@
 //! function per subcommand. The binary only parses and dispatches here.
 
 use crate::driver::RunOptions;
+use crate::launch::LaunchSettings;
 use crate::pipeline::Pipeline;
 use crate::plan::plan;
 use crate::run_dir::RunDir;
@@ -37,6 +38,15 @@ pub enum Command {
     /// recorded in the run directory, so a re-run only runs what is left.
     /// Ctrl-C or SIGTERM stop the run within a second.
     Run(RunOpts),
+    /// Run a worker: the same program as `daisy-worker` (see
+    /// `daisy-driver worker --help`), built into the driver so that one
+    /// binary is enough on a cluster.
+    #[command(disable_help_flag = true)]
+    Worker {
+        /// The arguments of daisy-worker.
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+        args: Vec<String>,
+    },
 }
 
 /// Where the pipeline file and the run directory are.
@@ -84,17 +94,29 @@ pub struct RunOpts {
     /// How often a status line is printed when stdout is not a terminal.
     #[arg(long, env = "DAISY_STATUS_EVERY", default_value = "10s", value_parser = humantime::parse_duration)]
     pub status_every: Duration,
+    /// How often the cluster scheduler is asked for the states of the
+    /// run's jobs (one squeue/bjobs call for all of them).
+    #[arg(long, env = "DAISY_POLL_INTERVAL", default_value = "30s", value_parser = humantime::parse_duration)]
+    pub poll_interval: Duration,
+    /// Leave the run's cluster jobs queued or running when the driver
+    /// exits, instead of cancelling them.
+    #[arg(long)]
+    pub leave_jobs: bool,
 }
 
 /// How long launched workers get between SIGTERM and SIGKILL when the run
 /// ends, so that Ctrl-C stops everything within about a second.
 const STOP_GRACE: Duration = Duration::from_millis(500);
 
+/// Heartbeats more often than this would only load the network.
+const MIN_HEARTBEAT: Duration = Duration::from_millis(100);
+
 /// Runs the parsed command line and picks the exit code.
 pub fn main(cli: Cli) -> anyhow::Result<ExitCode> {
     match cli.command {
         Command::Plan(opts) => command_plan(opts),
         Command::Run(opts) => command_run(opts),
+        Command::Worker { args } => Ok(command_worker(args)),
     }
 }
 
@@ -128,8 +150,12 @@ fn command_run(opts: RunOpts) -> anyhow::Result<ExitCode> {
         crate::serial_run::run(&pipeline, &run_dir)?
     } else {
         let options = run_options(&opts)?;
+        let settings = LaunchSettings {
+            poll_interval: opts.poll_interval,
+            stop_grace: STOP_GRACE,
+        };
+        let launcher = crate::launch::launcher(&pipeline.launcher, settings)?;
         let runtime = tokio::runtime::Runtime::new().context("starting the async runtime")?;
-        let launcher = Box::new(launchers::LocalLauncher::with_grace(STOP_GRACE));
         runtime.block_on(crate::driver::run(
             Arc::new(pipeline),
             &run_dir,
@@ -143,17 +169,44 @@ fn command_run(opts: RunOpts) -> anyhow::Result<ExitCode> {
 }
 
 fn run_options(opts: &RunOpts) -> anyhow::Result<RunOptions> {
-    let worker_program = match &opts.worker_bin {
-        Some(path) => path.clone(),
-        None => launchers::find_worker_program()?,
-    };
+    if opts.heartbeat_interval < MIN_HEARTBEAT {
+        anyhow::bail!(
+            "--heartbeat-interval {:?} is too short: at least {MIN_HEARTBEAT:?}",
+            opts.heartbeat_interval
+        );
+    }
+    let (worker_program, worker_args) = worker_program(opts.worker_bin.as_deref())?;
     Ok(RunOptions {
         listen: opts.listen,
         heartbeat_interval: opts.heartbeat_interval,
         heartbeat_misses: opts.heartbeat_misses.max(1),
         worker_program,
+        worker_args,
+        leave_jobs: opts.leave_jobs,
         status_every: opts.status_every,
     })
+}
+
+/// What launched workers run: the given program, else `daisy-worker`
+/// beside this program or on PATH, else this program's own `worker`
+/// subcommand (one binary is then enough).
+fn worker_program(given: Option<&std::path::Path>) -> anyhow::Result<(PathBuf, Vec<String>)> {
+    if let Some(path) = given {
+        return Ok((path.to_path_buf(), Vec::new()));
+    }
+    match launchers::find_worker_program() {
+        Ok(path) => Ok((path, Vec::new())),
+        Err(error) => {
+            let driver = std::env::current_exe().context("finding daisy-driver's own path")?;
+            tracing::info!("{error:#}; workers run `{} worker`", driver.display());
+            Ok((driver, vec!["worker".to_string()]))
+        }
+    }
+}
+
+fn command_worker(args: Vec<String>) -> ExitCode {
+    let argv = std::iter::once("daisy-worker".to_string()).chain(args);
+    daisy_worker::cli::main(daisy_worker::cli::Cli::parse_from(argv))
 }
 
 /// Resolves on Ctrl-C or SIGTERM.

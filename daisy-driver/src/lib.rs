@@ -12,6 +12,7 @@
 //! - [`driver`]: `daisy-driver run`: the run loop that owns all state.
 //! - [`connection`]: one task per worker connection.
 //! - [`budget`], [`slots`]: the resource budget and worker accounting.
+//! - [`launch`]: the launcher backend the pipeline asks for.
 //! - [`run_context`]: token, advertised addresses, `context.json`.
 //! - [`progress`], [`summary`]: what the user sees during and after a run.
 //! - [`serial_run`]: `daisy-driver run --serial`, blocks one at a time in
@@ -23,6 +24,7 @@ pub mod connection;
 pub mod done_marker;
 pub mod driver;
 pub mod events;
+pub mod launch;
 pub mod pipeline;
 pub mod plan;
 pub mod progress;

@@ -73,7 +73,8 @@ fn task_summaries(
                 workers_started: 0,
                 restarts: 0,
                 seconds,
-                abandoned: false,
+                abandoned: None,
+                last_error: None,
             }
         })
         .collect()

@@ -78,15 +78,18 @@ impl Slots {
         self.next_id - 1
     }
 
-    /// A launched worker's job was submitted.
-    pub fn submitted(&mut self, id: SlotId, task: TaskIdx, job: String) {
+    /// A launched worker is being submitted: from now on it holds its
+    /// slot, before the scheduler has even answered.
+    pub fn submitting(&mut self, id: SlotId, task: TaskIdx) {
         self.started[task.index()] += 1;
-        self.insert(id, task, true, Some(job), SlotState::Submitted);
+        self.insert(id, task, true, None, SlotState::Submitted);
     }
 
-    /// Starting a worker failed before any job existed.
-    pub fn start_failed(&mut self, task: TaskIdx) {
-        self.unclean_exits[task.index()] += 1;
+    /// The scheduler accepted a launched worker's job.
+    pub fn submitted(&mut self, id: SlotId, job: String) {
+        if let Some(slot) = self.slots.get_mut(&id) {
+            slot.job = Some(job);
+        }
     }
 
     fn insert(
@@ -197,8 +200,10 @@ mod tests {
     fn a_launched_worker_goes_submitted_connected_gone() {
         let mut slots = Slots::new(1);
         let id = slots.next_id();
-        slots.submitted(id, T, "123".into());
-        assert_eq!(slots.live(T), 1, "a queued job holds its slot");
+        slots.submitting(id, T);
+        assert_eq!(slots.live(T), 1, "a job being submitted holds its slot");
+        slots.submitted(id, "123".into());
+        assert_eq!(slots.get(id).unwrap().job.as_deref(), Some("123"));
         assert_eq!(slots.connect(Some(id), T), id);
         assert_eq!(slots.get(id).unwrap().state, SlotState::Connected);
         assert!(slots.end(id, Gone::Clean).is_some());
@@ -213,19 +218,21 @@ mod tests {
     fn failed_starts_and_lost_workers_count_as_unclean_exits() {
         let mut slots = Slots::new(1);
         let queued = slots.next_id();
-        slots.submitted(queued, T, "1".into());
+        slots.submitting(queued, T);
         assert!(slots.job_ended(queued, "exit 1".into()).is_some());
         let connected = slots.next_id();
-        slots.submitted(connected, T, "2".into());
+        slots.submitting(connected, T);
         slots.connect(Some(connected), T);
         assert!(
             slots.job_ended(connected, "exit 0".into()).is_none(),
             "the connection decides"
         );
         slots.end(connected, Gone::Lost("eof".into()));
-        slots.start_failed(T);
+        let refused = slots.next_id();
+        slots.submitting(refused, T);
+        slots.end(refused, Gone::FailedStart("invalid partition".into()));
         assert_eq!(slots.unclean_exits(T), 3);
-        assert_eq!(slots.started(T), 2);
+        assert_eq!(slots.started(T), 3);
     }
 
     #[test]

@@ -35,7 +35,10 @@ pub struct TaskSummary {
     pub restarts: u32,
     /// Seconds from the start of the run until the task was done.
     pub seconds: f64,
-    pub abandoned: bool,
+    /// Why the task was abandoned, if it was.
+    pub abandoned: Option<String>,
+    /// The error of the last block that failed.
+    pub last_error: Option<String>,
 }
 
 impl RunSummary {
@@ -90,12 +93,11 @@ impl RunSummary {
 
     fn render_problems(&self, out: &mut String) {
         for task in &self.tasks {
-            if task.abandoned {
-                let _ = writeln!(
-                    out,
-                    "task {:?} was abandoned after {} unclean worker exits",
-                    task.id, task.restarts
-                );
+            if let Some(why) = &task.abandoned {
+                let _ = writeln!(out, "task {:?} was abandoned: {why}", task.id);
+            }
+            if let Some(error) = &task.last_error {
+                let _ = writeln!(out, "task {:?}: last failure: {error}", task.id);
             }
             if task.counters.failed > 0 || task.restarts > 0 {
                 let _ = writeln!(

@@ -1,6 +1,6 @@
 //! How daisy starts and cancels workers: the [`Launcher`] trait and its
-//! backends (local processes and SLURM's sbatch now; bsub and slurmrestd
-//! later).
+//! backends: local processes, SLURM's sbatch, LSF's bsub, and SLURM's REST
+//! API (slurmrestd).
 //!
 //! A launcher is deliberately small, like HyperQueue's `QueueHandler`:
 //! start one worker, one batched check of which jobs ended, cancel. It
@@ -21,6 +21,7 @@ mod bsub;
 mod cluster;
 mod local;
 mod sbatch;
+mod slurmrestd;
 mod template;
 mod worker_program;
 
@@ -30,6 +31,10 @@ pub use local::{LocalLauncher, DEFAULT_GRACE};
 pub use sbatch::{
     SbatchLauncher, SchedulerCalls, BUILTIN_WORKER_TEMPLATE, DEFAULT_COMMAND_TIMEOUT,
     DEFAULT_POLL_INTERVAL, DEFAULT_RETRY_DELAYS, MAX_BACKOFF, PLACEHOLDERS, SLURM_COMMANDS,
+};
+pub use slurmrestd::{
+    SlurmrestdCalls, SlurmrestdConfigError, SlurmrestdLauncher, DEFAULT_SLURMRESTD_URL,
+    FORWARDED_ENV, SLURMRESTD_REQUEST_TIMEOUT,
 };
 pub use worker_program::{find_worker_program, DAISY_WORKER_BIN, WORKER_PROGRAM_NAME};
 

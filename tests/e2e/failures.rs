@@ -31,7 +31,7 @@ fn a_task_whose_workers_keep_dying_is_abandoned_and_its_peer_finishes() {
     dir.write("dying.toml", &pipeline);
     let out = run_fails(&mut dir.driver(&["run", "dying.toml"]), 1);
     assert!(
-        out.contains("task \"doomed\" was abandoned after 3 unclean worker exits"),
+        out.contains("task \"doomed\" was abandoned: 3 unclean worker exits"),
         "{out}"
     );
     let events = events(&dir.join("daisy_run/dying"));

@@ -1,6 +1,7 @@
 //! End-to-end tests: the real `daisy-driver` binary, real user processes,
 //! real files. One test binary (as in ripgrep); `util` holds the harness.
 
+mod cluster;
 mod distributed;
 mod failures;
 mod plan;

@@ -6,8 +6,10 @@
 //! progress) and the stop signal, each branch a short `on_*` function on
 //! [`state::Driver`]. Connections (one task each, in [`crate::connection`])
 //! and the accept loop only move messages; nothing outside the loop
-//! touches the scheduler, so there are no locks.
+//! touches the scheduler, so there are no locks. All of it runs on one
+//! thread of its own (see [`run`] for why).
 
+mod launcher_thread;
 mod state;
 
 use crate::connection::{self, ConnEvent, ConnSettings};
@@ -16,6 +18,7 @@ use crate::run_context::{advertised_addresses, new_token, run_context, write_con
 use crate::run_dir::RunDir;
 use crate::summary::{RunEnd, RunSummary};
 use anyhow::Context as _;
+use launcher_thread::{LauncherEvent, LauncherThread};
 use launchers::Launcher;
 use state::Driver;
 use std::future::Future;
@@ -24,10 +27,15 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::net::TcpListener;
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, oneshot};
 
 /// How often the run loop polls job states, starts workers and reports.
 const TICK: Duration = Duration::from_millis(100);
+
+/// Connection events handled per turn of the run loop when they queue
+/// up, before the tick and the stop signal get their turn again: fewer
+/// turns (each polls every branch) under load, never a starved tick.
+const EVENTS_PER_TURN: usize = 64;
 
 /// How long connections get to close after being told to stop: idle
 /// workers at the end of a run leave at once; on Ctrl-C only blocks that
@@ -42,14 +50,75 @@ pub struct RunOptions {
     pub listen: SocketAddr,
     pub heartbeat_interval: Duration,
     pub heartbeat_misses: u32,
-    /// The `daisy-worker` binary launched workers run.
+    /// The program launched workers run: `daisy-worker`, or
+    /// `daisy-driver` itself with `worker_args = ["worker"]`.
     pub worker_program: PathBuf,
+    /// Arguments before the worker's own (`["worker"]` for daisy-driver).
+    pub worker_args: Vec<String>,
+    /// Leave submitted jobs running when the driver exits (they give up
+    /// once the driver is gone for their connect timeout).
+    pub leave_jobs: bool,
     /// How often a status line is printed when stdout is not a terminal.
     pub status_every: Duration,
 }
 
 /// Runs `pipeline` until every block is done or `stop` resolves.
+///
+/// The block server (listener, connections, run loop) runs on a thread of
+/// its own with a single-threaded runtime, whatever runtime the caller
+/// has. A message takes a few microseconds to handle, most of them in
+/// the kernel, and on a multi-threaded runtime each hand-over between
+/// tasks could be a futex wake-up of another thread: one thread needs
+/// about half the CPU time per block and serves up to twice as many
+/// (docs/benchmarks.md, "End-to-end throughput"). This function only
+/// waits for the thread, and tells it when `stop` resolves.
 pub async fn run(
+    pipeline: Arc<Pipeline>,
+    run_dir: &RunDir,
+    options: RunOptions,
+    launcher: Box<dyn Launcher>,
+    stop: impl Future<Output = ()>,
+) -> anyhow::Result<RunSummary> {
+    let (stop_tx, stop_rx) = oneshot::channel();
+    let (done_tx, mut done_rx) = oneshot::channel();
+    let run_dir = run_dir.clone();
+    std::thread::Builder::new()
+        .name("daisy-server".into())
+        .spawn(move || {
+            let stop = async {
+                // An error means `run` was dropped: stop as well.
+                let _ = stop_rx.await;
+            };
+            let _ = done_tx.send(serve_on_this_thread(
+                pipeline, &run_dir, options, launcher, stop,
+            ));
+        })
+        .context("starting the block server thread")?;
+    tokio::pin!(stop);
+    tokio::select! {
+        done = &mut done_rx => return done.context("the block server thread panicked")?,
+        () = &mut stop => {}
+    }
+    let _ = stop_tx.send(());
+    done_rx.await.context("the block server thread panicked")?
+}
+
+fn serve_on_this_thread(
+    pipeline: Arc<Pipeline>,
+    run_dir: &RunDir,
+    options: RunOptions,
+    launcher: Box<dyn Launcher>,
+    stop: impl Future<Output = ()>,
+) -> anyhow::Result<RunSummary> {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .context("starting the block server's runtime")?;
+    runtime.block_on(serve(pipeline, run_dir, options, launcher, stop))
+}
+
+/// The block server: listens, accepts, runs the loop until the end.
+async fn serve(
     pipeline: Arc<Pipeline>,
     run_dir: &RunDir,
     options: RunOptions,
@@ -75,9 +144,11 @@ pub async fn run(
         hello_timeout: Duration::from_secs(10),
     });
     let accept = tokio::spawn(accept_loop(listener, settings, events_tx));
+    let (launcher_tx, launcher_rx) = mpsc::unbounded_channel();
+    let launcher = LauncherThread::spawn(launcher, launcher_tx);
     let mut driver = Driver::open(pipeline, run_dir, &options, launcher, context)?;
     driver.announce();
-    let end = run_loop(&mut driver, events_rx, stop).await;
+    let end = run_loop(&mut driver, events_rx, launcher_rx, stop).await;
     accept.abort();
     driver.finish(end, started.elapsed())
 }
@@ -112,6 +183,7 @@ async fn accept_loop(
 async fn run_loop(
     driver: &mut Driver,
     mut events: mpsc::UnboundedReceiver<ConnEvent>,
+    mut launcher_events: mpsc::UnboundedReceiver<LauncherEvent>,
     stop: impl Future<Output = ()>,
 ) -> RunEnd {
     tokio::pin!(stop);
@@ -121,7 +193,8 @@ async fn run_loop(
             break end;
         }
         tokio::select! {
-            Some(event) = events.recv() => driver.on_conn_event(event),
+            Some(event) = events.recv() => on_conn_events(driver, event, &mut events),
+            Some(event) = launcher_events.recv() => driver.on_launcher_event(event),
             _ = tick.tick() => driver.on_tick(),
             _ = &mut stop => break RunEnd::Interrupted,
         }
@@ -132,6 +205,26 @@ async fn run_loop(
     };
     say_goodbye(driver, &mut events, grace).await;
     end
+}
+
+/// Handles `first` and the events queued behind it, up to
+/// `EVENTS_PER_TURN`, stopping as soon as the run is over (what comes
+/// after is handled while saying goodbye, as usual).
+fn on_conn_events(
+    driver: &mut Driver,
+    first: ConnEvent,
+    events: &mut mpsc::UnboundedReceiver<ConnEvent>,
+) {
+    driver.on_conn_event(first);
+    for _ in 1..EVENTS_PER_TURN {
+        if driver.end().is_some() {
+            return;
+        }
+        match events.try_recv() {
+            Ok(event) => driver.on_conn_event(event),
+            Err(_) => return,
+        }
+    }
 }
 
 /// Tells every worker to stop and keeps serving them (their last releases

@@ -2,11 +2,13 @@
 //! event. Everything here is synchronous; I/O happens by sending on a
 //! connection's outbox or calling the launcher (which returns at once).
 
+use super::launcher_thread::{LauncherEvent, LauncherThread};
 use super::RunOptions;
 use crate::budget::Budget;
 use crate::connection::{ConnEvent, ConnId};
 use crate::done_marker::DoneMarker;
 use crate::events::{Event, EventLog};
+use crate::launch::cluster_options;
 use crate::pipeline::{Pipeline, TaskConfig, UserCommand};
 use crate::progress::{Progress, TaskProgress};
 use crate::run_dir::RunDir;
@@ -19,9 +21,9 @@ use daisy_core::protocol::{
     BlockResult, CodeKind, FromDriver, Hello, Role, TaskCode, ToDriver, Welcome, WireBlock,
 };
 use daisy_core::scheduler::Released;
-use daisy_core::{Block, BlockId, BlockOutcome, Scheduler, TaskIdx};
-use launchers::{Launcher, WorkerRequest};
-use std::collections::{HashMap, HashSet};
+use daisy_core::{BlockId, BlockOutcome, Scheduler, TaskIdx};
+use launchers::WorkerRequest;
+use std::collections::{BTreeSet, HashMap, HashSet};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::sync::{mpsc, oneshot};
@@ -59,11 +61,19 @@ pub struct Driver {
     events: EventLog,
     budget: Budget,
     slots: Slots,
-    launcher: Box<dyn Launcher>,
+    launcher: LauncherThread,
     context: WorkerContext,
     conns: HashMap<ConnId, Conn>,
+    /// Connections whose acquire waits for blocks (`wants` is set), so
+    /// that serving them after a release costs nothing when there are
+    /// none, however many workers are connected.
+    parked: BTreeSet<ConnId>,
     progress: Progress,
     started: Instant,
+    /// Why each abandoned task was abandoned.
+    abandon_reasons: Vec<Option<String>>,
+    /// The last error of a block of each task, for the summary.
+    last_errors: Vec<Option<String>>,
     /// Seconds into the run at which each task was done.
     done_at: Vec<Option<f64>>,
     /// An error that ends the run (a done marker that cannot be written).
@@ -75,7 +85,7 @@ impl Driver {
         pipeline: Arc<Pipeline>,
         run_dir: &RunDir,
         options: &RunOptions,
-        launcher: Box<dyn Launcher>,
+        launcher: LauncherThread,
         context: WorkerContext,
     ) -> anyhow::Result<Self> {
         let markers = pipeline
@@ -96,9 +106,12 @@ impl Driver {
             slots: Slots::new(pipeline.tasks.len()),
             progress: Progress::new(&ids, options.status_every),
             done_at: vec![None; pipeline.tasks.len()],
+            abandon_reasons: vec![None; pipeline.tasks.len()],
+            last_errors: vec![None; pipeline.tasks.len()],
             run_dir: run_dir.clone(),
             options: options.clone(),
             conns: HashMap::new(),
+            parked: BTreeSet::new(),
             started: Instant::now(),
             fatal: None,
             markers,
@@ -118,9 +131,7 @@ impl Driver {
     }
 
     fn record(&mut self, event: &Event) {
-        if let Err(error) = self.events.record(event) {
-            tracing::warn!("cannot write to {}: {error}", self.events.path().display());
-        }
+        warn_on_error(self.events.record(event), &self.events);
     }
 
     /// Prints where the driver listens and how to start workers by hand.
@@ -336,24 +347,28 @@ impl Driver {
         let (Some(max), task) = (c.wants, c.task) else {
             return;
         };
-        if let Some(reason) = self.reason_to_stop(task, c.draining) {
+        let launched = self.slots.get(c.slot).is_some_and(|s| s.launched);
+        if let Some(reason) = self.reason_to_stop(task, c.draining, launched) {
             let c = self.conns.get_mut(&conn).expect("checked above");
             c.wants = None;
             return c.send(FromDriver::Shutdown { reason });
         }
         let blocks = self.take_blocks(task, max);
         if blocks.is_empty() {
+            self.parked.insert(conn);
             return;
         }
         let c = self.conns.get_mut(&conn).expect("checked above");
         c.wants = None;
-        c.held.extend(blocks.iter().map(|b| b.id.spatial));
-        let task_id = &self.pipeline.tasks[task.index()].spec.id;
-        let blocks = blocks.iter().map(|b| WireBlock::new(task_id, b)).collect();
+        c.held.extend(blocks.iter().map(|b| b.block_id));
         c.send(FromDriver::Blocks { blocks });
     }
 
-    fn reason_to_stop(&self, task: TaskIdx, draining: bool) -> Option<String> {
+    /// Why a worker asking for blocks should stop instead. An idle launched
+    /// worker of a task with nothing left to hand out frees its budget
+    /// share (a new one is started if a block comes back); a worker started
+    /// by hand stays until the task is done, since nobody would restart it.
+    fn reason_to_stop(&self, task: TaskIdx, draining: bool, launched: bool) -> Option<String> {
         let c = self.scheduler.counters(task);
         if draining {
             Some("the worker is draining".to_string())
@@ -361,31 +376,28 @@ impl Driver {
             Some("the task was abandoned".to_string())
         } else if c.is_done() {
             Some("the task is done".to_string())
-        } else if c.ready == 0 && c.pending() == 0 {
+        } else if launched && c.ready == 0 && c.pending() == 0 {
             Some("the task has no more blocks to hand out".to_string())
         } else {
             None
         }
     }
 
-    fn take_blocks(&mut self, task: TaskIdx, max: u32) -> Vec<Block> {
+    /// Up to `max` ready blocks of `task`, as they go on the wire.
+    fn take_blocks(&mut self, task: TaskIdx, max: u32) -> Vec<WireBlock> {
         let marker = &self.markers[task.index()];
+        let task_id = &self.pipeline.tasks[task.index()].spec.id;
         let scheduler = &mut self.scheduler;
         std::iter::from_fn(|| scheduler.acquire(task, &mut |b| marker.is_done(b)))
             .take(max as usize)
+            .map(|block| WireBlock::new(task_id, &block))
             .collect()
     }
 
     /// Serves parked workers of every task (after anything that may have
-    /// made blocks ready or ended a task).
+    /// made blocks ready or ended a task); those still waiting park again.
     fn serve_parked(&mut self) {
-        let parked: Vec<ConnId> = self
-            .conns
-            .iter()
-            .filter(|(_, c)| c.wants.is_some())
-            .map(|(id, _)| *id)
-            .collect();
-        for conn in parked {
+        for conn in std::mem::take(&mut self.parked) {
             self.serve(conn);
         }
         self.note_finished_tasks();
@@ -437,18 +449,21 @@ impl Driver {
             return;
         }
         self.scheduler.release(id, BlockOutcome::Success);
-        let task = self.task_id(id.task).to_string();
-        self.record(&Event::BlockDone {
-            task: &task,
+        // Buffered (one line per block); the tick writes them. The marker
+        // above is what makes the block safe.
+        let done = Event::BlockDone {
+            task: &self.pipeline.tasks[id.task.index()].spec.id,
             block_id: id.spatial,
             worker_id: Some(worker_id),
-        });
+        };
+        warn_on_error(self.events.record_buffered(&done), &self.events);
     }
 
     fn record_failure(&mut self, id: BlockId, worker_id: u64, error: &str) {
         let released = self.scheduler.release(id, BlockOutcome::Failure);
         let for_good = matches!(released, Released::FailedForGood { .. });
         let task = self.task_id(id.task).to_string();
+        self.last_errors[id.task.index()] = Some(format!("block {}: {error}", id.spatial));
         self.record(&Event::BlockFailed {
             task: &task,
             block_id: id.spatial,
@@ -503,6 +518,7 @@ impl Driver {
         let Some(c) = self.conns.remove(&conn) else {
             return;
         };
+        self.parked.remove(&conn);
         if c.role != Role::Worker {
             return;
         }
@@ -546,37 +562,35 @@ impl Driver {
         self.budget
             .release(&self.pipeline.tasks[task.index()].requires);
         if lost {
-            self.launcher.cancel(&[slot]);
+            self.launcher.cancel(vec![slot]);
         }
     }
 
     pub fn on_tick(&mut self) {
-        self.poll_jobs();
         self.abandon_hopeless_tasks();
         self.start_workers();
         self.note_finished_tasks();
         self.update_progress();
+        warn_on_error(self.events.flush(), &self.events);
     }
 
-    /// Jobs that ended without their worker ever connecting are failed
-    /// starts; the others are the connection's business.
-    fn poll_jobs(&mut self) {
-        for (slot, _job, end) in self.launcher.poll_ended() {
-            let Some(ended) = self.slots.job_ended(slot, end.to_string()) else {
-                continue;
-            };
-            let task = ended.task;
-            self.budget
-                .release(&self.pipeline.tasks[task.index()].requires);
-            let task = self.task_id(task).to_string();
-            let error = format!("the worker exited without connecting: {end}");
-            tracing::warn!(task, worker_id = slot, "{error}");
-            self.record(&Event::WorkerStartFailed {
-                task: &task,
-                worker_id: slot,
-                error: &error,
-            });
-        }
+    /// A job that ended without its worker ever connecting is a failed
+    /// start; other ends are the connection's business.
+    fn on_job_ended(&mut self, slot: SlotId, end: &str) {
+        let Some(ended) = self.slots.job_ended(slot, end.to_string()) else {
+            return;
+        };
+        let task = ended.task;
+        self.budget
+            .release(&self.pipeline.tasks[task.index()].requires);
+        let task = self.task_id(task).to_string();
+        let error = format!("the worker's job ended before it connected: {end}");
+        tracing::warn!(task, worker_id = slot, "{error}");
+        self.record(&Event::WorkerStartFailed {
+            task: &task,
+            worker_id: slot,
+            error: &error,
+        });
     }
 
     fn abandon_hopeless_tasks(&mut self) {
@@ -592,55 +606,101 @@ impl Driver {
             })
             .collect();
         for task in hopeless {
-            for abandoned in self.scheduler.abandon(task) {
-                let unclean_exits = self.slots.unclean_exits(abandoned);
-                let id = self.task_id(abandoned).to_string();
-                tracing::error!(
-                    task = id,
-                    "abandoned after {unclean_exits} unclean worker exits"
-                );
-                self.record(&Event::TaskAbandoned {
-                    task: &id,
-                    unclean_exits,
-                });
-            }
+            let why = format!("{} unclean worker exits", self.slots.unclean_exits(task));
+            self.abandon(task, &why);
+        }
+    }
+
+    /// Gives up on a task and its downstream tasks, saying why.
+    fn abandon(&mut self, task: TaskIdx, why: &str) {
+        for abandoned in self.scheduler.abandon(task) {
+            let unclean_exits = self.slots.unclean_exits(abandoned);
+            let id = self.task_id(abandoned).to_string();
+            tracing::error!(task = id, "abandoned: {why}");
+            self.abandon_reasons[abandoned.index()] = Some(why.to_string());
+            self.record(&Event::TaskAbandoned {
+                task: &id,
+                unclean_exits,
+                why,
+            });
         }
         self.serve_parked();
     }
 
+    /// Starts the workers each task wants, as one submission per task (one
+    /// job array on a cluster); the slots hold their budget share from now.
     fn start_workers(&mut self) {
         for task in self.scheduler.graph().task_indices().collect::<Vec<_>>() {
-            while self.wants_worker(task) {
+            let mut requests = Vec::new();
+            while self.wants_worker(task, requests.len() as u32) {
                 if !self
                     .budget
                     .try_allocate(&self.pipeline.tasks[task.index()].requires)
                 {
                     break;
                 }
-                self.start_worker(task);
+                let slot = self.slots.next_id();
+                self.slots.submitting(slot, task);
+                requests.push(self.worker_request(task, slot));
+            }
+            if !requests.is_empty() {
+                self.launcher.start(requests);
             }
         }
     }
 
-    /// A task gets another worker while it has blocks ready or running
-    /// beyond its live workers, up to `max_workers`, and its restart
-    /// budget is not used up.
-    fn wants_worker(&self, task: TaskIdx) -> bool {
-        let config = self.config(task);
+    /// A task gets another worker while it has blocks to run beyond its
+    /// live workers (and the `pending` ones about to be started), up to
+    /// `max_workers`, and its restart budget is not used up. Blocks done in
+    /// an earlier run are skipped first, so a resumed run starts no worker
+    /// for work that is done.
+    fn wants_worker(&mut self, task: TaskIdx, pending: u32) -> bool {
+        let config = &self.pipeline.tasks[task.index()];
+        if self.scheduler.is_abandoned(task)
+            || self.slots.unclean_exits(task) > config.max_worker_restarts
+        {
+            return false;
+        }
+        let marker = &self.markers[task.index()];
+        if !self
+            .scheduler
+            .has_runnable(task, &mut |b| marker.is_done(b))
+        {
+            return false;
+        }
         let c = self.scheduler.counters(task);
         let demand = (c.ready + c.processing).min(config.max_workers as u64);
-        !self.scheduler.is_abandoned(task)
-            && self.slots.unclean_exits(task) <= config.max_worker_restarts
-            && (self.slots.live(task) as u64) < demand
+        ((self.slots.live(task) + pending) as u64) < demand
     }
 
-    fn start_worker(&mut self, task: TaskIdx) {
-        let slot = self.slots.next_id();
-        let request = self.worker_request(task, slot);
+    pub fn on_launcher_event(&mut self, event: LauncherEvent) {
+        match event {
+            LauncherEvent::Started(results) => {
+                for (slot, result) in results {
+                    self.on_started(slot, result);
+                }
+            }
+            LauncherEvent::Ended(ended) => {
+                for (slot, _job, end) in ended {
+                    self.on_job_ended(slot, &end.to_string());
+                }
+            }
+        }
+        self.serve_parked();
+    }
+
+    fn on_started(
+        &mut self,
+        slot: SlotId,
+        result: Result<launchers::JobId, launchers::LaunchError>,
+    ) {
+        let Some(task) = self.slots.get(slot).map(|s| s.task) else {
+            return;
+        };
         let task_id = self.task_id(task).to_string();
-        match self.launcher.start(&request) {
+        match result {
             Ok(job) => {
-                self.slots.submitted(slot, task, job.0.clone());
+                self.slots.submitted(slot, job.0.clone());
                 self.record(&Event::WorkerSubmitted {
                     task: &task_id,
                     worker_id: slot,
@@ -648,16 +708,24 @@ impl Driver {
                 });
             }
             Err(error) => {
-                self.slots.start_failed(task);
-                self.budget
-                    .release(&self.pipeline.tasks[task.index()].requires);
-                let error = format!("{:#}", anyhow::Error::new(error));
-                tracing::warn!(task = task_id, "cannot start a worker: {error}");
+                let permanent = matches!(
+                    error,
+                    launchers::LaunchError::Submit {
+                        permanent: true,
+                        ..
+                    }
+                );
+                let message = format!("{:#}", anyhow::Error::new(error));
+                tracing::warn!(task = task_id, "cannot start a worker: {message}");
+                self.end_slot(slot, Gone::FailedStart(message.clone()));
                 self.record(&Event::WorkerStartFailed {
                     task: &task_id,
                     worker_id: slot,
-                    error: &error,
+                    error: &message,
                 });
+                if permanent {
+                    self.abandon(task, &message);
+                }
             }
         }
     }
@@ -674,20 +742,27 @@ impl Driver {
             task_id: config.spec.id.clone(),
             worker_id: slot,
             program: self.options.worker_program.clone(),
-            args: vec!["--log-dir".to_string(), log_dir.display().to_string()],
+            args: [
+                &self.options.worker_args[..],
+                &["--log-dir".to_string(), log_dir.display().to_string()],
+            ]
+            .concat(),
             env: vec![(CONTEXT_ENV.to_string(), context.to_json())],
             working_dir: std::env::current_dir().unwrap_or_else(|_| ".".into()),
             log_dir,
             requires: config.requires.clone(),
+            cluster: cluster_options(&config.launcher),
         }
     }
 
+    /// Records tasks that just got done. Runs after every release, so it
+    /// reads the clock only when there is one.
     fn note_finished_tasks(&mut self) {
-        let elapsed = self.started.elapsed().as_secs_f64();
-        for task in self.scheduler.graph().task_indices().collect::<Vec<_>>() {
+        for i in 0..self.done_at.len() {
+            let task = TaskIdx(i as u32);
             let counters = self.scheduler.counters(task);
-            if self.done_at[task.index()].is_none() && counters.is_done() {
-                self.done_at[task.index()] = Some(elapsed);
+            if self.done_at[i].is_none() && counters.is_done() {
+                self.done_at[i] = Some(self.started.elapsed().as_secs_f64());
                 let id = self.task_id(task).to_string();
                 self.record(&Event::TaskDone {
                     task: &id,
@@ -716,6 +791,7 @@ impl Driver {
 
     /// Tells every connection to stop.
     pub fn shutdown_all(&mut self, reason: &str) {
+        self.parked.clear();
         for c in self.conns.values_mut() {
             c.wants = None;
             c.send(FromDriver::Shutdown {
@@ -724,10 +800,11 @@ impl Driver {
         }
     }
 
-    /// Ends launched jobs, flushes done markers, records the end.
+    /// Ends launched jobs (unless told to leave them), flushes done
+    /// markers, records the end. Jobs ended here were cancelled by us, so
+    /// they are not failed starts.
     pub fn finish(mut self, end: RunEnd, elapsed: Duration) -> anyhow::Result<RunSummary> {
-        self.launcher.cancel_all();
-        self.poll_jobs();
+        self.launcher.finish(self.options.leave_jobs);
         for marker in &self.markers {
             marker.flush()?;
         }
@@ -757,7 +834,8 @@ impl Driver {
                 workers_started: self.slots.started(t),
                 restarts: self.slots.unclean_exits(t),
                 seconds: self.done_at[t.index()].unwrap_or(elapsed.as_secs_f64()),
-                abandoned: self.scheduler.is_abandoned(t),
+                abandoned: self.abandon_reasons[t.index()].clone(),
+                last_error: self.last_errors[t.index()].clone(),
             })
             .collect();
         RunSummary {
@@ -766,6 +844,13 @@ impl Driver {
             events: self.run_dir.events(),
             end,
         }
+    }
+}
+
+/// Logs a failed write to `events.jsonl`; the run goes on without it.
+fn warn_on_error(result: std::io::Result<()>, events: &EventLog) {
+    if let Err(error) = result {
+        tracing::warn!("cannot write to {}: {error}", events.path().display());
     }
 }
 

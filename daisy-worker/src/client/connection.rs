@@ -2,7 +2,10 @@
 //!
 //! The writer owns the write half and is fed by a channel, so frames from
 //! the caller and heartbeats are never interleaved; it also sends a
-//! heartbeat every interval. The reader owns the read half, because a frame
+//! heartbeat every interval. Messages queued together leave in one
+//! `write` (a release and the next acquire, typically), because on
+//! loopback a `send` costs several microseconds, more than the rest of a
+//! block's round trip. The reader owns the read half, because a frame
 //! half read by a cancelled future would be lost: it forwards the answers
 //! to `AcquireBlocks` (Blocks, Shutdown), logs `Error`s, and treats a
 //! silence of `interval × misses` as the driver lost. Whichever task sees
@@ -10,13 +13,14 @@
 //! pending and later call of the client reads.
 
 use super::ClientError;
+use daisy_core::protocol::frame::encode;
 use daisy_core::protocol::{
-    read_frame, write_frame, FrameError, FromDriver, ToDriver, Welcome, WireBlock, MAX_FRAME_BYTES,
+    read_frame, FrameError, FromDriver, ToDriver, Welcome, WireBlock, MAX_FRAME_BYTES,
 };
 use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
-use tokio::io::AsyncWriteExt;
+use tokio::io::{AsyncWriteExt, BufReader};
 use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::net::TcpStream;
 use tokio::sync::{mpsc, watch};
@@ -175,6 +179,7 @@ async fn write_loop(
     let start = Instant::now() + liveness.interval;
     let mut heartbeat = interval_at(start, liveness.interval);
     heartbeat.set_missed_tick_behavior(MissedTickBehavior::Delay);
+    let mut frames = Vec::new();
     loop {
         let message = tokio::select! {
             message = outgoing.recv() => match message {
@@ -183,7 +188,7 @@ async fn write_loop(
             },
             _ = heartbeat.tick() => ToDriver::Heartbeat,
         };
-        if let Err(e) = write_frame(&mut writer, &message).await {
+        if let Err(e) = write_queued(&mut writer, &mut outgoing, message, &mut frames).await {
             let error = from_frame_error(e);
             break_with(&broken, error.clone());
             return Err(error);
@@ -194,12 +199,31 @@ async fn write_loop(
     })
 }
 
+/// Writes `first` and every message queued behind it in one `write_all`.
+async fn write_queued(
+    writer: &mut OwnedWriteHalf,
+    outgoing: &mut mpsc::Receiver<ToDriver>,
+    first: ToDriver,
+    frames: &mut Vec<u8>,
+) -> Result<(), FrameError> {
+    frames.clear();
+    frames.extend(encode(&first)?);
+    while let Ok(message) = outgoing.try_recv() {
+        frames.extend(encode(&message)?);
+    }
+    writer.write_all(frames).await?;
+    Ok(())
+}
+
+/// Reads through a buffer: one `recv` per wake-up instead of two or
+/// three per frame (length, payload, and the read that finds no more).
 async fn read_loop(
-    mut reader: OwnedReadHalf,
+    reader: OwnedReadHalf,
     answers: mpsc::UnboundedSender<Answer>,
     broken: Broken,
     liveness: Liveness,
 ) {
+    let mut reader = BufReader::new(reader);
     let silent_for = liveness.silence_limit();
     let error = loop {
         let message = match timeout(silent_for, read_frame(&mut reader, MAX_FRAME_BYTES)).await {

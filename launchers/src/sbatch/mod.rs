@@ -46,9 +46,9 @@
 //! the last poll: asking SLURM first would cost a call per cancel). `sbatch` and `scancel` failures that
 //! SLURM calls transient are retried after each of the retry delays.
 
-mod commands;
-mod script;
-mod squeue;
+pub(crate) mod commands;
+pub(crate) mod script;
+pub(crate) mod squeue;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::ffi::OsString;
@@ -149,10 +149,11 @@ enum Accounting {
     Unavailable,
 }
 
-/// Spacing of status polls after failures.
+/// Spacing of status polls after failures (also used by the slurmrestd
+/// backend).
 #[derive(Clone, Copy, Debug, Default)]
-struct Backoff {
-    failures: u32,
+pub(crate) struct Backoff {
+    pub(crate) failures: u32,
     resume_at: Option<Instant>,
 }
 
@@ -582,13 +583,13 @@ impl Drop for SbatchLauncher {
 }
 
 impl Backoff {
-    fn waiting(&self) -> bool {
+    pub(crate) fn waiting(&self) -> bool {
         self.resume_at.is_some_and(|at| Instant::now() < at)
     }
 
     /// After the n-th failure in a row, waits `interval * 2^(n-1)` (capped
     /// at [`MAX_BACKOFF`]) before the next attempt.
-    fn failed(&mut self, interval: Duration) {
+    pub(crate) fn failed(&mut self, interval: Duration) {
         self.failures += 1;
         let factor = 1u32 << (self.failures - 1).min(16);
         let pause = interval.saturating_mul(factor).min(MAX_BACKOFF);
@@ -599,7 +600,7 @@ impl Backoff {
 /// How many of `requests` go into the first one's array: the run of
 /// consecutive worker ids of one task that are not `in_use` (the driver
 /// sends nothing else, but a gap must not shift ids).
-fn group_len(requests: &[WorkerRequest], in_use: impl Fn(u64) -> bool) -> usize {
+pub(crate) fn group_len(requests: &[WorkerRequest], in_use: impl Fn(u64) -> bool) -> usize {
     let mut len = 1;
     while let Some(next) = requests.get(len) {
         let before = &requests[len - 1];
@@ -667,7 +668,7 @@ fn invalid_job_id(failure: &Failure) -> bool {
     matches!(failure, Failure::Exited { stderr, .. } if stderr.contains("Invalid job id specified"))
 }
 
-fn write_script(log_dir: &Path, path: &Path, script: &str) -> Result<(), LaunchError> {
+pub(crate) fn write_script(log_dir: &Path, path: &Path, script: &str) -> Result<(), LaunchError> {
     let error = |source| LaunchError::Script {
         path: path.to_path_buf(),
         source,
@@ -694,7 +695,7 @@ fn submit_error(failure: Failure, sbatch: &Path, request: &WorkerRequest) -> Lau
 
 /// The same error again, for each worker of a group that failed together
 /// (`LaunchError` holds `io::Error`s, which do not clone).
-fn copy_error(error: &LaunchError) -> LaunchError {
+pub(crate) fn copy_error(error: &LaunchError) -> LaunchError {
     let io = |e: &std::io::Error| std::io::Error::new(e.kind(), e.to_string());
     match error {
         LaunchError::Submit { stderr, permanent } => LaunchError::Submit {

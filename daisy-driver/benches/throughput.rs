@@ -1,0 +1,510 @@
+//! End-to-end throughput: blocks per second through the real
+//! `daisy-driver` binary with no-op workers over loopback, and the
+//! driver's CPU time per block; daisy 2.0 measured in the same run.
+//!
+//! Each measurement starts `daisy-driver run` on a generated pipeline (one
+//! 1-D task of N blocks, read = write shape 1, no read/write conflict so
+//! every block is ready at once, `max_workers = 0` so the driver launches
+//! nobody and its block command never runs), waits for
+//! `<run-dir>/context.json`, connects W in-process workers (tokio tasks,
+//! each a [`daisy_worker::Client`] looping acquire(batch) → release ok
+//! until Shutdown) and times from the first acquire to the driver's exit.
+//! The driver's CPU time is its `getrusage(RUSAGE_CHILDREN)` share (exact,
+//! read after it is reaped) minus what it had spent before the first
+//! acquire (`/proc/<pid>/stat`), so start-up is not counted per block;
+//! the workers' is this process's own from the first acquire on. Runs
+//! per row: `--runs`, the fastest counts. `DAISY_THROUGHPUT_DRIVER=path`
+//! measures another driver binary (to compare builds).
+//!
+//! The baseline is `benches/daisy2_throughput.py` (`daisy.run_blockwise`
+//! with a no-op block function and `max_workers = W`), run with the
+//! interpreter named by `DAISY2_PYTHON`, at 10,000 blocks and each worker
+//! count (`DAISY2_BLOCKS=10000,100000` for more sizes); without a usable
+//! interpreter it is skipped with a loud line saying how to get it.
+//! docs/benchmarks.md explains the set-up and records the figures.
+//!
+//! ```text
+//! DAISY2_PYTHON=v/bin/python cargo bench -p daisy-driver --bench throughput \
+//!     [-- --blocks 10000,100000 --workers 1,2,4,8,16 --batch 1 --runs 3 --client-threads 0]
+//! ```
+
+use daisy_core::context::WorkerContext;
+use daisy_core::protocol::BlockResult;
+use daisy_worker::{Acquired, Client, ConnectOpts};
+use nix::sys::resource::{getrusage, UsageWho};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// The driver binary Cargo built for this bench (bench profile).
+const DRIVER: &str = env!("CARGO_BIN_EXE_daisy-driver");
+/// Another driver binary to measure instead (comparing builds).
+const DRIVER_ENV: &str = "DAISY_THROUGHPUT_DRIVER";
+/// The Python interpreter with daisy 2.0.0 installed.
+const PYTHON_ENV: &str = "DAISY2_PYTHON";
+/// Block counts (comma separated) at which daisy 2.0 runs; default 10000.
+const DAISY2_BLOCKS_ENV: &str = "DAISY2_BLOCKS";
+const DAISY2_VERSION: &str = "2.0.0";
+/// daisy's own figures, on its authors' machine, for reference only.
+const PUBLISHED: &str = "published (daisy authors' machine): daisy 2.0 about 30,000-40,000 blocks/s, daisy 1.x about 5,000";
+/// How long the driver may take to write context.json.
+const START_TIMEOUT: Duration = Duration::from_secs(30);
+/// `/proc/<pid>/stat` counts CPU time in USER_HZ ticks, 100 on Linux.
+const PROC_TICKS_PER_SECOND: f64 = 100.0;
+
+/// What to measure, from the command line.
+#[derive(Debug, Clone)]
+struct Settings {
+    blocks: Vec<u64>,
+    workers: Vec<u32>,
+    /// Blocks asked for per acquire; each is a separate row.
+    batches: Vec<u32>,
+    /// Runs per row; the fastest counts.
+    runs: u32,
+    /// Threads of the workers' tokio runtime; 0 (the default) runs them
+    /// all on this thread, so that workers and driver get a core each
+    /// of a 2-core machine instead of fighting over both.
+    client_threads: usize,
+}
+
+impl Default for Settings {
+    fn default() -> Self {
+        Self {
+            blocks: vec![10_000, 100_000],
+            workers: vec![1, 2, 4, 8, 16],
+            batches: vec![1],
+            runs: 3,
+            client_threads: 0,
+        }
+    }
+}
+
+/// Parses `--name value` pairs; Cargo's own `--bench` is ignored.
+fn parse_args(args: impl Iterator<Item = String>) -> Result<Settings, String> {
+    let mut settings = Settings::default();
+    let mut args = args.filter(|a| a != "--bench");
+    while let Some(name) = args.next() {
+        let value = args.next().ok_or(format!("{name} needs a value"))?;
+        match name.as_str() {
+            "--blocks" => settings.blocks = list(&value)?,
+            "--workers" => settings.workers = list(&value)?,
+            "--batch" => settings.batches = list(&value)?,
+            "--runs" => settings.runs = number(&value)?,
+            "--client-threads" => settings.client_threads = number(&value)?,
+            _ => return Err(format!("unknown option {name:?}")),
+        }
+    }
+    Ok(settings)
+}
+
+fn number<T: std::str::FromStr>(text: &str) -> Result<T, String> {
+    text.trim()
+        .parse()
+        .map_err(|_| format!("{text:?} is not a number"))
+}
+
+fn list<T: std::str::FromStr>(text: &str) -> Result<Vec<T>, String> {
+    text.split(',').map(number).collect()
+}
+
+/// One row of the table.
+#[derive(Debug, Clone, Copy)]
+struct Measurement {
+    blocks: u64,
+    workers: u32,
+    batch: u32,
+    seconds: f64,
+    /// The driver's user + system CPU seconds after the first acquire.
+    driver_cpu: f64,
+    /// The same for this process (the workers), from the first acquire.
+    workers_cpu: f64,
+}
+
+impl Measurement {
+    fn blocks_per_second(&self) -> f64 {
+        self.blocks as f64 / self.seconds
+    }
+
+    fn driver_us_per_block(&self) -> f64 {
+        self.driver_cpu * 1e6 / self.blocks as f64
+    }
+
+    fn workers_us_per_block(&self) -> f64 {
+        self.workers_cpu * 1e6 / self.blocks as f64
+    }
+}
+
+/// A running `daisy-driver run`; killed if dropped before it exits.
+struct Driver {
+    child: Child,
+    run_dir: PathBuf,
+}
+
+impl Driver {
+    /// Writes the pipeline into `dir` and starts the driver on it.
+    fn start(dir: &Path, blocks: u64) -> Result<Self, String> {
+        let pipeline = dir.join("throughput.toml");
+        std::fs::write(&pipeline, pipeline_toml(blocks)).map_err(|e| e.to_string())?;
+        let run_dir = dir.join("run");
+        let log = |name: &str| std::fs::File::create(dir.join(name)).map(Stdio::from);
+        let child = Command::new(driver_program())
+            .arg("run")
+            .arg(&pipeline)
+            .arg("--run-dir")
+            .arg(&run_dir)
+            .args(["--listen", "127.0.0.1:0", "--worker-bin", "/bin/false"])
+            .args(["--status-every", "1h"])
+            .stdin(Stdio::null())
+            .stdout(log("driver.out").map_err(|e| e.to_string())?)
+            .stderr(log("driver.err").map_err(|e| e.to_string())?)
+            .spawn()
+            .map_err(|e| format!("cannot start {}: {e}", driver_program().display()))?;
+        Ok(Self { child, run_dir })
+    }
+
+    /// Waits for `context.json`, failing early if the driver died.
+    fn wait_for_context(&mut self) -> Result<WorkerContext, String> {
+        let path = self.run_dir.join("context.json");
+        let deadline = Instant::now() + START_TIMEOUT;
+        while Instant::now() < deadline {
+            if let Ok(Some(status)) = self.child.try_wait() {
+                return Err(format!("the driver exited at start-up: {status}"));
+            }
+            if let Ok(text) = std::fs::read_to_string(&path) {
+                if let Ok(context) = WorkerContext::from_json(&text) {
+                    return Ok(context);
+                }
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        Err(format!("no {} within {START_TIMEOUT:?}", path.display()))
+    }
+
+    /// CPU seconds the driver has used so far, from `/proc/<pid>/stat`
+    /// (utime and stime, fields 14 and 15; the name before them is in
+    /// parentheses and may hold spaces).
+    fn cpu_so_far(&self) -> Result<f64, String> {
+        let path = format!("/proc/{}/stat", self.child.id());
+        let stat = std::fs::read_to_string(&path).map_err(|e| format!("{path}: {e}"))?;
+        let after_name = stat.rsplit_once(") ").ok_or(format!("{path}: no name"))?.1;
+        let fields: Vec<&str> = after_name.split_whitespace().collect();
+        let ticks: f64 = [11, 12]
+            .iter()
+            .map(|&i| fields.get(i).and_then(|f| f.parse::<f64>().ok()))
+            .sum::<Option<f64>>()
+            .ok_or(format!("{path}: no utime/stime"))?;
+        Ok(ticks / PROC_TICKS_PER_SECOND)
+    }
+}
+
+impl Drop for Driver {
+    fn drop(&mut self) {
+        if let Ok(None) = self.child.try_wait() {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+}
+
+fn driver_program() -> PathBuf {
+    std::env::var_os(DRIVER_ENV).map_or(PathBuf::from(DRIVER), PathBuf::from)
+}
+
+/// One 1-D task of `blocks` independent blocks, served only to workers
+/// started by hand; the block command is never run.
+fn pipeline_toml(blocks: u64) -> String {
+    format!(
+        r#"name = "throughput"
+
+[[task]]
+id = "noop"
+total_roi = {{ offset = [0], shape = [{blocks}] }}
+read_roi = {{ offset = [0], shape = [1] }}
+write_roi = {{ offset = [0], shape = [1] }}
+read_write_conflict = false
+max_workers = 0
+block_command = ["true"]
+"#
+    )
+}
+
+/// User + system CPU seconds of every child reaped so far.
+fn reaped_children_cpu() -> f64 {
+    cpu_seconds(UsageWho::RUSAGE_CHILDREN)
+}
+
+/// User + system CPU seconds of this process so far.
+fn own_cpu() -> f64 {
+    cpu_seconds(UsageWho::RUSAGE_SELF)
+}
+
+fn cpu_seconds(who: UsageWho) -> f64 {
+    let usage = getrusage(who).expect("getrusage of self or children never fails");
+    let seconds = |t: nix::sys::time::TimeVal| t.tv_sec() as f64 + t.tv_usec() as f64 * 1e-6;
+    seconds(usage.user_time()) + seconds(usage.system_time())
+}
+
+/// Acquires `batch` blocks at a time and releases them as done at once,
+/// until the driver says Shutdown; returns how many blocks it did.
+async fn noop_worker(mut client: Client, batch: u32) -> Result<u64, String> {
+    let mut done = 0;
+    loop {
+        let blocks = match client.acquire(batch).await.map_err(|e| e.to_string())? {
+            Acquired::Blocks(blocks) => blocks,
+            Acquired::Shutdown { .. } => break,
+        };
+        done += blocks.len() as u64;
+        let results = blocks
+            .iter()
+            .map(|b| BlockResult {
+                block_id: b.block_id,
+                ok: true,
+                error: None,
+            })
+            .collect();
+        client.release(results).await.map_err(|e| e.to_string())?;
+    }
+    client.close().await.map_err(|e| e.to_string())?;
+    Ok(done)
+}
+
+/// When the workers started and what they did.
+struct WorkersRun {
+    /// Just before the first acquire.
+    start: Instant,
+    /// This process's CPU seconds at `start`.
+    cpu_at_start: f64,
+    /// Blocks done, over all workers.
+    done: u64,
+}
+
+/// Connects `workers` clients, then runs them all until Shutdown.
+async fn run_workers(
+    context: WorkerContext,
+    workers: u32,
+    batch: u32,
+) -> Result<WorkersRun, String> {
+    let opts = ConnectOpts::new(context.addresses, context.token, "noop".to_string());
+    let mut clients = Vec::new();
+    for _ in 0..workers {
+        let client = Client::connect(opts.clone()).await;
+        clients.push(client.map_err(|e| e.to_string())?);
+    }
+    let (start, cpu_at_start) = (Instant::now(), own_cpu());
+    let loops: Vec<_> = clients
+        .into_iter()
+        .map(|client| tokio::spawn(noop_worker(client, batch)))
+        .collect();
+    let mut done = 0;
+    for worker in loops {
+        done += worker.await.map_err(|e| e.to_string())??;
+    }
+    Ok(WorkersRun {
+        start,
+        cpu_at_start,
+        done,
+    })
+}
+
+/// One run: start the driver, serve every block, reap it.
+fn measure_once(
+    runtime: &tokio::runtime::Runtime,
+    blocks: u64,
+    workers: u32,
+    batch: u32,
+) -> Result<Measurement, String> {
+    let dir = tempfile::tempdir().map_err(|e| e.to_string())?;
+    let mut driver = Driver::start(dir.path(), blocks)?;
+    let context = driver.wait_for_context()?;
+    let cpu_at_start = driver.cpu_so_far()?;
+    let reaped_before = reaped_children_cpu();
+    let run = runtime.block_on(run_workers(context, workers, batch))?;
+    let workers_cpu = own_cpu() - run.cpu_at_start;
+    let status = driver.child.wait().map_err(|e| e.to_string())?;
+    let seconds = run.start.elapsed().as_secs_f64();
+    let driver_cpu = reaped_children_cpu() - reaped_before - cpu_at_start;
+    let done = run.done;
+    if !status.success() || done != blocks {
+        let log = std::fs::read_to_string(dir.path().join("driver.err")).unwrap_or_default();
+        return Err(format!(
+            "driver {status}, {done} of {blocks} blocks done\n{log}"
+        ));
+    }
+    Ok(Measurement {
+        blocks,
+        workers,
+        batch,
+        seconds,
+        driver_cpu,
+        workers_cpu,
+    })
+}
+
+/// The fastest of `runs` runs.
+fn measure_ours(
+    runtime: &tokio::runtime::Runtime,
+    settings: &Settings,
+    (blocks, workers, batch): (u64, u32, u32),
+) -> Result<Measurement, String> {
+    let mut best: Option<Measurement> = None;
+    for _ in 0..settings.runs.max(1) {
+        let m = measure_once(runtime, blocks, workers, batch)?;
+        if best.is_none_or(|b| m.seconds < b.seconds) {
+            best = Some(m);
+        }
+    }
+    Ok(best.expect("at least one run"))
+}
+
+fn client_runtime(threads: usize) -> tokio::runtime::Runtime {
+    let mut builder = match threads {
+        0 => tokio::runtime::Builder::new_current_thread(),
+        n => {
+            let mut builder = tokio::runtime::Builder::new_multi_thread();
+            builder.worker_threads(n);
+            builder
+        }
+    };
+    builder.enable_all().build().expect("a tokio runtime")
+}
+
+/// daisy 2.0 at one size: blocks per second from its first block to the
+/// return of `run_blockwise`.
+fn measure_daisy2(python: &str, blocks: u64, workers: u32) -> Result<f64, String> {
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("benches/daisy2_throughput.py");
+    let what = format!("daisy 2.0, {blocks} blocks, {workers} workers");
+    let output = Command::new(python)
+        .arg(script)
+        .args([blocks.to_string(), workers.to_string()])
+        .output()
+        .map_err(|e| format!("{what}: cannot start: {e}"))?;
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    if !output.status.success() {
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        return Err(format!("{what}: {}\n{stdout}{stderr}", output.status));
+    }
+    let line = stdout
+        .lines()
+        .rev()
+        .find(|l| l.starts_with('{'))
+        .unwrap_or("");
+    let value: serde_json::Value =
+        serde_json::from_str(line).map_err(|e| format!("{what}: no result line ({e})"))?;
+    value["blocks_per_s"]
+        .as_f64()
+        .ok_or(format!("{what}: no blocks_per_s in {line}"))
+}
+
+/// The interpreter with daisy 2.0.0, or `None` after saying loudly why
+/// the baseline is skipped and how to get it.
+fn daisy2_python() -> Option<String> {
+    let Ok(python) = std::env::var(PYTHON_ENV) else {
+        println!("!!!! daisy 2.0 baseline SKIPPED: {PYTHON_ENV} is not set.");
+        print_how_to_get_daisy2();
+        return None;
+    };
+    let check = Command::new(&python)
+        .args(["-c", "import daisy; print(daisy.__version__)"])
+        // With `-c` the working directory is on sys.path; inside daisy's
+        // package directory its logging.py would shadow the stdlib's.
+        .current_dir(std::env::temp_dir())
+        .output();
+    let found = match check {
+        Ok(out) if out.status.success() => String::from_utf8_lossy(&out.stdout).trim().to_string(),
+        Ok(_) => "no daisy".to_string(),
+        Err(e) => format!("cannot run it: {e}"),
+    };
+    if found == DAISY2_VERSION {
+        return Some(python);
+    }
+    println!("!!!! daisy 2.0 baseline SKIPPED: {PYTHON_ENV}={python} has {found}, need daisy {DAISY2_VERSION}.");
+    print_how_to_get_daisy2();
+    None
+}
+
+fn print_how_to_get_daisy2() {
+    println!("!!!! To get it: python3 -m venv v && v/bin/pip install daisy=={DAISY2_VERSION} && {PYTHON_ENV}=v/bin/python cargo bench -p daisy-driver --bench throughput");
+}
+
+/// daisy 2.0's blocks/s per (blocks, workers), for the sizes it runs at.
+fn baseline(settings: &Settings) -> Vec<((u64, u32), f64)> {
+    let Some(python) = daisy2_python() else {
+        return Vec::new();
+    };
+    let sizes: Vec<u64> = std::env::var(DAISY2_BLOCKS_ENV)
+        .ok()
+        .and_then(|v| list(&v).ok())
+        .unwrap_or(vec![10_000]);
+    let mut found = Vec::new();
+    for &blocks in &sizes {
+        for &workers in &settings.workers {
+            match measure_daisy2(&python, blocks, workers) {
+                Ok(rate) => found.push(((blocks, workers), rate)),
+                Err(error) => println!("!!!! {error}"),
+            }
+        }
+    }
+    found
+}
+
+fn print_table(rows: &[Measurement], daisy2: &[((u64, u32), f64)]) {
+    println!();
+    println!(
+        "{:>8} {:>7} {:>5} {:>8} {:>9} {:>13} {:>14} | {:>12} {:>7}",
+        "blocks",
+        "workers",
+        "batch",
+        "seconds",
+        "blocks/s",
+        "driver us/blk",
+        "workers us/blk",
+        "daisy2 blk/s",
+        "ours/d2"
+    );
+    for m in rows {
+        let d2 = daisy2
+            .iter()
+            .find(|(key, _)| *key == (m.blocks, m.workers))
+            .map(|(_, rate)| *rate);
+        let d2 = match d2 {
+            Some(rate) => format!("{rate:>12.0} {:>6.1}x", m.blocks_per_second() / rate),
+            None => format!("{:>12} {:>7}", "-", "-"),
+        };
+        println!(
+            "{:>8} {:>7} {:>5} {:>8.3} {:>9.0} {:>13.2} {:>14.2} | {d2}",
+            m.blocks,
+            m.workers,
+            m.batch,
+            m.seconds,
+            m.blocks_per_second(),
+            m.driver_us_per_block(),
+            m.workers_us_per_block()
+        );
+    }
+    println!("\n{PUBLISHED}");
+}
+
+fn main() {
+    let settings = match parse_args(std::env::args().skip(1)) {
+        Ok(settings) => settings,
+        Err(error) => {
+            eprintln!("throughput bench: {error}");
+            std::process::exit(2);
+        }
+    };
+    println!("driver: {}; {settings:?}", driver_program().display());
+    let daisy2 = baseline(&settings);
+    let runtime = client_runtime(settings.client_threads);
+    let mut rows = Vec::new();
+    for &blocks in &settings.blocks {
+        for &workers in &settings.workers {
+            for &batch in &settings.batches {
+                match measure_ours(&runtime, &settings, (blocks, workers, batch)) {
+                    Ok(m) => rows.push(m),
+                    Err(error) => panic!("{blocks} blocks, {workers} workers: {error}"),
+                }
+            }
+        }
+    }
+    print_table(&rows, &daisy2);
+}

@@ -1,0 +1,476 @@
+//! The slurmrestd launcher against a real slurmrestd: the single-node
+//! cluster of `ci/slurm/start-local-slurm.sh` started with
+//! `DAISY_SLURM_RESTD=1` (slurmrestd 22.05, OpenAPI v0.0.38, JWT auth on
+//! 127.0.0.1:6820, or where `SLURMRESTD_URL` says).
+//!
+//! Every test first calls [`restd_or_skip`]: when slurmrestd does not
+//! answer it skips loudly, or fails when `CI` is set, so CI can never pass
+//! without running these. Tokens come from `scontrol token lifespan=600`.
+//! Every job a test submits is cancelled when the test ends, passed or
+//! not ([`Scancel`], and the launcher's own drop). Jobs are small shell
+//! programs standing in for daisy-worker.
+
+use std::collections::BTreeMap;
+use std::net::{TcpStream, ToSocketAddrs};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use launchers::{
+    ClusterOptions, JobEnd, JobId, LaunchError, Launcher, SlurmrestdLauncher, WorkerRequest,
+    DEFAULT_SLURMRESTD_URL,
+};
+
+/// Stands in for the run token: it must reach the jobs' environment and
+/// appear in no script.
+const SECRET: &str = "daisy-restd-token-51e7a0";
+
+/// The longest a test waits for SLURM to start or end jobs.
+const WAIT: Duration = Duration::from_secs(60);
+
+fn restd_url() -> String {
+    std::env::var("SLURMRESTD_URL").unwrap_or_else(|_| DEFAULT_SLURMRESTD_URL.to_owned())
+}
+
+/// Whether slurmrestd accepts connections. Without it: fails under CI
+/// (`CI` set), else prints a loud skip notice and returns `false`.
+fn restd_or_skip(test: &str) -> bool {
+    let url = restd_url();
+    let address = url.trim_start_matches("http://").trim_end_matches('/');
+    let answers = address
+        .to_socket_addrs()
+        .ok()
+        .and_then(|mut addresses| addresses.next())
+        .is_some_and(|address| {
+            TcpStream::connect_timeout(&address, Duration::from_secs(2)).is_ok()
+        });
+    if answers {
+        return true;
+    }
+    let why = format!("no slurmrestd at {url}");
+    let how = "start one with `DAISY_SLURM_RESTD=1 bash ci/slurm/start-local-slurm.sh` (as root; \
+               it adds slurmrestd to a running cluster), or set SLURMRESTD_URL";
+    if std::env::var_os("CI").is_some() {
+        panic!("{test}: {why}, and CI is set, so slurmrestd tests may not be skipped; {how}");
+    }
+    // Written to the stderr stream itself: libtest would hide an eprintln!.
+    let notice = format!("\n!!!!!!!! SKIPPED {test}: {why}; {how} !!!!!!!!\n");
+    let _ = std::io::Write::write_all(&mut std::io::stderr(), notice.as_bytes());
+    false
+}
+
+/// A fresh JWT for the current user, as `scontrol token` prints it.
+fn token(lifespan: u32) -> String {
+    let output = Command::new("scontrol")
+        .args(["token", &format!("lifespan={lifespan}")])
+        .output()
+        .expect("scontrol");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let token = stdout
+        .lines()
+        .find_map(|line| line.trim().strip_prefix("SLURM_JWT="));
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    token
+        .unwrap_or_else(|| panic!("scontrol token printed {stdout:?} {stderr:?}"))
+        .to_owned()
+}
+
+fn user() -> String {
+    let output = Command::new("id").arg("-un").output().unwrap();
+    String::from_utf8_lossy(&output.stdout).trim().to_owned()
+}
+
+fn launcher_with(token: &str) -> SlurmrestdLauncher {
+    SlurmrestdLauncher::new(&restd_url(), &user(), token)
+        .expect("a slurmrestd launcher")
+        .with_retry_delays(vec![Duration::from_millis(200); 3])
+        .with_poll_interval(Duration::from_millis(200))
+}
+
+fn launcher() -> SlurmrestdLauncher {
+    launcher_with(&token(600))
+}
+
+/// Cancels the listed SLURM jobs when dropped, so a failing test leaves
+/// nothing in the queue.
+#[derive(Default)]
+struct Scancel(Vec<String>);
+
+impl Scancel {
+    fn add(&mut self, job: &JobId) {
+        let array = array_of(job);
+        if !self.0.contains(&array) {
+            self.0.push(array);
+        }
+    }
+}
+
+impl Drop for Scancel {
+    fn drop(&mut self) {
+        if !self.0.is_empty() {
+            let _ = Command::new("scancel").args(&self.0).status();
+        }
+    }
+}
+
+/// `77` for `77_3`.
+fn array_of(job: &JobId) -> String {
+    job.0.split('_').next().unwrap().to_owned()
+}
+
+/// A temporary run directory and requests for `/bin/sh -c <script>`
+/// workers of one task.
+struct Run {
+    dir: tempfile::TempDir,
+    task: String,
+}
+
+impl Run {
+    fn new(task: &str) -> Self {
+        Self {
+            dir: tempfile::tempdir().unwrap(),
+            task: task.to_owned(),
+        }
+    }
+
+    fn requests(&self, count: u64, script: &str, cluster: ClusterOptions) -> Vec<WorkerRequest> {
+        let context = format!("{{\"token\":\"{SECRET}\"}}");
+        (0..count)
+            .map(|worker_id| WorkerRequest {
+                task_id: self.task.clone(),
+                worker_id,
+                program: "/bin/sh".into(),
+                args: vec!["-c".into(), script.into()],
+                env: vec![
+                    ("DAISY_CONTEXT".into(), context.clone()),
+                    ("DAISY_CONTEXT_TEST".into(), SECRET.into()),
+                ],
+                working_dir: self.dir.path().into(),
+                log_dir: self.log_dir(),
+                requires: BTreeMap::from([("cpu".into(), 1)]),
+                cluster: cluster.clone(),
+            })
+            .collect()
+    }
+
+    fn log_dir(&self) -> PathBuf {
+        self.dir.path().join("logs").join(&self.task)
+    }
+
+    fn path(&self, name: &str) -> PathBuf {
+        self.dir.path().join(name)
+    }
+}
+
+fn held() -> ClusterOptions {
+    ClusterOptions {
+        directives: vec!["--hold".into()],
+        ..ClusterOptions::default()
+    }
+}
+
+/// Submits and registers every array for cleanup; panics on any error.
+fn start(
+    launcher: &mut SlurmrestdLauncher,
+    requests: &[WorkerRequest],
+    cleanup: &mut Scancel,
+) -> Vec<JobId> {
+    let jobs: Vec<JobId> = launcher
+        .start_many(requests)
+        .into_iter()
+        .map(|result| result.expect("submitted"))
+        .collect();
+    jobs.iter().for_each(|job| cleanup.add(job));
+    jobs
+}
+
+/// Polls until `count` ends were reported (or [`WAIT`] passed), then once
+/// more to check that nothing is reported twice.
+fn ends(launcher: &mut SlurmrestdLauncher, count: usize) -> Vec<(u64, JobId, JobEnd)> {
+    let deadline = Instant::now() + WAIT;
+    let mut ended = Vec::new();
+    while ended.len() < count && Instant::now() < deadline {
+        ended.extend(launcher.poll_ended());
+        std::thread::sleep(launcher.poll_interval());
+    }
+    std::thread::sleep(launcher.poll_interval());
+    ended.extend(launcher.poll_ended());
+    ended.sort_by_key(|(worker, _, _)| *worker);
+    ended
+}
+
+/// `(element, state)` for every element of `array` squeue still lists.
+fn squeue(array: &str) -> Vec<(String, String)> {
+    let output = Command::new("squeue")
+        .args(["--noheader", "--array", "--jobs", array, "--format=%i %T"])
+        .output()
+        .unwrap();
+    String::from_utf8_lossy(&output.stdout)
+        .lines()
+        .filter_map(|line| line.split_once(' '))
+        .map(|(id, state)| (id.to_owned(), state.to_owned()))
+        .collect()
+}
+
+fn scontrol_show(job: &str) -> String {
+    let output = Command::new("scontrol")
+        .args(["-o", "show", "job", job])
+        .output()
+        .unwrap();
+    String::from_utf8_lossy(&output.stdout).into_owned()
+}
+
+fn wait_for(what: &str, mut done: impl FnMut() -> bool) {
+    let deadline = Instant::now() + WAIT;
+    while !done() {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+fn read(path: &Path) -> String {
+    std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+}
+
+fn assert_permanent(error: &LaunchError) {
+    assert!(
+        matches!(
+            error,
+            LaunchError::Submit {
+                permanent: true,
+                ..
+            }
+        ),
+        "{error}"
+    );
+}
+
+#[test]
+fn an_array_of_three_runs_with_the_context_and_each_end_is_reported_once() {
+    if !restd_or_skip("an_array_of_three_runs...") {
+        return;
+    }
+    let (run, mut cleanup, mut launcher) = (Run::new("three"), Scancel::default(), launcher());
+    let script = "echo \"$SLURM_ARRAY_TASK_ID $DAISY_CONTEXT_TEST\" > out-$SLURM_ARRAY_TASK_ID.txt";
+    let requests = run.requests(3, script, ClusterOptions::default());
+    let jobs = start(&mut launcher, &requests, &mut cleanup);
+    let array = array_of(&jobs[0]);
+    let expected: Vec<JobId> = (0..3).map(|i| JobId(format!("{array}_{i}"))).collect();
+    assert_eq!(jobs, expected);
+
+    let ended = ends(&mut launcher, 3);
+    let expected: Vec<_> = (0..3)
+        .map(|i| (i, jobs[i as usize].clone(), JobEnd::Exited { code: 0 }))
+        .collect();
+    assert_eq!(ended, expected, "each worker ended once, with code 0");
+    for i in 0..3 {
+        let written = read(&run.path(&format!("out-{i}.txt")));
+        assert_eq!(written, format!("{i} {SECRET}\n"));
+    }
+    let kept = read(&run.log_dir().join("worker-0-2.sbatch"));
+    assert!(!kept.contains(SECRET), "{kept}");
+    let shown = scontrol_show(&array);
+    assert!(shown.contains("JobName=daisy-three"), "{shown}");
+    assert!(run.log_dir().join(format!("worker-{array}_2.out")).exists());
+    let calls = launcher.calls();
+    assert_eq!(calls.submissions, 1);
+    eprintln!("three workers over slurmrestd: {calls:?}");
+}
+
+#[test]
+fn a_held_job_keeps_its_slot_gets_its_resources_and_is_reported_cancelled_once() {
+    if !restd_or_skip("a_held_job_keeps_its_slot...") {
+        return;
+    }
+    let (run, mut cleanup, mut launcher) = (Run::new("held"), Scancel::default(), launcher());
+    let mut requests = run.requests(2, "true", held());
+    for request in &mut requests {
+        request.requires = BTreeMap::from([("cpu".into(), 2), ("mem".into(), 64)]);
+        request.cluster.time = Some("0:05:00".into());
+    }
+    let jobs = start(&mut launcher, &requests, &mut cleanup);
+    for _ in 0..3 {
+        assert!(launcher.poll_ended().is_empty(), "pending is not ended");
+        std::thread::sleep(Duration::from_millis(300));
+    }
+    let array = array_of(&jobs[0]);
+    let shown = scontrol_show(&array);
+    for wanted in [
+        "JobState=PENDING",
+        "Reason=JobHeldUser",
+        "NumCPUs=2",
+        "TimeLimit=00:05:00",
+        "MinMemoryNode=64M",
+    ] {
+        assert!(shown.contains(wanted), "{wanted}: {shown}");
+    }
+
+    launcher.cancel(&[0]);
+    let status = Command::new("scancel").arg(&jobs[1].0).status().unwrap();
+    assert!(status.success(), "the other one cancelled outside daisy");
+    let ended = ends(&mut launcher, 2);
+    assert_eq!(ended.len(), 2, "{ended:?}");
+    assert_eq!(
+        ended[0],
+        (0, jobs[0].clone(), JobEnd::Cancelled),
+        "reported once"
+    );
+    // A pending element cancelled by its index leaves slurmctld's listing
+    // at once: nobody can tell how it ended.
+    let (worker, job, JobEnd::Failed { reason }) = &ended[1] else {
+        panic!("{ended:?}")
+    };
+    assert_eq!((*worker, job), (1, &jobs[1]));
+    assert!(reason.contains("unknown to slurmctld"), "{reason}");
+    assert!(squeue(&array).is_empty());
+}
+
+#[test]
+fn a_held_array_cancelled_outside_daisy_is_reported_cancelled() {
+    if !restd_or_skip("a_held_array_cancelled_outside_daisy...") {
+        return;
+    }
+    let (run, mut cleanup, mut launcher) = (Run::new("held-out"), Scancel::default(), launcher());
+    let jobs = start(
+        &mut launcher,
+        &run.requests(2, "true", held()),
+        &mut cleanup,
+    );
+    assert!(launcher.poll_ended().is_empty());
+    let status = Command::new("scancel")
+        .arg(array_of(&jobs[0]))
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let ended = ends(&mut launcher, 2);
+    let expected: Vec<_> = (0..2)
+        .map(|i| (i, jobs[i as usize].clone(), JobEnd::Cancelled))
+        .collect();
+    assert_eq!(ended, expected);
+}
+
+#[test]
+fn cancel_all_empties_the_queue_of_running_jobs() {
+    if !restd_or_skip("cancel_all_empties_the_queue...") {
+        return;
+    }
+    let (run, mut cleanup, mut launcher) = (Run::new("sleepers"), Scancel::default(), launcher());
+    let requests = run.requests(2, "sleep 60", ClusterOptions::default());
+    let jobs = start(&mut launcher, &requests, &mut cleanup);
+    let array = array_of(&jobs[0]);
+    wait_for("both running", || {
+        let running = squeue(&array)
+            .into_iter()
+            .filter(|(_, state)| state == "RUNNING");
+        running.count() == 2
+    });
+    let started = Instant::now();
+    launcher.cancel_all();
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "one quick DELETE"
+    );
+    assert_eq!(launcher.calls().cancels, 1);
+    wait_for("the queue to forget them", || squeue(&array).is_empty());
+    let ended = ends(&mut launcher, 2);
+    let expected: Vec<_> = (0..2)
+        .map(|i| (i, jobs[i as usize].clone(), JobEnd::Cancelled))
+        .collect();
+    assert_eq!(ended, expected);
+}
+
+#[test]
+fn an_invalid_partition_is_a_permanent_error_with_slurmrestds_message() {
+    if !restd_or_skip("an_invalid_partition...") {
+        return;
+    }
+    let (run, mut launcher) = (Run::new("nowhere"), launcher());
+    let cluster = ClusterOptions {
+        partition: Some("nope".into()),
+        ..ClusterOptions::default()
+    };
+    let error = launcher
+        .start(&run.requests(1, "true", cluster)[0])
+        .unwrap_err();
+    eprintln!("{error}");
+    assert_permanent(&error);
+    let message = error.to_string();
+    assert!(
+        message.contains("Invalid partition name specified"),
+        "{message}"
+    );
+    assert_eq!(launcher.calls().submissions, 1, "not retried");
+}
+
+#[test]
+fn a_wrong_token_is_a_clear_auth_error() {
+    if !restd_or_skip("a_wrong_token...") {
+        return;
+    }
+    let mut wrong = token(600);
+    let last = if wrong.ends_with('A') { "B" } else { "A" };
+    wrong.replace_range(wrong.len() - 1.., last);
+    let (run, mut launcher) = (Run::new("wrong-token"), launcher_with(&wrong));
+    let error = launcher
+        .start(&run.requests(1, "true", held())[0])
+        .unwrap_err();
+    eprintln!("{error}");
+    assert_permanent(&error);
+    let message = error.to_string();
+    assert!(
+        message.contains("refuses a token") && message.contains("scontrol token"),
+        "{message}"
+    );
+    assert!(!message.contains(&wrong), "{message}");
+    assert_eq!(launcher.calls().submissions, 1, "not retried");
+}
+
+#[test]
+fn an_expired_token_says_so() {
+    if !restd_or_skip("an_expired_token...") {
+        return;
+    }
+    let expiring = token(1);
+    std::thread::sleep(Duration::from_millis(2100));
+    let (run, mut launcher) = (Run::new("expired"), launcher_with(&expiring));
+    let error = launcher
+        .start(&run.requests(1, "true", held())[0])
+        .unwrap_err();
+    eprintln!("{error}");
+    assert_permanent(&error);
+    assert!(error.to_string().contains("SLURM_JWT expired"), "{error}");
+}
+
+#[test]
+fn fifty_workers_cost_one_submission_and_a_poll_one_request() {
+    if !restd_or_skip("fifty_workers...") {
+        return;
+    }
+    let (run, mut cleanup, mut launcher) = (Run::new("fifty"), Scancel::default(), launcher());
+    let jobs = start(
+        &mut launcher,
+        &run.requests(50, "true", held()),
+        &mut cleanup,
+    );
+    assert_eq!(jobs.len(), 50);
+    assert!(launcher.poll_ended().is_empty());
+    assert!(launcher.poll_ended().is_empty());
+    let calls = launcher.calls();
+    assert_eq!((calls.submissions, calls.polls), (1, 2));
+    let report = format!(
+        "slurmrestd requests for a task with 50 workers: {} submission, {} listing per poll \
+         ({calls:?})\n",
+        calls.submissions,
+        calls.polls / 2,
+    );
+    let _ = std::io::Write::write_all(&mut std::io::stdout(), report.as_bytes());
+    launcher.cancel_all();
+    assert_eq!(
+        launcher.calls().cancels,
+        1,
+        "one DELETE for the whole array"
+    );
+    wait_for("the queue to forget them", || {
+        squeue(&array_of(&jobs[0])).is_empty()
+    });
+}

@@ -1,0 +1,275 @@
+//! Runs on a real SLURM (started by `.ci/run` from `ci/slurm/`), with
+//! workers submitted as sbatch job arrays, through the LSF stand-in that
+//! forwards to the same SLURM, and with the driver itself as a batch job.
+//! Without a SLURM these tests skip loudly, or fail when `CI` is set.
+
+use crate::util::*;
+use std::collections::BTreeSet;
+use std::path::PathBuf;
+use std::process::Command;
+
+/// True if a SLURM answers; otherwise skips loudly (or fails under CI).
+fn slurm_is_up(test: &str) -> bool {
+    let up = Command::new("sinfo")
+        .arg("-h")
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !up {
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "{test}: no SLURM is running, and CI is set"
+        );
+        eprintln!(
+            "\n!!! SKIPPED {test}: no SLURM (start one with ci/slurm/start-local-slurm.sh) !!!\n"
+        );
+    }
+    up
+}
+
+/// Two chained tasks whose workers are cluster jobs of `kind`; each block
+/// appends `<task> <id>` to ran.txt. Task ids are unique per test so that
+/// concurrent tests can tell their jobs apart.
+fn cluster_pipeline(kind: &str, prefix: &str, directives: &str) -> String {
+    let task = |id: &str, upstream: &str| {
+        format!(
+            r#"
+[[task]]
+id = "{prefix}-{id}"
+{upstream}
+total_roi = {{ offset = [0], shape = [12] }}
+read_roi = {{ offset = [0], shape = [1] }}
+write_roi = {{ offset = [0], shape = [1] }}
+read_write_conflict = false
+max_workers = 3
+requires = {{ cpu = 1 }}
+block_command = ["sh", "-c", "sleep 0.1; echo {prefix}-{id} {{block_id}} >> ran.txt"]
+"#
+        )
+    };
+    format!(
+        "name = \"{prefix}\"\n[resources]\ncpu = 6\n[launcher]\nkind = \"{kind}\"\ntime = \"00:10:00\"\ndirectives = [{directives}]\n{}{}",
+        task("a", ""),
+        task("b", &format!("upstream = [\"{prefix}-a\"]"))
+    )
+}
+
+fn job_ids(run_dir: &std::path::Path) -> Vec<String> {
+    events(run_dir)
+        .iter()
+        .filter(|e| e["event"] == "worker_submitted")
+        .filter_map(|e| e["job"].as_str().map(String::from))
+        .collect()
+}
+
+/// The run's jobs still known to squeue (array elements by `<job>_<i>`).
+fn jobs_in_queue(jobs: &[String]) -> Vec<String> {
+    let arrays: BTreeSet<&str> = jobs
+        .iter()
+        .map(|j| j.split(['_', '[']).next().unwrap())
+        .collect();
+    let list = arrays.into_iter().collect::<Vec<_>>().join(",");
+    let output = Command::new("squeue")
+        .args(["-h", "-r", "-o", "%i", "-j", &list])
+        .output()
+        .unwrap();
+    String::from_utf8_lossy(&output.stdout)
+        .lines()
+        .map(String::from)
+        .collect()
+}
+
+fn cluster_driver(dir: &TestDir, pipeline: &str) -> Command {
+    let mut driver = dir.driver(&["run", pipeline]);
+    driver.env("DAISY_POLL_INTERVAL", "1s");
+    driver
+}
+
+fn ran(dir: &TestDir) -> BTreeSet<String> {
+    dir.read("ran.txt").lines().map(String::from).collect()
+}
+
+#[test]
+fn a_chained_pipeline_of_sbatch_job_arrays_completes_and_leaves_no_job() {
+    if !slurm_is_up("sbatch chain") {
+        return;
+    }
+    let dir = TestDir::new();
+    dir.write("p.toml", &cluster_pipeline("sbatch", "sb", ""));
+    run_ok(&mut cluster_driver(&dir, "p.toml"));
+    assert_eq!(ran(&dir).len(), 24);
+    let jobs = job_ids(&dir.join("daisy_run/sb"));
+    assert!(
+        jobs.iter().all(|j| j.contains('_')),
+        "workers are array elements: {jobs:?}"
+    );
+    assert!(
+        jobs_in_queue(&jobs).is_empty(),
+        "no job left: {:?}",
+        jobs_in_queue(&jobs)
+    );
+    let scripts: Vec<PathBuf> = std::fs::read_dir(dir.join("daisy_run/sb/logs/sb-a"))
+        .unwrap()
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.extension().is_some_and(|x| x == "sbatch"))
+        .collect();
+    assert!(!scripts.is_empty(), "the submitted script is kept");
+    let token = std::fs::read_to_string(dir.join("daisy_run/sb/context.json")).unwrap();
+    let token = daisy_core::context::WorkerContext::from_json(&token)
+        .unwrap()
+        .token;
+    for script in scripts {
+        assert!(
+            !std::fs::read_to_string(script).unwrap().contains(&token),
+            "no token in scripts"
+        );
+    }
+}
+
+#[test]
+fn pending_jobs_keep_their_slots_and_a_pending_job_cancelled_is_replaced() {
+    if !slurm_is_up("pending jobs") {
+        return;
+    }
+    let dir = TestDir::new();
+    dir.write("p.toml", &cluster_pipeline("sbatch", "held", "\"--hold\""));
+    let driver = ChildGuard::spawn(&mut cluster_driver(&dir, "p.toml"));
+    let run_dir = dir.join("daisy_run/held");
+    wait_until("3 held workers were submitted", || {
+        job_ids(&run_dir).len() >= 3
+    });
+    std::thread::sleep(std::time::Duration::from_secs(3));
+    let jobs = job_ids(&run_dir);
+    assert_eq!(jobs.len(), 3, "pending jobs are not resubmitted: {jobs:?}");
+    let victim = jobs[0].clone();
+    run_ok(Command::new("scancel").arg(&victim));
+    wait_until("the cancelled pending job is replaced", || {
+        job_ids(&run_dir).len() >= 4
+    });
+    let failed = events(&run_dir)
+        .iter()
+        .filter(|e| e["event"] == "worker_start_failed")
+        .count();
+    assert_eq!(failed, 1, "the cancelled job counts as a failed start");
+    let status = release_until_exit(driver, &run_dir);
+    assert!(status.success(), "{status:?}");
+    assert_eq!(ran(&dir).len(), 24);
+    assert!(jobs_in_queue(&job_ids(&run_dir)).is_empty());
+}
+
+#[test]
+fn stopping_the_driver_cancels_every_job_it_submitted() {
+    if !slurm_is_up("driver stop") {
+        return;
+    }
+    let dir = TestDir::new();
+    dir.write("p.toml", &cluster_pipeline("sbatch", "stop", "\"--hold\""));
+    let driver = ChildGuard::spawn(&mut cluster_driver(&dir, "p.toml"));
+    let run_dir = dir.join("daisy_run/stop");
+    wait_until("workers were submitted", || job_ids(&run_dir).len() >= 3);
+    let pid = nix::unistd::Pid::from_raw(driver.0.id() as i32);
+    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGINT).unwrap();
+    assert_eq!(driver.wait_for_exit().code(), Some(130));
+    let jobs = job_ids(&run_dir);
+    wait_until("squeue shows none of the run's jobs", || {
+        jobs_in_queue(&jobs).is_empty()
+    });
+}
+
+#[test]
+fn the_same_pipeline_runs_through_the_lsf_stand_in() {
+    if !slurm_is_up("bsub chain") {
+        return;
+    }
+    let dir = TestDir::new();
+    dir.write("p.toml", &cluster_pipeline("bsub", "lsf", ""));
+    let standin = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../tests/lsf-standin");
+    let path = format!(
+        "{}:{}",
+        standin.display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    let mut driver = cluster_driver(&dir, "p.toml");
+    driver
+        .env("PATH", path)
+        .env("LSF_STANDIN_DIR", dir.join("lsf-state"));
+    run_ok(&mut driver);
+    assert_eq!(ran(&dir).len(), 24);
+    let jobs = job_ids(&dir.join("daisy_run/lsf"));
+    assert!(
+        jobs.iter().all(|j| j.contains('[')),
+        "LSF array elements: {jobs:?}"
+    );
+}
+
+#[test]
+fn the_driver_itself_runs_as_a_batch_job() {
+    if !slurm_is_up("driver.sbatch") {
+        return;
+    }
+    let dir = TestDir::new();
+    dir.write("p.toml", &cluster_pipeline("sbatch", "drv", ""));
+    let template =
+        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../slurm-templates/driver.sbatch");
+    let bin_dir = PathBuf::from(env!("CARGO_BIN_EXE_daisy-driver"))
+        .parent()
+        .unwrap()
+        .to_path_buf();
+    let path = format!(
+        "{}:{}",
+        bin_dir.display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    let submitted = run_ok(
+        Command::new("sbatch")
+            .args(["--parsable", "--export=ALL,PIPELINE=p.toml"])
+            .arg(&template)
+            .current_dir(dir.path())
+            .env("PATH", path)
+            .env("DAISY_WORKER_BIN", worker_program())
+            .env("DAISY_POLL_INTERVAL", "1s"),
+    );
+    let job = submitted.trim().split(';').next().unwrap().to_string();
+    let _cancel = JobGuard(job.clone());
+    wait_until("the driver job finished", || {
+        jobs_in_queue(std::slice::from_ref(&job)).is_empty()
+    });
+    assert_eq!(
+        ran(&dir).len(),
+        24,
+        "driver output:\n{}",
+        dir.read(&format!("daisy-driver-{job}.out"))
+    );
+    let events = events(&dir.join("daisy_run/drv"));
+    assert_eq!(events.last().unwrap()["completed"], true);
+}
+
+/// Releases every held job of the run, new ones too, until the driver
+/// exits (at most two minutes).
+fn release_until_exit(
+    mut driver: ChildGuard,
+    run_dir: &std::path::Path,
+) -> std::process::ExitStatus {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(120);
+    loop {
+        for job in job_ids(run_dir) {
+            let _ = Command::new("scontrol").args(["release", &job]).output();
+        }
+        if let Some(status) = driver.0.try_wait().unwrap() {
+            return status;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the run did not finish"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(500));
+    }
+}
+
+/// Cancels a job when the test ends, however it ends.
+struct JobGuard(String);
+
+impl Drop for JobGuard {
+    fn drop(&mut self) {
+        let _ = Command::new("scancel").arg(&self.0).output();
+    }
+}
