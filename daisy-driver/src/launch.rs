@@ -3,7 +3,9 @@
 
 use crate::pipeline::{LauncherConfig, LauncherKind};
 use anyhow::Context as _;
-use launchers::{BsubLauncher, ClusterOptions, Launcher, LocalLauncher, SbatchLauncher};
+use launchers::{
+    BsubLauncher, ClusterOptions, Launcher, LocalLauncher, SbatchLauncher, SlurmrestdLauncher,
+};
 use std::time::Duration;
 
 /// How often cluster backends ask the scheduler for job states.
@@ -31,9 +33,10 @@ pub fn launcher(
                 .context("the pipeline's launcher is bsub")?
                 .with_poll_interval(settings.poll_interval),
         ),
-        LauncherKind::Slurmrestd => anyhow::bail!(
-            "the slurmrestd launcher is not available yet; use kind = \"sbatch\" on a login node, \
-             or run the driver itself as a batch job (slurm-templates/driver.sbatch)"
+        LauncherKind::Slurmrestd => Box::new(
+            SlurmrestdLauncher::from_env()
+                .context("the pipeline's launcher is slurmrestd")?
+                .with_poll_interval(settings.poll_interval),
         ),
     })
 }

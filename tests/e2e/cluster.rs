@@ -273,3 +273,30 @@ impl Drop for JobGuard {
         let _ = Command::new("scancel").arg(&self.0).output();
     }
 }
+
+#[test]
+fn a_pipeline_runs_through_slurmrestd() {
+    if !slurm_is_up("slurmrestd chain") {
+        return;
+    }
+    let url = std::env::var("SLURMRESTD_URL").unwrap_or_else(|_| "http://127.0.0.1:6820".into());
+    let address = url.trim_start_matches("http://").to_string();
+    if std::net::TcpStream::connect(&address).is_err() {
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "no slurmrestd at {url}, and CI is set"
+        );
+        eprintln!("\n!!! SKIPPED slurmrestd chain: no slurmrestd at {url} (DAISY_SLURM_RESTD=1 ci/slurm/start-local-slurm.sh) !!!\n");
+        return;
+    }
+    let token = run_ok(Command::new("scontrol").args(["token", "lifespan=600"]));
+    let jwt = token.trim().trim_start_matches("SLURM_JWT=").to_string();
+    let dir = TestDir::new();
+    dir.write("p.toml", &cluster_pipeline("slurmrestd", "rest", ""));
+    let mut driver = cluster_driver(&dir, "p.toml");
+    driver.env("SLURM_JWT", jwt).env("SLURMRESTD_URL", &url);
+    run_ok(&mut driver);
+    assert_eq!(ran(&dir).len(), 24);
+    let jobs = job_ids(&dir.join("daisy_run/rest"));
+    assert!(jobs_in_queue(&jobs).is_empty());
+}

@@ -188,6 +188,7 @@ pub struct JobsResponse {
 /// `array_task_id` null, `array_task_string` "1-2%1").
 #[derive(Clone, Debug, Default, Deserialize, PartialEq, Eq)]
 pub struct JobInfo {
+    #[serde(default)]
     pub job_id: u64,
     /// 0 for a job that is not an array.
     #[serde(default)]

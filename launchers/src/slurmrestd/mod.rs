@@ -58,7 +58,11 @@
 //!   only in slurmrestd's log.
 //! - `environment` must be a JSON object and must not be empty.
 //! - Cancelling a pending element (`DELETE /job/24_1`) removes it from the
-//!   listing at once.
+//!   listing at once. `DELETE` takes one id: a range (`24_[1-3]`) is a
+//!   400, hence one request per element when part of an array is
+//!   cancelled.
+//! - `GET /job/{id}` takes one id too (`1,2` is a 400), hence the one
+//!   listing of every job per poll.
 
 mod api;
 mod client;
