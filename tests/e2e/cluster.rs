@@ -300,3 +300,36 @@ fn a_pipeline_runs_through_slurmrestd() {
     let jobs = job_ids(&dir.join("daisy_run/rest"));
     assert!(jobs_in_queue(&jobs).is_empty());
 }
+
+#[test]
+fn a_worker_job_killed_while_running_loses_no_block() {
+    if !slurm_is_up("killed worker job") {
+        return;
+    }
+    let dir = TestDir::new();
+    let pipeline = cluster_pipeline("sbatch", "kill", "").replace("sleep 0.1", "sleep 1");
+    dir.write("p.toml", &pipeline);
+    let driver = ChildGuard::spawn(&mut cluster_driver(&dir, "p.toml"));
+    let run_dir = dir.join("daisy_run/kill");
+    let connected = || {
+        events(&run_dir)
+            .iter()
+            .find(|e| e["event"] == "worker_connected")
+            .and_then(|e| e["pid"].as_i64())
+    };
+    wait_until("a worker job runs", || connected().is_some());
+    // As if its node died: the worker process dies mid-block, without a word.
+    let pid = nix::unistd::Pid::from_raw(connected().unwrap() as i32);
+    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGKILL).unwrap();
+    let status = driver.wait_for_exit();
+    assert!(status.success(), "{status:?}");
+    assert_eq!(ran(&dir).len(), 24, "every block ran");
+    let events = events(&run_dir);
+    let done = events.iter().filter(|e| e["event"] == "block_done").count();
+    assert_eq!(done, 24, "each counted once");
+    let lost = events
+        .iter()
+        .any(|e| e["event"] == "worker_gone" && e["clean"] == false);
+    assert!(lost, "the killed worker was seen lost");
+    assert!(jobs_in_queue(&job_ids(&run_dir)).is_empty());
+}
