@@ -61,7 +61,7 @@ fn total(snapshot: &HashMap<String, i64>) -> i64 {
 #[test]
 fn max_workers_caps_a_task_without_requirements() {
     let dir = TestDir::new();
-    dir.write("res.toml", &pipeline("", &[task("a", 12, 3, "", "")]));
+    dir.write("res.toml", &pipeline("", &[task("a", 24, 3, "", "")]));
     run_ok(&mut dir.driver(&["run", "res.toml"]));
     assert_eq!(peak(&concurrency(&dir), of("a")), 3);
 }
@@ -95,8 +95,8 @@ fn two_tasks_sharing_a_budget_never_exceed_it_together() {
 fn tasks_on_disjoint_resources_reach_their_max_workers_at_once() {
     let dir = TestDir::new();
     let tasks = [
-        task("a", 16, 4, "cpu = 1", ""),
-        task("b", 8, 2, "gpu = 1", ""),
+        task("a", 32, 4, "cpu = 1", ""),
+        task("b", 16, 2, "gpu = 1", ""),
     ];
     dir.write("res.toml", &pipeline("cpu = 4\ngpu = 2", &tasks));
     run_ok(&mut dir.driver(&["run", "res.toml"]));
