@@ -57,7 +57,7 @@ fn counts(ran: &[(String, u64)]) -> HashMap<(String, u64), usize> {
 #[test]
 fn several_workers_run_every_block_of_a_chain_exactly_once() {
     let dir = TestDir::new();
-    dir.write("chain.toml", &chained(3, "true"));
+    dir.write("chain.toml", &chained(3, "sleep 0.05"));
     let out = run_ok(&mut dir.driver(&["run", "chain.toml"]));
     let counts = counts(&ran(&dir));
     assert_eq!(counts.len(), 50, "{out}");
