@@ -92,15 +92,29 @@ fn environment_reaches_the_worker_and_secrets_stay_off_its_command_line() {
     let mut request = sh(dir.path(), 1, "sleep 30");
     request.env = vec![("DAISY_CONTEXT".into(), "token-s3cr3t".into())];
     let pid = pid_of(&launcher.start(&request).unwrap());
+    // Between fork and exec the child still shows the parent's
+    // environment: wait until it runs the program.
+    let cmdline = || {
+        String::from_utf8_lossy(&fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default())
+            .into_owned()
+    };
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while !cmdline().contains("sleep 30") {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the worker never ran its program"
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
     let environ = fs::read(format!("/proc/{pid}/environ")).unwrap();
     let environ = String::from_utf8_lossy(&environ);
-    let cmdline = fs::read(format!("/proc/{pid}/cmdline")).unwrap();
+    let cmdline = cmdline();
     assert!(environ.contains("DAISY_CONTEXT=token-s3cr3t"), "{environ}");
     assert!(
         environ.contains("PATH="),
         "inherited environment lost: {environ}"
     );
-    assert!(!String::from_utf8_lossy(&cmdline).contains("s3cr3t"));
+    assert!(!cmdline.contains("s3cr3t"));
     launcher.cancel(&[1]);
 }
 
