@@ -17,6 +17,7 @@
 //! Secrets (the run token) travel only in [`WorkerRequest::env`], never in
 //! its arguments, because any user on a node can read command lines.
 
+mod arrays;
 mod bsub;
 mod cluster;
 mod local;

@@ -45,6 +45,7 @@ use std::io;
 use std::path::Path;
 use std::time::Duration;
 
+use crate::arrays::{self, ArrayBackend};
 use crate::{JobEnd, JobId, LaunchError, Launcher, WorkerRequest};
 use bjobs::{Element, ElementState, StatesReport};
 use commands::{Attempt, Invocation, LsfCommands, Output};
@@ -133,14 +134,16 @@ impl BsubLauncher {
     }
 
     /// One result per request of a group: its job id, or the group's error.
-    fn start_group(&mut self, group: &[WorkerRequest]) -> Vec<Result<JobId, LaunchError>> {
+    fn submit_array(&mut self, group: &[WorkerRequest]) -> Vec<Result<JobId, LaunchError>> {
         match self.submit_group(group) {
             Ok(job) => (1..=group.len() as u32)
                 .map(|index| Ok(JobId(Element { job, index }.to_string())))
                 .collect(),
             Err(error) => {
                 tracing::warn!(task = %group[0].task_id, %error, "cannot submit workers");
-                let copies: Vec<_> = (1..group.len()).map(|_| Err(copy_error(&error))).collect();
+                let copies: Vec<_> = (1..group.len())
+                    .map(|_| Err(arrays::copy_error(&error)))
+                    .collect();
                 std::iter::once(Err(error)).chain(copies).collect()
             }
         }
@@ -269,35 +272,27 @@ impl BsubLauncher {
     }
 }
 
+impl ArrayBackend for BsubLauncher {
+    fn tracks(&self, worker_id: u64) -> bool {
+        self.jobs.contains_key(&worker_id)
+    }
+
+    fn start_group(&mut self, group: &[WorkerRequest]) -> Vec<Result<JobId, LaunchError>> {
+        self.submit_array(group)
+    }
+}
+
 impl Launcher for BsubLauncher {
     fn name(&self) -> &'static str {
         "bsub"
     }
 
     fn start(&mut self, request: &WorkerRequest) -> Result<JobId, LaunchError> {
-        let mut results = self.start_many(std::slice::from_ref(request));
-        results.pop().expect("one result per request")
+        arrays::start_one(self, request)
     }
 
-    /// Submits each run of consecutive worker ids of one task as one
-    /// array; a worker id still tracked is refused on its own.
     fn start_many(&mut self, requests: &[WorkerRequest]) -> Vec<Result<JobId, LaunchError>> {
-        let mut results = Vec::with_capacity(requests.len());
-        let mut rest = requests;
-        while let Some(first) = rest.first() {
-            if self.jobs.contains_key(&first.worker_id) {
-                results.push(Err(LaunchError::WorkerIdInUse {
-                    task_id: first.task_id.clone(),
-                    worker_id: first.worker_id,
-                }));
-                rest = &rest[1..];
-                continue;
-            }
-            let len = group_len(rest, |worker| self.jobs.contains_key(&worker));
-            results.extend(self.start_group(&rest[..len]));
-            rest = &rest[len..];
-        }
-        results
+        arrays::start_in_arrays(self, requests)
     }
 
     fn poll_interval(&self) -> Duration {
@@ -344,19 +339,6 @@ impl Drop for BsubLauncher {
             self.cancel_all();
         }
     }
-}
-
-/// How many of `requests` go into the first one's array: the run of
-/// consecutive worker ids of one task that are not `in_use` (the driver
-/// sends nothing else, but a gap must not shift ids).
-fn group_len(requests: &[WorkerRequest], in_use: impl Fn(u64) -> bool) -> usize {
-    let follows = |pair: &[WorkerRequest]| {
-        let (before, next) = (&pair[0], &pair[1]);
-        next.worker_id == before.worker_id + 1
-            && next.task_id == before.task_id
-            && !in_use(next.worker_id)
-    };
-    1 + requests.windows(2).take_while(|pair| follows(pair)).count()
 }
 
 /// A bsub run's outcome: the job id, bsub's stdout when it succeeded
@@ -443,23 +425,6 @@ fn write_script(log_dir: &Path, path: &Path, script: &str) -> Result<(), LaunchE
     };
     std::fs::create_dir_all(log_dir).map_err(error)?;
     std::fs::write(path, script).map_err(error)
-}
-
-/// The same error again, for each further worker of a group that failed
-/// together (`LaunchError` holds `io::Error`s, which do not clone): a
-/// scheduler's answer is copied as it is, anything else as its message,
-/// permanent.
-fn copy_error(error: &LaunchError) -> LaunchError {
-    match error {
-        LaunchError::Submit { stderr, permanent } => LaunchError::Submit {
-            stderr: stderr.clone(),
-            permanent: *permanent,
-        },
-        other => LaunchError::Submit {
-            stderr: other.to_string(),
-            permanent: true,
-        },
-    }
 }
 
 #[cfg(test)]

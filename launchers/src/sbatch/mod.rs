@@ -55,6 +55,7 @@ use std::ffi::OsString;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
+use crate::arrays::{self, ArrayBackend};
 use crate::{JobEnd, JobId, LaunchError, Launcher, WorkerRequest};
 use commands::{Failure, Invocation, SlurmCommands};
 use squeue::Record;
@@ -212,7 +213,7 @@ impl SbatchLauncher {
     }
 
     /// One result per request of a group: its job id, or the group's error.
-    fn start_group(&mut self, group: &[WorkerRequest]) -> Vec<Result<JobId, LaunchError>> {
+    fn submit_array(&mut self, group: &[WorkerRequest]) -> Vec<Result<JobId, LaunchError>> {
         match self.submit_group(group) {
             Ok(array) => (0..group.len())
                 .map(|index| Ok(JobId(format!("{array}_{index}"))))
@@ -220,7 +221,7 @@ impl SbatchLauncher {
             Err(error) => {
                 tracing::warn!(task = %group[0].task_id, %error, "cannot submit workers");
                 let copies = (1..group.len())
-                    .map(|_| copy_error(&error))
+                    .map(|_| arrays::copy_error(&error))
                     .collect::<Vec<_>>();
                 std::iter::once(Err(error))
                     .chain(copies.into_iter().map(Err))
@@ -498,35 +499,27 @@ impl SbatchLauncher {
     }
 }
 
+impl ArrayBackend for SbatchLauncher {
+    fn tracks(&self, worker_id: u64) -> bool {
+        self.jobs.contains_key(&worker_id)
+    }
+
+    fn start_group(&mut self, group: &[WorkerRequest]) -> Vec<Result<JobId, LaunchError>> {
+        self.submit_array(group)
+    }
+}
+
 impl Launcher for SbatchLauncher {
     fn name(&self) -> &'static str {
         "sbatch"
     }
 
     fn start(&mut self, request: &WorkerRequest) -> Result<JobId, LaunchError> {
-        let mut results = self.start_many(std::slice::from_ref(request));
-        results.pop().expect("one result per request")
+        arrays::start_one(self, request)
     }
 
-    /// Submits each run of consecutive worker ids of one task as one
-    /// array; a worker id still tracked is refused on its own.
     fn start_many(&mut self, requests: &[WorkerRequest]) -> Vec<Result<JobId, LaunchError>> {
-        let mut results = Vec::with_capacity(requests.len());
-        let mut rest = requests;
-        while let Some(first) = rest.first() {
-            if self.jobs.contains_key(&first.worker_id) {
-                results.push(Err(LaunchError::WorkerIdInUse {
-                    task_id: first.task_id.clone(),
-                    worker_id: first.worker_id,
-                }));
-                rest = &rest[1..];
-                continue;
-            }
-            let len = group_len(rest, |worker| self.jobs.contains_key(&worker));
-            results.extend(self.start_group(&rest[..len]));
-            rest = &rest[len..];
-        }
-        results
+        arrays::start_in_arrays(self, requests)
     }
 
     fn poll_interval(&self) -> Duration {
@@ -595,22 +588,6 @@ impl Backoff {
         let pause = interval.saturating_mul(factor).min(MAX_BACKOFF);
         self.resume_at = Some(Instant::now() + pause);
     }
-}
-
-/// How many of `requests` go into the first one's array: the run of
-/// consecutive worker ids of one task that are not `in_use` (the driver
-/// sends nothing else, but a gap must not shift ids).
-pub(crate) fn group_len(requests: &[WorkerRequest], in_use: impl Fn(u64) -> bool) -> usize {
-    let mut len = 1;
-    while let Some(next) = requests.get(len) {
-        let before = &requests[len - 1];
-        let follows = next.worker_id == before.worker_id + 1 && next.task_id == before.task_id;
-        if !follows || in_use(next.worker_id) {
-            break;
-        }
-        len += 1;
-    }
-    len
 }
 
 /// `--parsable --export=ALL --array=0-<size-1>[%cap] <script>`.
@@ -689,52 +666,6 @@ fn submit_error(failure: Failure, sbatch: &Path, request: &WorkerRequest) -> Lau
         failure => LaunchError::Submit {
             permanent: !failure.is_transient(),
             stderr: failure.message(),
-        },
-    }
-}
-
-/// The same error again, for each worker of a group that failed together
-/// (`LaunchError` holds `io::Error`s, which do not clone).
-pub(crate) fn copy_error(error: &LaunchError) -> LaunchError {
-    let io = |e: &std::io::Error| std::io::Error::new(e.kind(), e.to_string());
-    match error {
-        LaunchError::Submit { stderr, permanent } => LaunchError::Submit {
-            stderr: stderr.clone(),
-            permanent: *permanent,
-        },
-        LaunchError::Spawn {
-            program,
-            working_dir,
-            source,
-        } => LaunchError::Spawn {
-            program: program.clone(),
-            working_dir: working_dir.clone(),
-            source: io(source),
-        },
-        LaunchError::Script { path, source } => LaunchError::Script {
-            path: path.clone(),
-            source: io(source),
-        },
-        LaunchError::TemplateRead { path, source } => LaunchError::TemplateRead {
-            path: path.clone(),
-            source: io(source),
-        },
-        LaunchError::Template {
-            template,
-            line,
-            problem,
-        } => LaunchError::Template {
-            template: template.clone(),
-            line: *line,
-            problem: problem.clone(),
-        },
-        LaunchError::UnexpectedOutput { command, output } => LaunchError::UnexpectedOutput {
-            command,
-            output: output.clone(),
-        },
-        other => LaunchError::Submit {
-            stderr: other.to_string(),
-            permanent: true,
         },
     }
 }

@@ -71,6 +71,7 @@ mod job;
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
+use crate::arrays::{self, ArrayBackend};
 use crate::sbatch::squeue::{self, Record};
 use crate::sbatch::{self, script, Backoff, DEFAULT_POLL_INTERVAL, DEFAULT_RETRY_DELAYS};
 use crate::{JobEnd, JobId, LaunchError, Launcher, WorkerRequest};
@@ -224,7 +225,7 @@ impl SlurmrestdLauncher {
     }
 
     /// One result per request of a group: its job id, or the group's error.
-    fn start_group(&mut self, group: &[WorkerRequest]) -> Vec<Result<JobId, LaunchError>> {
+    fn submit_array(&mut self, group: &[WorkerRequest]) -> Vec<Result<JobId, LaunchError>> {
         match self.submit_group(group) {
             Ok(array) => (0..group.len())
                 .map(|index| Ok(JobId(format!("{array}_{index}"))))
@@ -232,7 +233,7 @@ impl SlurmrestdLauncher {
             Err(error) => {
                 tracing::warn!(task = %group[0].task_id, %error, "cannot submit workers");
                 let mut results: Vec<_> = (1..group.len())
-                    .map(|_| Err(sbatch::copy_error(&error)))
+                    .map(|_| Err(arrays::copy_error(&error)))
                     .collect();
                 results.insert(0, Err(error));
                 results
@@ -342,35 +343,27 @@ impl SlurmrestdLauncher {
     }
 }
 
+impl ArrayBackend for SlurmrestdLauncher {
+    fn tracks(&self, worker_id: u64) -> bool {
+        self.jobs.contains_key(&worker_id)
+    }
+
+    fn start_group(&mut self, group: &[WorkerRequest]) -> Vec<Result<JobId, LaunchError>> {
+        self.submit_array(group)
+    }
+}
+
 impl Launcher for SlurmrestdLauncher {
     fn name(&self) -> &'static str {
         "slurmrestd"
     }
 
     fn start(&mut self, request: &WorkerRequest) -> Result<JobId, LaunchError> {
-        let mut results = self.start_many(std::slice::from_ref(request));
-        results.pop().expect("one result per request")
+        arrays::start_one(self, request)
     }
 
-    /// Submits each run of consecutive worker ids of one task as one
-    /// array; a worker id still tracked is refused on its own.
     fn start_many(&mut self, requests: &[WorkerRequest]) -> Vec<Result<JobId, LaunchError>> {
-        let mut results = Vec::with_capacity(requests.len());
-        let mut rest = requests;
-        while let Some(first) = rest.first() {
-            if self.jobs.contains_key(&first.worker_id) {
-                results.push(Err(LaunchError::WorkerIdInUse {
-                    task_id: first.task_id.clone(),
-                    worker_id: first.worker_id,
-                }));
-                rest = &rest[1..];
-                continue;
-            }
-            let len = sbatch::group_len(rest, |worker| self.jobs.contains_key(&worker));
-            results.extend(self.start_group(&rest[..len]));
-            rest = &rest[len..];
-        }
-        results
+        arrays::start_in_arrays(self, requests)
     }
 
     fn poll_interval(&self) -> Duration {
