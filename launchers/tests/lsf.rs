@@ -7,24 +7,17 @@
 //! (the process environment is never changed). Every test first calls
 //! [`lsf_or_skip`]: without SLURM and Python it skips loudly, or fails when
 //! `CI` is set. Every job a test submits is killed when the test ends,
-//! passed or not ([`Bkill`], and the launcher's own drop). Jobs are small
+//! passed or not ([`JobCleanup`], and the launcher's own drop). Jobs are small
 //! shell programs standing in for daisy-worker.
 
-use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use launchers::{
-    BsubLauncher, ClusterOptions, JobEnd, JobId, LaunchError, Launcher, WorkerRequest,
-};
+mod common;
 
-/// Stands in for the run token: it must reach the jobs' environment and
-/// appear in no script, job name or command line.
-const SECRET: &str = "daisy-lsf-token-5c8e17";
-
-/// The longest a test waits for the stand-in's jobs to start or end.
-const WAIT: Duration = Duration::from_secs(90);
+use common::*;
+use launchers::{BsubLauncher, ClusterOptions, JobEnd, JobId, LaunchError, Launcher};
 
 /// Where the stand-in's commands are.
 fn standin() -> PathBuf {
@@ -47,87 +40,23 @@ fn lsf_or_skip(test: &str) -> bool {
     let why = "the LSF stand-in needs SLURM (`sinfo -h` fails) and python3";
     let how = "start SLURM with `bash ci/slurm/start-local-slurm.sh` (as root), \
                then `source /tmp/daisy-slurm/env.sh` if /etc/slurm/slurm.conf is not linked";
-    if std::env::var_os("CI").is_some() {
-        panic!("{test}: {why}, and CI is set, so LSF tests may not be skipped; {how}");
-    }
-    eprintln!("\n!!!!!!!! SKIPPED {test}: {why}; {how} !!!!!!!!\n");
-    false
+    skip_or_fail(test, why, how)
 }
 
-/// Kills the listed LSF jobs through the stand-in when dropped, so a
-/// failing test leaves nothing in the queue.
-#[derive(Default)]
-struct Bkill(Vec<String>);
-
-impl Bkill {
-    fn add(&mut self, job: &JobId) {
-        let array = array_of(job);
-        if !self.0.contains(&array) {
-            self.0.push(array);
-        }
-    }
+/// A run whose task name is unique to this test process (the stand-in's
+/// job names are how the tests find their SLURM jobs).
+fn lsf_run(task: &str) -> Run {
+    Run::new(&format!("lsf-{task}-{}", std::process::id()))
 }
 
-impl Drop for Bkill {
-    fn drop(&mut self) {
-        if !self.0.is_empty() {
-            let _ = Command::new(standin().join("bkill")).args(&self.0).output();
-        }
-    }
+/// The SLURM job name the stand-in gives the array.
+fn job_name(run: &Run) -> String {
+    format!("daisy-{}", run.task)
 }
 
-/// `10042` for `10042[3]`.
-fn array_of(job: &JobId) -> String {
-    job.0.split('[').next().unwrap().to_owned()
-}
-
-/// A temporary run directory and requests for `/bin/sh -c <script>`
-/// workers of one task, whose name is unique to this test process.
-struct Run {
-    dir: tempfile::TempDir,
-    task: String,
-}
-
-impl Run {
-    fn new(task: &str) -> Self {
-        Self {
-            dir: tempfile::tempdir().unwrap(),
-            task: format!("lsf-{task}-{}", std::process::id()),
-        }
-    }
-
-    fn requests(&self, count: u64, script: &str, cluster: ClusterOptions) -> Vec<WorkerRequest> {
-        let context = format!("{{\"token\":\"{SECRET}\"}}");
-        (0..count)
-            .map(|worker_id| WorkerRequest {
-                task_id: self.task.clone(),
-                worker_id,
-                program: "/bin/sh".into(),
-                args: vec!["-c".into(), script.into()],
-                env: vec![
-                    ("DAISY_CONTEXT".into(), context.clone()),
-                    ("DAISY_CONTEXT_TEST".into(), SECRET.into()),
-                ],
-                working_dir: self.dir.path().into(),
-                log_dir: self.log_dir(),
-                requires: BTreeMap::from([("cpu".into(), 1)]),
-                cluster: cluster.clone(),
-            })
-            .collect()
-    }
-
-    fn log_dir(&self) -> PathBuf {
-        self.dir.path().join("logs").join(&self.task)
-    }
-
-    fn path(&self, name: &str) -> PathBuf {
-        self.dir.path().join(name)
-    }
-
-    /// The SLURM job name the stand-in gives the array.
-    fn job_name(&self) -> String {
-        format!("daisy-{}", self.task)
-    }
+/// Kills what a test submitted, through the stand-in's bkill.
+fn bkill() -> JobCleanup {
+    JobCleanup::bkill(standin().join("bkill"))
 }
 
 fn launcher() -> BsubLauncher {
@@ -135,38 +64,6 @@ fn launcher() -> BsubLauncher {
         .expect("the LSF stand-in's commands")
         .with_retry_delays(vec![Duration::from_millis(200); 3])
         .with_poll_interval(Duration::from_millis(200))
-}
-
-/// Submits and registers every array for cleanup; panics on any error.
-fn start(
-    launcher: &mut BsubLauncher,
-    requests: &[WorkerRequest],
-    cleanup: &mut Bkill,
-) -> Vec<JobId> {
-    let jobs: Vec<JobId> = launcher
-        .start_many(requests)
-        .into_iter()
-        .map(|result| result.expect("submitted"))
-        .collect();
-    jobs.iter().for_each(|job| cleanup.add(job));
-    jobs
-}
-
-/// Polls until `count` ends were reported (or [`WAIT`] passed), then
-/// twice more to check that nothing is reported twice.
-fn ends(launcher: &mut BsubLauncher, count: usize) -> Vec<(u64, JobId, JobEnd)> {
-    let deadline = Instant::now() + WAIT;
-    let mut ended = Vec::new();
-    while ended.len() < count && Instant::now() < deadline {
-        ended.extend(launcher.poll_ended());
-        std::thread::sleep(launcher.poll_interval());
-    }
-    for _ in 0..2 {
-        std::thread::sleep(launcher.poll_interval());
-        ended.extend(launcher.poll_ended());
-    }
-    ended.sort_by_key(|(worker, _, _)| *worker);
-    ended
 }
 
 /// `(index, STAT, EXIT_CODE)` of every element of `job`, from the
@@ -233,24 +130,12 @@ fn watch(job: &str, index: u32, mut on_state: impl FnMut(&str)) -> Vec<String> {
     panic!("element {index} of job {job} did not finish; states seen: {seen:?}");
 }
 
-fn wait_for(what: &str, mut done: impl FnMut() -> bool) {
-    let deadline = Instant::now() + WAIT;
-    while !done() {
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        std::thread::sleep(Duration::from_millis(200));
-    }
-}
-
-fn read(path: &Path) -> String {
-    std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
-}
-
 #[test]
 fn an_array_of_three_completes_each_worker_once_with_its_index() {
     if !lsf_or_skip("an_array_of_three_completes...") {
         return;
     }
-    let (run, mut cleanup, mut launcher) = (Run::new("three"), Bkill::default(), launcher());
+    let (run, mut cleanup, mut launcher) = (lsf_run("three"), bkill(), launcher());
     let script = "echo \"index=$LSB_JOBINDEX job=$LSB_JOBID slurm=${SLURM_ARRAY_TASK_ID:-none}\"";
     let jobs = start(
         &mut launcher,
@@ -292,7 +177,7 @@ fn a_worker_exiting_3_ends_as_exited_3_and_lsf_says_exit() {
     if !lsf_or_skip("a_worker_exiting_3...") {
         return;
     }
-    let (run, mut cleanup, mut launcher) = (Run::new("exit3"), Bkill::default(), launcher());
+    let (run, mut cleanup, mut launcher) = (lsf_run("exit3"), bkill(), launcher());
     let jobs = start(
         &mut launcher,
         &run.requests(1, "exit 3", ClusterOptions::default()),
@@ -308,7 +193,7 @@ fn a_capped_array_shows_pend_run_done_and_keeps_its_slots_meanwhile() {
     if !lsf_or_skip("a_capped_array_shows_pend_run_done...") {
         return;
     }
-    let (run, mut cleanup, mut launcher) = (Run::new("capped"), Bkill::default(), launcher());
+    let (run, mut cleanup, mut launcher) = (lsf_run("capped"), bkill(), launcher());
     let cluster = ClusterOptions {
         max_array_parallel: Some(1),
         ..ClusterOptions::default()
@@ -350,7 +235,7 @@ fn a_held_job_is_psusp_until_resumed_then_runs_and_is_done() {
     if !lsf_or_skip("a_held_job_is_psusp...") {
         return;
     }
-    let (run, mut cleanup, mut launcher) = (Run::new("held"), Bkill::default(), launcher());
+    let (run, mut cleanup, mut launcher) = (lsf_run("held"), bkill(), launcher());
     let cluster = ClusterOptions {
         directives: vec!["-H".into()],
         ..ClusterOptions::default()
@@ -392,7 +277,7 @@ fn cancel_all_is_one_bkill_and_leaves_no_job_in_squeue() {
     if !lsf_or_skip("cancel_all_is_one_bkill...") {
         return;
     }
-    let (run, mut cleanup, mut launcher) = (Run::new("sleepers"), Bkill::default(), launcher());
+    let (run, mut cleanup, mut launcher) = (lsf_run("sleepers"), bkill(), launcher());
     let cluster = ClusterOptions {
         max_array_parallel: Some(2),
         ..ClusterOptions::default()
@@ -407,11 +292,11 @@ fn cancel_all_is_one_bkill_and_leaves_no_job_in_squeue() {
         let stats: Vec<String> = bjobs(&array).into_iter().map(|(_, stat, _)| stat).collect();
         stats == ["RUN", "RUN", "PEND"]
     });
-    assert!(!squeue_by_name(&run.job_name()).is_empty());
+    assert!(!squeue_by_name(&job_name(&run)).is_empty());
     launcher.cancel_all();
     assert_eq!(launcher.calls().cancels, 1);
     wait_for("squeue to list none of them", || {
-        squeue_by_name(&run.job_name()).is_empty()
+        squeue_by_name(&job_name(&run)).is_empty()
     });
     let ended = ends(&mut launcher, 3);
     let expected: Vec<_> = (0..3)
@@ -431,7 +316,7 @@ fn a_bad_queue_is_a_permanent_submit_error_with_lsfs_message() {
     if !lsf_or_skip("a_bad_queue...") {
         return;
     }
-    let (run, mut launcher) = (Run::new("nowhere"), launcher());
+    let (run, mut launcher) = (lsf_run("nowhere"), launcher());
     let cluster = ClusterOptions {
         partition: Some("nosuchqueue".into()),
         ..ClusterOptions::default()
@@ -464,7 +349,7 @@ fn the_token_reaches_the_job_but_no_script_job_name_or_command_line() {
     if !lsf_or_skip("the_token_reaches_the_job...") {
         return;
     }
-    let (run, mut cleanup, mut launcher) = (Run::new("secret"), Bkill::default(), launcher());
+    let (run, mut cleanup, mut launcher) = (lsf_run("secret"), bkill(), launcher());
     let script = "printf '%s' \"$DAISY_CONTEXT_TEST\" > secret-$LSB_JOBINDEX.txt; sleep 1";
     let jobs = start(
         &mut launcher,
@@ -472,14 +357,14 @@ fn the_token_reaches_the_job_but_no_script_job_name_or_command_line() {
         &mut cleanup,
     );
     let array = array_of(&jobs[0]);
-    let slurm_ids = squeue_by_name(&run.job_name());
+    let slurm_ids = squeue_by_name(&job_name(&run));
     let shown = Command::new("scontrol")
         .args(["-o", "show", "job"])
         .output()
         .unwrap();
     let shown = String::from_utf8_lossy(&shown.stdout);
     assert!(
-        shown.contains(&format!("JobName={}", run.job_name())),
+        shown.contains(&format!("JobName={}", job_name(&run))),
         "{shown}"
     );
     assert!(!shown.contains(SECRET), "scontrol shows the token: {shown}");
@@ -515,7 +400,7 @@ fn fifty_workers_cost_one_submission_and_a_poll_one_status_call() {
     if !lsf_or_skip("fifty_workers...") {
         return;
     }
-    let (run, mut cleanup, mut launcher) = (Run::new("fifty"), Bkill::default(), launcher());
+    let (run, mut cleanup, mut launcher) = (lsf_run("fifty"), bkill(), launcher());
     let cluster = ClusterOptions {
         directives: vec!["-H".into()],
         ..ClusterOptions::default()
@@ -542,6 +427,6 @@ fn fifty_workers_cost_one_submission_and_a_poll_one_status_call() {
     launcher.cancel_all();
     assert_eq!(launcher.calls().cancels, 1);
     wait_for("the array to leave squeue", || {
-        squeue_by_name(&run.job_name()).is_empty()
+        squeue_by_name(&job_name(&run)).is_empty()
     });
 }

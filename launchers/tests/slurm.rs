@@ -5,118 +5,17 @@
 //! Every test first calls [`slurm_or_skip`]: without a working `sinfo` it
 //! skips loudly, or fails when `CI` is set, so CI can never pass without
 //! running these. Every job a test submits is cancelled when the test
-//! ends, passed or not ([`Scancel`], and the launcher's own drop). Jobs
+//! ends, passed or not ([`JobCleanup`], and the launcher's own drop). Jobs
 //! are small shell programs standing in for daisy-worker; the tests share
 //! the node's CPUs, so each uses few (held jobs use none).
 
-use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use launchers::{
-    ClusterOptions, JobEnd, JobId, LaunchError, Launcher, SbatchLauncher, WorkerRequest,
-};
+mod common;
 
-/// Stands in for the run token: it must reach the jobs' environment and
-/// appear in no script, job name or command line.
-const SECRET: &str = "daisy-test-token-9f2c41";
-
-/// The longest a test waits for SLURM to start or end jobs.
-const WAIT: Duration = Duration::from_secs(60);
-
-/// Whether a SLURM cluster answers. Without one: fails under CI (`CI` set),
-/// else prints a loud skip notice and returns `false`.
-fn slurm_or_skip(test: &str) -> bool {
-    let answers = Command::new("sinfo")
-        .arg("-h")
-        .output()
-        .is_ok_and(|output| output.status.success());
-    if answers {
-        return true;
-    }
-    let why = "no SLURM: `sinfo -h` is missing or fails";
-    let how = "start one with `bash ci/slurm/start-local-slurm.sh` (as root), \
-               then `source /tmp/daisy-slurm/env.sh` if /etc/slurm/slurm.conf is not linked";
-    if std::env::var_os("CI").is_some() {
-        panic!("{test}: {why}, and CI is set, so SLURM tests may not be skipped; {how}");
-    }
-    // Written to the stderr stream itself: libtest would hide an eprintln!.
-    let notice = format!("\n!!!!!!!! SKIPPED {test}: {why}; {how} !!!!!!!!\n");
-    let _ = std::io::Write::write_all(&mut std::io::stderr(), notice.as_bytes());
-    false
-}
-
-/// Cancels the listed SLURM jobs when dropped, so a failing test leaves
-/// nothing in the queue.
-#[derive(Default)]
-struct Scancel(Vec<String>);
-
-impl Scancel {
-    fn add(&mut self, job: &JobId) {
-        let array = array_of(job);
-        if !self.0.contains(&array) {
-            self.0.push(array);
-        }
-    }
-}
-
-impl Drop for Scancel {
-    fn drop(&mut self) {
-        if !self.0.is_empty() {
-            let _ = Command::new("scancel").args(&self.0).status();
-        }
-    }
-}
-
-/// `77` for `77_3`.
-fn array_of(job: &JobId) -> String {
-    job.0.split('_').next().unwrap().to_owned()
-}
-
-/// A temporary run directory and requests for `/bin/sh -c <script>`
-/// workers of one task.
-struct Run {
-    dir: tempfile::TempDir,
-    task: String,
-}
-
-impl Run {
-    fn new(task: &str) -> Self {
-        Self {
-            dir: tempfile::tempdir().unwrap(),
-            task: task.to_owned(),
-        }
-    }
-
-    fn requests(&self, count: u64, script: &str, cluster: ClusterOptions) -> Vec<WorkerRequest> {
-        let context = format!("{{\"token\":\"{SECRET}\"}}");
-        (0..count)
-            .map(|worker_id| WorkerRequest {
-                task_id: self.task.clone(),
-                worker_id,
-                program: "/bin/sh".into(),
-                args: vec!["-c".into(), script.into()],
-                env: vec![
-                    ("DAISY_CONTEXT".into(), context.clone()),
-                    ("DAISY_CONTEXT_TEST".into(), SECRET.into()),
-                ],
-                working_dir: self.dir.path().into(),
-                log_dir: self.log_dir(),
-                requires: BTreeMap::from([("cpu".into(), 1)]),
-                cluster: cluster.clone(),
-            })
-            .collect()
-    }
-
-    fn log_dir(&self) -> PathBuf {
-        self.dir.path().join("logs").join(&self.task)
-    }
-
-    fn path(&self, name: &str) -> PathBuf {
-        self.dir.path().join(name)
-    }
-}
+use common::*;
+use launchers::{ClusterOptions, JobEnd, JobId, LaunchError, Launcher, SbatchLauncher};
 
 fn launcher() -> SbatchLauncher {
     SbatchLauncher::new()
@@ -125,74 +24,12 @@ fn launcher() -> SbatchLauncher {
         .with_poll_interval(Duration::from_millis(200))
 }
 
-fn held() -> ClusterOptions {
-    ClusterOptions {
-        directives: vec!["--hold".into()],
-        ..ClusterOptions::default()
-    }
-}
-
-/// Submits and registers every array for cleanup; panics on any error.
-fn start(
-    launcher: &mut SbatchLauncher,
-    requests: &[WorkerRequest],
-    cleanup: &mut Scancel,
-) -> Vec<JobId> {
-    let jobs: Vec<JobId> = launcher
-        .start_many(requests)
-        .into_iter()
-        .map(|result| result.expect("submitted"))
-        .collect();
-    jobs.iter().for_each(|job| cleanup.add(job));
-    jobs
-}
-
-/// Polls until `count` ends were reported (or [`WAIT`] passed), then once
-/// more to check that nothing is reported twice.
-fn ends(launcher: &mut SbatchLauncher, count: usize) -> Vec<(u64, JobId, JobEnd)> {
-    let deadline = Instant::now() + WAIT;
-    let mut ended = Vec::new();
-    while ended.len() < count && Instant::now() < deadline {
-        ended.extend(launcher.poll_ended());
-        std::thread::sleep(launcher.poll_interval());
-    }
-    std::thread::sleep(launcher.poll_interval());
-    ended.extend(launcher.poll_ended());
-    ended.sort_by_key(|(worker, _, _)| *worker);
-    ended
-}
-
-/// `(element, state)` for every element of `array` squeue still lists.
-fn squeue(array: &str) -> Vec<(String, String)> {
-    let output = Command::new("squeue")
-        .args(["--noheader", "--array", "--jobs", array, "--format=%i %T"])
-        .output()
-        .unwrap();
-    String::from_utf8_lossy(&output.stdout)
-        .lines()
-        .filter_map(|line| line.split_once(' '))
-        .map(|(id, state)| (id.to_owned(), state.to_owned()))
-        .collect()
-}
-
-fn wait_for(what: &str, mut done: impl FnMut() -> bool) {
-    let deadline = Instant::now() + WAIT;
-    while !done() {
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        std::thread::sleep(Duration::from_millis(200));
-    }
-}
-
-fn read(path: &Path) -> String {
-    std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
-}
-
 #[test]
 fn an_array_of_three_runs_with_the_context_and_each_end_is_reported_once() {
     if !slurm_or_skip("an_array_of_three_runs...") {
         return;
     }
-    let (run, mut cleanup, mut launcher) = (Run::new("three"), Scancel::default(), launcher());
+    let (run, mut cleanup, mut launcher) = (Run::new("three"), JobCleanup::scancel(), launcher());
     let script = "echo \"$SLURM_ARRAY_TASK_ID $DAISY_CONTEXT_TEST\" > out-$SLURM_ARRAY_TASK_ID.txt";
     let jobs = start(
         &mut launcher,
@@ -241,7 +78,7 @@ fn a_held_job_keeps_its_slot_until_cancelled_outside_daisy() {
     if !slurm_or_skip("a_held_job_keeps_its_slot...") {
         return;
     }
-    let (run, mut cleanup, mut launcher) = (Run::new("held"), Scancel::default(), launcher());
+    let (run, mut cleanup, mut launcher) = (Run::new("held"), JobCleanup::scancel(), launcher());
     let requests = run.requests(1, "true", held());
     let job = start(&mut launcher, &requests, &mut cleanup).remove(0);
     for _ in 0..3 {
@@ -271,7 +108,8 @@ fn a_held_element_cancelled_by_index_is_reported_once() {
     if !slurm_or_skip("a_held_element_cancelled_by_index...") {
         return;
     }
-    let (run, mut cleanup, mut launcher) = (Run::new("held-index"), Scancel::default(), launcher());
+    let (run, mut cleanup, mut launcher) =
+        (Run::new("held-index"), JobCleanup::scancel(), launcher());
     let job = start(
         &mut launcher,
         &run.requests(1, "true", held()),
@@ -296,7 +134,8 @@ fn an_element_of_a_held_array_cancelled_by_index_ends_as_unknown() {
     if !slurm_or_skip("an_element_of_a_held_array...") {
         return;
     }
-    let (run, mut cleanup, mut launcher) = (Run::new("held-pair"), Scancel::default(), launcher());
+    let (run, mut cleanup, mut launcher) =
+        (Run::new("held-pair"), JobCleanup::scancel(), launcher());
     let jobs = start(
         &mut launcher,
         &run.requests(2, "true", held()),
@@ -327,7 +166,8 @@ fn cancel_all_empties_the_queue_of_running_jobs() {
     if !slurm_or_skip("cancel_all_empties_the_queue...") {
         return;
     }
-    let (run, mut cleanup, mut launcher) = (Run::new("sleepers"), Scancel::default(), launcher());
+    let (run, mut cleanup, mut launcher) =
+        (Run::new("sleepers"), JobCleanup::scancel(), launcher());
     let jobs = start(
         &mut launcher,
         &run.requests(2, "sleep 60", ClusterOptions::default()),
@@ -396,7 +236,7 @@ fn fifty_workers_cost_one_submission_and_a_poll_one_status_call() {
     if !slurm_or_skip("fifty_workers...") {
         return;
     }
-    let (run, mut cleanup, mut launcher) = (Run::new("fifty"), Scancel::default(), launcher());
+    let (run, mut cleanup, mut launcher) = (Run::new("fifty"), JobCleanup::scancel(), launcher());
     let jobs = start(
         &mut launcher,
         &run.requests(50, "true", held()),

@@ -7,26 +7,21 @@
 //! answer it skips loudly, or fails when `CI` is set, so CI can never pass
 //! without running these. Tokens come from `scontrol token lifespan=600`.
 //! Every job a test submits is cancelled when the test ends, passed or
-//! not ([`Scancel`], and the launcher's own drop). Jobs are small shell
+//! not ([`JobCleanup`], and the launcher's own drop). Jobs are small shell
 //! programs standing in for daisy-worker.
 
 use std::collections::BTreeMap;
 use std::net::{TcpStream, ToSocketAddrs};
-use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
+mod common;
+
+use common::*;
 use launchers::{
-    ClusterOptions, JobEnd, JobId, LaunchError, Launcher, SlurmrestdLauncher, WorkerRequest,
+    ClusterOptions, JobEnd, JobId, LaunchError, Launcher, SlurmrestdLauncher,
     DEFAULT_SLURMRESTD_URL,
 };
-
-/// Stands in for the run token: it must reach the jobs' environment and
-/// appear in no script.
-const SECRET: &str = "daisy-restd-token-51e7a0";
-
-/// The longest a test waits for SLURM to start or end jobs.
-const WAIT: Duration = Duration::from_secs(60);
 
 fn restd_url() -> String {
     std::env::var("SLURMRESTD_URL").unwrap_or_else(|_| DEFAULT_SLURMRESTD_URL.to_owned())
@@ -50,13 +45,7 @@ fn restd_or_skip(test: &str) -> bool {
     let why = format!("no slurmrestd at {url}");
     let how = "start one with `DAISY_SLURM_RESTD=1 bash ci/slurm/start-local-slurm.sh` (as root; \
                it adds slurmrestd to a running cluster), or set SLURMRESTD_URL";
-    if std::env::var_os("CI").is_some() {
-        panic!("{test}: {why}, and CI is set, so slurmrestd tests may not be skipped; {how}");
-    }
-    // Written to the stderr stream itself: libtest would hide an eprintln!.
-    let notice = format!("\n!!!!!!!! SKIPPED {test}: {why}; {how} !!!!!!!!\n");
-    let _ = std::io::Write::write_all(&mut std::io::stderr(), notice.as_bytes());
-    false
+    skip_or_fail(test, &why, how)
 }
 
 /// A fresh JWT for the current user, as `scontrol token` prints it.
@@ -91,145 +80,12 @@ fn launcher() -> SlurmrestdLauncher {
     launcher_with(&token(600))
 }
 
-/// Cancels the listed SLURM jobs when dropped, so a failing test leaves
-/// nothing in the queue.
-#[derive(Default)]
-struct Scancel(Vec<String>);
-
-impl Scancel {
-    fn add(&mut self, job: &JobId) {
-        let array = array_of(job);
-        if !self.0.contains(&array) {
-            self.0.push(array);
-        }
-    }
-}
-
-impl Drop for Scancel {
-    fn drop(&mut self) {
-        if !self.0.is_empty() {
-            let _ = Command::new("scancel").args(&self.0).status();
-        }
-    }
-}
-
-/// `77` for `77_3`.
-fn array_of(job: &JobId) -> String {
-    job.0.split('_').next().unwrap().to_owned()
-}
-
-/// A temporary run directory and requests for `/bin/sh -c <script>`
-/// workers of one task.
-struct Run {
-    dir: tempfile::TempDir,
-    task: String,
-}
-
-impl Run {
-    fn new(task: &str) -> Self {
-        Self {
-            dir: tempfile::tempdir().unwrap(),
-            task: task.to_owned(),
-        }
-    }
-
-    fn requests(&self, count: u64, script: &str, cluster: ClusterOptions) -> Vec<WorkerRequest> {
-        let context = format!("{{\"token\":\"{SECRET}\"}}");
-        (0..count)
-            .map(|worker_id| WorkerRequest {
-                task_id: self.task.clone(),
-                worker_id,
-                program: "/bin/sh".into(),
-                args: vec!["-c".into(), script.into()],
-                env: vec![
-                    ("DAISY_CONTEXT".into(), context.clone()),
-                    ("DAISY_CONTEXT_TEST".into(), SECRET.into()),
-                ],
-                working_dir: self.dir.path().into(),
-                log_dir: self.log_dir(),
-                requires: BTreeMap::from([("cpu".into(), 1)]),
-                cluster: cluster.clone(),
-            })
-            .collect()
-    }
-
-    fn log_dir(&self) -> PathBuf {
-        self.dir.path().join("logs").join(&self.task)
-    }
-
-    fn path(&self, name: &str) -> PathBuf {
-        self.dir.path().join(name)
-    }
-}
-
-fn held() -> ClusterOptions {
-    ClusterOptions {
-        directives: vec!["--hold".into()],
-        ..ClusterOptions::default()
-    }
-}
-
-/// Submits and registers every array for cleanup; panics on any error.
-fn start(
-    launcher: &mut SlurmrestdLauncher,
-    requests: &[WorkerRequest],
-    cleanup: &mut Scancel,
-) -> Vec<JobId> {
-    let jobs: Vec<JobId> = launcher
-        .start_many(requests)
-        .into_iter()
-        .map(|result| result.expect("submitted"))
-        .collect();
-    jobs.iter().for_each(|job| cleanup.add(job));
-    jobs
-}
-
-/// Polls until `count` ends were reported (or [`WAIT`] passed), then once
-/// more to check that nothing is reported twice.
-fn ends(launcher: &mut SlurmrestdLauncher, count: usize) -> Vec<(u64, JobId, JobEnd)> {
-    let deadline = Instant::now() + WAIT;
-    let mut ended = Vec::new();
-    while ended.len() < count && Instant::now() < deadline {
-        ended.extend(launcher.poll_ended());
-        std::thread::sleep(launcher.poll_interval());
-    }
-    std::thread::sleep(launcher.poll_interval());
-    ended.extend(launcher.poll_ended());
-    ended.sort_by_key(|(worker, _, _)| *worker);
-    ended
-}
-
-/// `(element, state)` for every element of `array` squeue still lists.
-fn squeue(array: &str) -> Vec<(String, String)> {
-    let output = Command::new("squeue")
-        .args(["--noheader", "--array", "--jobs", array, "--format=%i %T"])
-        .output()
-        .unwrap();
-    String::from_utf8_lossy(&output.stdout)
-        .lines()
-        .filter_map(|line| line.split_once(' '))
-        .map(|(id, state)| (id.to_owned(), state.to_owned()))
-        .collect()
-}
-
 fn scontrol_show(job: &str) -> String {
     let output = Command::new("scontrol")
         .args(["-o", "show", "job", job])
         .output()
         .unwrap();
     String::from_utf8_lossy(&output.stdout).into_owned()
-}
-
-fn wait_for(what: &str, mut done: impl FnMut() -> bool) {
-    let deadline = Instant::now() + WAIT;
-    while !done() {
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        std::thread::sleep(Duration::from_millis(200));
-    }
-}
-
-fn read(path: &Path) -> String {
-    std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
 }
 
 fn assert_permanent(error: &LaunchError) {
@@ -250,7 +106,7 @@ fn an_array_of_three_runs_with_the_context_and_each_end_is_reported_once() {
     if !restd_or_skip("an_array_of_three_runs...") {
         return;
     }
-    let (run, mut cleanup, mut launcher) = (Run::new("three"), Scancel::default(), launcher());
+    let (run, mut cleanup, mut launcher) = (Run::new("three"), JobCleanup::scancel(), launcher());
     let script = "echo \"$SLURM_ARRAY_TASK_ID $DAISY_CONTEXT_TEST\" > out-$SLURM_ARRAY_TASK_ID.txt";
     let requests = run.requests(3, script, ClusterOptions::default());
     let jobs = start(&mut launcher, &requests, &mut cleanup);
@@ -282,7 +138,7 @@ fn a_held_job_keeps_its_slot_gets_its_resources_and_is_reported_cancelled_once()
     if !restd_or_skip("a_held_job_keeps_its_slot...") {
         return;
     }
-    let (run, mut cleanup, mut launcher) = (Run::new("held"), Scancel::default(), launcher());
+    let (run, mut cleanup, mut launcher) = (Run::new("held"), JobCleanup::scancel(), launcher());
     let mut requests = run.requests(2, "true", held());
     for request in &mut requests {
         request.requires = BTreeMap::from([("cpu".into(), 2), ("mem".into(), 64)]);
@@ -330,7 +186,8 @@ fn a_held_array_cancelled_outside_daisy_is_reported_cancelled() {
     if !restd_or_skip("a_held_array_cancelled_outside_daisy...") {
         return;
     }
-    let (run, mut cleanup, mut launcher) = (Run::new("held-out"), Scancel::default(), launcher());
+    let (run, mut cleanup, mut launcher) =
+        (Run::new("held-out"), JobCleanup::scancel(), launcher());
     let jobs = start(
         &mut launcher,
         &run.requests(2, "true", held()),
@@ -354,7 +211,8 @@ fn cancel_all_empties_the_queue_of_running_jobs() {
     if !restd_or_skip("cancel_all_empties_the_queue...") {
         return;
     }
-    let (run, mut cleanup, mut launcher) = (Run::new("sleepers"), Scancel::default(), launcher());
+    let (run, mut cleanup, mut launcher) =
+        (Run::new("sleepers"), JobCleanup::scancel(), launcher());
     let requests = run.requests(2, "sleep 60", ClusterOptions::default());
     let jobs = start(&mut launcher, &requests, &mut cleanup);
     let array = array_of(&jobs[0]);
@@ -446,7 +304,7 @@ fn fifty_workers_cost_one_submission_and_a_poll_one_request() {
     if !restd_or_skip("fifty_workers...") {
         return;
     }
-    let (run, mut cleanup, mut launcher) = (Run::new("fifty"), Scancel::default(), launcher());
+    let (run, mut cleanup, mut launcher) = (Run::new("fifty"), JobCleanup::scancel(), launcher());
     let jobs = start(
         &mut launcher,
         &run.requests(50, "true", held()),
