@@ -78,6 +78,14 @@ fn jobs_in_queue(jobs: &[String]) -> Vec<String> {
         .collect()
 }
 
+/// Waits until squeue lists none of `jobs`: the driver cancels what is
+/// left when it exits, and SLURM takes a moment to let cancelled jobs go.
+fn wait_until_gone(jobs: &[String]) {
+    wait_until("squeue shows none of the run's jobs", || {
+        jobs_in_queue(jobs).is_empty()
+    });
+}
+
 fn cluster_driver(dir: &TestDir, pipeline: &str) -> Command {
     let mut driver = dir.driver(&["run", pipeline]);
     driver.env("DAISY_POLL_INTERVAL", "1s");
@@ -102,11 +110,7 @@ fn a_chained_pipeline_of_sbatch_job_arrays_completes_and_leaves_no_job() {
         jobs.iter().all(|j| j.contains('_')),
         "workers are array elements: {jobs:?}"
     );
-    assert!(
-        jobs_in_queue(&jobs).is_empty(),
-        "no job left: {:?}",
-        jobs_in_queue(&jobs)
-    );
+    wait_until_gone(&jobs);
     let scripts: Vec<PathBuf> = std::fs::read_dir(dir.join("daisy_run/sb/logs/sb-a"))
         .unwrap()
         .filter_map(|e| e.ok().map(|e| e.path()))
@@ -153,7 +157,7 @@ fn pending_jobs_keep_their_slots_and_a_pending_job_cancelled_is_replaced() {
     let status = release_until_exit(driver, &run_dir);
     assert!(status.success(), "{status:?}");
     assert_eq!(ran(&dir).len(), 24);
-    assert!(jobs_in_queue(&job_ids(&run_dir)).is_empty());
+    wait_until_gone(&job_ids(&run_dir));
 }
 
 #[test]
@@ -297,8 +301,7 @@ fn a_pipeline_runs_through_slurmrestd() {
     driver.env("SLURM_JWT", jwt).env("SLURMRESTD_URL", &url);
     run_ok(&mut driver);
     assert_eq!(ran(&dir).len(), 24);
-    let jobs = job_ids(&dir.join("daisy_run/rest"));
-    assert!(jobs_in_queue(&jobs).is_empty());
+    wait_until_gone(&job_ids(&dir.join("daisy_run/rest")));
 }
 
 #[test]
@@ -331,5 +334,5 @@ fn a_worker_job_killed_while_running_loses_no_block() {
         .iter()
         .any(|e| e["event"] == "worker_gone" && e["clean"] == false);
     assert!(lost, "the killed worker was seen lost");
-    assert!(jobs_in_queue(&job_ids(&run_dir)).is_empty());
+    wait_until_gone(&job_ids(&run_dir));
 }
