@@ -15,6 +15,16 @@
 //!   orphaned, so no block is ever counted twice. It grows with failures
 //!   only.
 //!
+//! A failed block that may be retried goes to the back of its task's
+//! ready queue, behind every block already ready and every root block not
+//! yet enumerated, so a block that fails every time does not use up its
+//! retries before the rest of the task had a turn. With a task's
+//! `retry_backoff` it first waits, **delayed**, until a due time the
+//! caller computed from its own clock (`release_at`); the caller moves
+//! due retries to the ready queue with `promote_due`. A delayed block
+//! counts as pending (neither ready nor processing), so the run is
+//! neither done nor stalled while it waits.
+//!
 //! A block becomes ready when all its upstream blocks are on the surface;
 //! at the start, level-0 blocks of root tasks are ready, and so are the
 //! blocks of other tasks that wait for nothing (see
@@ -23,8 +33,10 @@
 use crate::block::{Block, BlockId, TaskIdx};
 use crate::graph::{DependencyGraph, LevelBlocks};
 use serde::{Deserialize, Serialize};
-use std::collections::{HashMap, HashSet, VecDeque};
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, HashMap, HashSet, VecDeque};
 use std::sync::Arc;
+use std::time::Instant;
 
 /// What happened to a block a worker held.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -52,7 +64,8 @@ pub struct TaskCounters {
 }
 
 impl TaskCounters {
-    /// Blocks still waiting for upstream blocks.
+    /// Blocks still waiting: for upstream blocks, or as a retry for its
+    /// backoff delay.
     pub fn pending(&self) -> u64 {
         self.total
             .saturating_sub(self.ready + self.processing + self.completed)
@@ -124,6 +137,15 @@ impl TaskQueue {
     }
 }
 
+/// A failed block waiting for its backoff delay; ordered by due time,
+/// then by when it failed, so that equal due times keep FIFO order.
+#[derive(Debug, PartialEq, Eq, PartialOrd, Ord)]
+struct DelayedRetry {
+    due: Instant,
+    seq: u64,
+    id: BlockId,
+}
+
 /// The scheduling state of one run.
 pub struct Scheduler {
     graph: Arc<DependencyGraph>,
@@ -131,6 +153,12 @@ pub struct Scheduler {
     surface: HashMap<BlockId, u32>,
     dead: HashSet<BlockId>,
     in_flight: HashMap<BlockId, Block>,
+    /// Retries waiting for their backoff delay, earliest due first.
+    delayed: BinaryHeap<Reverse<DelayedRetry>>,
+    /// The blocks of `delayed`, by id.
+    delayed_blocks: HashMap<BlockId, Block>,
+    /// Counts delayed retries, to order equal due times.
+    delayed_seq: u64,
 }
 
 impl Scheduler {
@@ -145,6 +173,9 @@ impl Scheduler {
             surface: HashMap::new(),
             dead: HashSet::new(),
             in_flight: HashMap::new(),
+            delayed: BinaryHeap::new(),
+            delayed_blocks: HashMap::new(),
+            delayed_seq: 0,
         }
     }
 
@@ -161,13 +192,38 @@ impl Scheduler {
         self.tasks.iter().all(|t| t.counters.is_done())
     }
 
-    /// True when work remains but nothing is ready or in flight, so
-    /// nothing can ever become ready. The graph rules make this impossible;
-    /// callers check it anyway so that a bug shows as an error, not a hang.
+    /// True when work remains but nothing is ready, in flight or waiting
+    /// to be retried, so nothing can ever become ready. The graph rules
+    /// make this impossible; callers check it anyway so that a bug shows
+    /// as an error, not a hang.
     pub fn is_stalled(&self) -> bool {
         !self.is_done()
             && self.in_flight.is_empty()
+            && self.delayed.is_empty()
             && self.tasks.iter().all(|t| t.counters.ready == 0)
+    }
+
+    /// When the earliest retry waiting for its backoff delay is due, if
+    /// any: a caller with nothing else to do sleeps until then and calls
+    /// [`Scheduler::promote_due`].
+    pub fn next_due(&self) -> Option<Instant> {
+        self.delayed.peek().map(|Reverse(d)| d.due)
+    }
+
+    /// Moves the retries due at `now` to the back of their tasks' ready
+    /// queues; returns how many became ready.
+    pub fn promote_due(&mut self, now: Instant) -> usize {
+        let mut promoted = 0;
+        while self.next_due().is_some_and(|due| due <= now) {
+            let Some(Reverse(retry)) = self.delayed.pop() else {
+                break;
+            };
+            if let Some(block) = self.delayed_blocks.remove(&retry.id) {
+                self.push_ready(block);
+            }
+            promoted += 1;
+        }
+        promoted
     }
 
     /// Number of blocks handed out and not yet released.
@@ -237,10 +293,28 @@ impl Scheduler {
         false
     }
 
-    /// Records what happened to a block that was handed out. A block that
-    /// is not in flight (released twice, released after it was reclaimed,
-    /// or never handed out) is ignored.
+    /// As [`Scheduler::release_at`] for a caller without a clock: a
+    /// failed block is retried at once, ignoring the task's
+    /// `retry_backoff`.
     pub fn release(&mut self, id: BlockId, outcome: BlockOutcome) -> Released {
+        self.release_with(id, outcome, None)
+    }
+
+    /// Records what happened to a block that was handed out, `now` being
+    /// the caller's time of the release: a failed block of a task with a
+    /// `retry_backoff` waits until `now` plus its delay. A block that is
+    /// not in flight (released twice, released after it was reclaimed, or
+    /// never handed out) is ignored.
+    pub fn release_at(&mut self, id: BlockId, outcome: BlockOutcome, now: Instant) -> Released {
+        self.release_with(id, outcome, Some(now))
+    }
+
+    fn release_with(
+        &mut self,
+        id: BlockId,
+        outcome: BlockOutcome,
+        now: Option<Instant>,
+    ) -> Released {
         let Some(block) = self.in_flight.remove(&id) else {
             return Released::Ignored;
         };
@@ -257,7 +331,7 @@ impl Scheduler {
                 self.push_ready(block);
                 Released::Requeued
             }
-            BlockOutcome::Failure => self.on_failure(block),
+            BlockOutcome::Failure => self.on_failure(block, now),
         }
     }
 
@@ -277,7 +351,8 @@ impl Scheduler {
     }
 
     /// Gives up on a task (its workers keep dying): every block of it that
-    /// is not completed, failed or in flight is orphaned, and so is every
+    /// is not completed, failed or in flight is orphaned (retries waiting
+    /// for their backoff included), and so is every
     /// such block of its downstream tasks, transitively. Returns the tasks
     /// abandoned now. Blocks in flight may still be released.
     pub fn abandon(&mut self, task: TaskIdx) -> Vec<TaskIdx> {
@@ -296,6 +371,7 @@ impl Scheduler {
             let c = &mut queue.counters;
             c.ready = 0;
             c.orphaned = c.total - c.completed - c.failed - c.processing;
+            self.drop_delayed(task);
             abandoned.push(task);
             to_visit.extend_from_slice(self.graph.downstream_tasks(task));
         }
@@ -316,6 +392,24 @@ impl Scheduler {
         self.in_flight.values()
     }
 
+    /// Parks a retry until `due`; it counts as pending meanwhile.
+    fn delay(&mut self, block: Block, due: Instant) {
+        self.delayed_seq += 1;
+        self.delayed.push(Reverse(DelayedRetry {
+            due,
+            seq: self.delayed_seq,
+            id: block.id,
+        }));
+        self.delayed_blocks.insert(block.id, block);
+    }
+
+    /// Forgets the delayed retries of an abandoned task; they are counted
+    /// among its orphans.
+    fn drop_delayed(&mut self, task: TaskIdx) {
+        self.delayed.retain(|Reverse(retry)| retry.id.task != task);
+        self.delayed_blocks.retain(|id, _| id.task != task);
+    }
+
     fn push_ready(&mut self, block: Block) {
         let queue = &mut self.tasks[block.id.task.index()];
         if queue.abandoned {
@@ -325,14 +419,19 @@ impl Scheduler {
         queue.counters.ready += 1;
     }
 
-    fn on_failure(&mut self, block: Block) -> Released {
-        let max_retries = self.graph.task(block.id.task).max_retries;
+    fn on_failure(&mut self, block: Block, now: Option<Instant>) -> Released {
+        let spec = self.graph.task(block.id.task);
+        let max_retries = spec.max_retries;
         let queue = &mut self.tasks[block.id.task.index()];
         let attempts = queue.retries.entry(block.id).or_insert(0);
         if *attempts < max_retries {
             *attempts += 1;
             let attempt = *attempts;
-            self.push_ready(block);
+            let delay = spec.retry_delay(attempt);
+            match now.zip(delay).and_then(|(now, d)| now.checked_add(d)) {
+                Some(due) => self.delay(block, due),
+                None => self.push_ready(block),
+            }
             return Released::Retrying { attempt };
         }
         queue.retries.remove(&block.id);

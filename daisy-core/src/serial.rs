@@ -1,9 +1,12 @@
 //! A serial in-process runner: the scheduler driven one block at a time.
 //! It gives the same results as a distributed run with one worker, without
-//! any I/O of its own; `daisy-driver run` and the tests build on it.
+//! any I/O of its own; `daisy-driver run` and the tests build on it. It
+//! reads the clock for retry backoff, and sleeps when the only work left
+//! is retries waiting for their delay.
 
 use crate::block::{Block, TaskIdx};
 use crate::scheduler::{BlockOutcome, Released, Scheduler};
+use std::time::Instant;
 
 /// How a serial run ended.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -51,6 +54,7 @@ impl<F: FnMut(&Block) -> Step> BlockRunner for F {
 pub fn run(scheduler: &mut Scheduler, runner: &mut dyn BlockRunner) -> SerialEnd {
     let tasks: Vec<TaskIdx> = scheduler.graph().task_indices().collect();
     loop {
+        scheduler.promote_due(Instant::now());
         let mut handed_out = false;
         for &task in &tasks {
             let Some(block) = scheduler.acquire(task, &mut |b| runner.is_done(b)) else {
@@ -64,14 +68,18 @@ pub fn run(scheduler: &mut Scheduler, runner: &mut dyn BlockRunner) -> SerialEnd
                     return SerialEnd::Stopped;
                 }
             };
-            let released = scheduler.release(block.id, outcome);
+            let released = scheduler.release_at(block.id, outcome, Instant::now());
             runner.released(&block, &released);
         }
         if scheduler.is_done() {
             return SerialEnd::Finished;
         }
-        if !handed_out && scheduler.is_stalled() {
-            return SerialEnd::Stalled;
+        if !handed_out {
+            if let Some(due) = scheduler.next_due() {
+                std::thread::sleep(due.saturating_duration_since(Instant::now()));
+            } else if scheduler.is_stalled() {
+                return SerialEnd::Stalled;
+            }
         }
     }
 }

@@ -47,6 +47,10 @@ pub struct TaskPlan {
     pub max_workers: u32,
     /// Workers the task may run at once when it has the budget to itself.
     pub workers: u32,
+    /// Blocks a worker takes per request and releases together.
+    pub batch_size: u32,
+    /// Blocks a worker command is fed ahead of the one it works on.
+    pub prefetch: u32,
     pub command_kind: &'static str,
     pub command: Vec<String>,
 }
@@ -115,6 +119,8 @@ fn task_plan(pipeline: &Pipeline, graph: &DependencyGraph, task: TaskIdx, done: 
         requires: config.requires.clone(),
         max_workers: config.max_workers,
         workers: workers_under_budget(config, &pipeline.resources),
+        batch_size: config.batch_size,
+        prefetch: config.prefetch,
         command_kind,
         command,
     }
@@ -199,6 +205,11 @@ impl TaskPlan {
             self.workers,
             self.max_workers,
             render_map(&self.requires)
+        );
+        let _ = writeln!(
+            out,
+            "  batches      {} blocks per request, prefetch {}",
+            self.batch_size, self.prefetch
         );
         let _ = writeln!(
             out,

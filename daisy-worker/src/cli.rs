@@ -101,7 +101,10 @@ fn serve(config: RunConfig) -> u8 {
             return EXIT_FAILURE;
         }
     };
-    let outcome = runtime.block_on(run(config, stop_signal()));
+    let outcome = runtime.block_on(async {
+        let stop = stop_signal();
+        run(config, stop).await
+    });
     // After an error a block may still run: exiting, not waiting, ends it.
     runtime.shutdown_background();
     exit_code(outcome)
@@ -128,20 +131,25 @@ fn exit_code(outcome: Result<Stopped, RunError>) -> u8 {
     }
 }
 
-/// Resolves when the worker is asked to stop, saying by what.
-async fn stop_signal() -> String {
-    let (Ok(mut term), Ok(mut int)) = (
+/// Listens for SIGTERM and SIGINT from now on (before connecting, so that
+/// a signal arriving early drains the worker instead of killing it); the
+/// future resolves when one arrives, saying which.
+fn stop_signal() -> impl std::future::Future<Output = String> {
+    let listeners = (
         signal(SignalKind::terminate()),
         signal(SignalKind::interrupt()),
-    ) else {
-        tracing::warn!(
-            "cannot listen for SIGTERM and SIGINT: only the driver can stop this worker"
-        );
-        return std::future::pending().await;
-    };
-    tokio::select! {
-        _ = term.recv() => "received SIGTERM".into(),
-        _ = int.recv() => "received SIGINT".into(),
+    );
+    async move {
+        let (Ok(mut term), Ok(mut int)) = listeners else {
+            tracing::warn!(
+                "cannot listen for SIGTERM and SIGINT: only the driver can stop this worker"
+            );
+            return std::future::pending().await;
+        };
+        tokio::select! {
+            _ = term.recv() => "received SIGTERM".into(),
+            _ = int.recv() => "received SIGINT".into(),
+        }
     }
 }
 

@@ -8,12 +8,17 @@
 //! `<log-dir>/worker-<id>-user.{out,err}`: a file per block would make
 //! millions of files.
 //!
+//! Blocks come in batches (the task's `batch_size`): a block command runs
+//! them one by one; a worker command is fed `1 + prefetch` of them ahead
+//! of its answers, so it can overlap reading the next block with
+//! computing this one.
+//!
 //! Everything here is synchronous and blocking; the runtime calls it from
 //! `spawn_blocking`, always through the same [`Runner`].
 
-use crate::user_code::{BlockCommand, BlockFailure, BlockLog, WorkerCommand};
+use crate::user_code::{BlockCommand, BlockFailure, BlockLog, Outcome, WorkerCommand};
 use daisy_core::protocol::{CodeKind, TaskCode, WireBlock};
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, VecDeque};
 use std::path::Path;
 use std::time::Duration;
 
@@ -52,17 +57,22 @@ impl Runner {
                 argv: code.argv.clone(),
                 env: code.env.clone(),
                 timeout,
+                depth: 1 + code.prefetch as usize,
                 log,
                 process: None,
             }),
         })
     }
 
-    /// Runs `block`; blocks the calling thread until it is done.
-    pub fn run(&mut self, block: &WireBlock) -> Result<(), BlockFailure> {
+    /// Runs `blocks`, an outcome for each, in the order they finished;
+    /// blocks the calling thread until all are done.
+    pub fn run_batch(&mut self, blocks: Vec<WireBlock>) -> Vec<Outcome> {
         match self {
-            Self::Block { command, log } => command.run(block, log),
-            Self::Worker(worker) => worker.run(block),
+            Self::Block { command, log } => blocks
+                .iter()
+                .map(|block| (block.block_id, command.run(block, log)))
+                .collect(),
+            Self::Worker(worker) => worker.run_batch(blocks),
         }
     }
 
@@ -91,15 +101,30 @@ pub struct WorkerProcess {
     argv: Vec<String>,
     env: BTreeMap<String, String>,
     timeout: Option<Duration>,
+    /// Blocks written to its stdin ahead of their answers: 1 + prefetch.
+    depth: usize,
     log: BlockLog,
     /// `None` before the first block and after [`Self::finish`].
     process: Option<WorkerCommand>,
 }
 
 impl WorkerProcess {
-    fn run(&mut self, block: &WireBlock) -> Result<(), BlockFailure> {
-        let timeout = self.timeout;
-        self.running()?.run(block, timeout)
+    /// Feeds `blocks` ahead; if the process dies, the blocks it was given
+    /// fail and a fresh process takes the rest.
+    fn run_batch(&mut self, blocks: Vec<WireBlock>) -> Vec<Outcome> {
+        let (depth, timeout) = (self.depth, self.timeout);
+        let mut todo = VecDeque::from(blocks);
+        let mut outcomes = Vec::with_capacity(todo.len());
+        while !todo.is_empty() {
+            match self.running() {
+                Ok(process) => outcomes.extend(process.run_ahead(&mut todo, depth, timeout)),
+                Err(failure) => {
+                    let failed = todo.drain(..).map(|b| (b.block_id, Err(failure.clone())));
+                    outcomes.extend(failed);
+                }
+            }
+        }
+        outcomes
     }
 
     /// The process, started (again) if it is not running.

@@ -14,14 +14,21 @@
 //! `Shutdown`), the running block finishes and is released, then the
 //! worker exits cleanly. Blocks already on their way are run, not dropped.
 //!
+//! Blocks come in batches: the worker asks for the task's `batch_size`
+//! (or `1 + prefetch`, if larger, so a worker command has blocks to be fed
+//! ahead) in one `AcquireBlocks`, runs the batch on one blocking thread,
+//! and releases every result of it in one `ReleaseBlocks` once all are
+//! done. A stop lets the running batch finish; a lost driver ends the
+//! worker, and the driver hands the batch to another.
+//!
 //! User code runs on a blocking thread ([`tokio::task::spawn_blocking`]),
 //! because it is synchronous (see [`crate::user_code`]); the connection
 //! keeps heartbeating meanwhile.
 
 use crate::client::{Acquired, Client, ClientError, ConnectError, ConnectOpts};
 use crate::runner::Runner;
-use crate::user_code::BlockFailure;
-use daisy_core::protocol::{BlockResult, Welcome, WireBlock};
+use crate::user_code::{BlockFailure, Outcome};
+use daisy_core::protocol::{BlockResult, CodeKind, TaskCode, Welcome, WireBlock};
 use std::collections::VecDeque;
 use std::future::Future;
 use std::path::{Path, PathBuf};
@@ -82,7 +89,8 @@ pub async fn run(
         Ok(runner) => runner,
         Err(reason) => return Err(refuse_code(client, task, reason).await),
     };
-    let mut worker = Worker::new(client, runner);
+    let per_request = client.welcome().code.as_ref().map_or(1, blocks_per_request);
+    let mut worker = Worker::new(client, runner, per_request);
     let stopped = worker.serve(stop).await?;
     Ok(worker.finish(stopped).await)
 }
@@ -93,6 +101,15 @@ fn runner_for(task: &str, welcome: &Welcome, log_dir: &Path) -> Result<Runner, S
         .as_ref()
         .ok_or("the driver's Welcome carries no code")?;
     Runner::new(task, welcome.worker_id, code, log_dir)
+}
+
+/// How many blocks to ask for at once: a batch, and enough for a worker
+/// command to be fed `prefetch` blocks ahead of the one it works on.
+fn blocks_per_request(code: &TaskCode) -> u32 {
+    match code.kind {
+        CodeKind::BlockCommand => code.batch_size.max(1),
+        CodeKind::WorkerCommand => code.batch_size.max(code.prefetch.saturating_add(1)),
+    }
 }
 
 /// Tells the driver why this worker cannot serve (so its events say so)
@@ -107,14 +124,14 @@ async fn refuse_code(mut client: Client, task: String, reason: String) -> RunErr
     RunError::BadCode { task, reason }
 }
 
-/// A block running on a blocking thread.
+/// A batch running on a blocking thread.
 struct Running {
-    block_id: u64,
-    handle: JoinHandle<Result<(), BlockFailure>>,
+    block_ids: Vec<u64>,
+    handle: JoinHandle<Vec<Outcome>>,
 }
 
-/// A block's id and how its thread ended.
-type Done = (u64, Result<Result<(), BlockFailure>, JoinError>);
+/// A batch's block ids and how its thread ended.
+type Done = (Vec<u64>, Result<Vec<Outcome>, JoinError>);
 
 /// The state of the main loop.
 struct Worker {
@@ -122,20 +139,22 @@ struct Worker {
     /// Shared with the blocking thread running a block; only ever locked
     /// there, or once the loop is over.
     runner: Arc<Mutex<Runner>>,
-    /// Blocks received and not started yet (the driver sends at most the
-    /// one asked for, but a batch would not be lost).
+    /// Blocks received and not started yet.
     queued: VecDeque<WireBlock>,
+    /// Blocks asked for per `AcquireBlocks`.
+    per_request: u32,
     running: Option<Running>,
     /// Set once asked to stop: why. No more blocks are asked for.
     draining: Option<String>,
 }
 
 impl Worker {
-    fn new(client: Client, runner: Runner) -> Self {
+    fn new(client: Client, runner: Runner, per_request: u32) -> Self {
         Self {
             client,
             runner: Arc::new(Mutex::new(runner)),
             queued: VecDeque::new(),
+            per_request,
             running: None,
             draining: None,
         }
@@ -152,12 +171,12 @@ impl Worker {
             let taking = self.running.is_none() && asking;
             tokio::select! {
                 reason = &mut stop, if self.draining.is_none() => self.on_stop(reason).await?,
-                acquired = self.client.acquire(1), if taking => {
+                acquired = self.client.acquire(self.per_request), if taking => {
                     if let Some(stopped) = self.on_acquired(acquired?) {
                         return Ok(stopped);
                     }
                 }
-                done = finished(&mut self.running) => self.on_block_done(done).await?,
+                done = finished(&mut self.running) => self.on_batch_done(done).await?,
                 error = &mut lost => return Err(error.into()),
             }
             if let Some(stopped) = self.drained() {
@@ -189,27 +208,30 @@ impl Worker {
         }
     }
 
-    async fn on_block_done(&mut self, (block_id, joined): Done) -> Result<(), RunError> {
+    /// Releases the whole batch in one message, then starts the next.
+    async fn on_batch_done(&mut self, (block_ids, joined): Done) -> Result<(), RunError> {
         self.running = None;
-        let outcome = joined.map_err(|e| RunError::UserCodeThread {
-            block_id,
+        let outcomes = joined.map_err(|e| RunError::UserCodeThread {
+            block_id: block_ids.first().copied().unwrap_or_default(),
             reason: e.to_string(),
         })?;
-        self.client.release(vec![result(block_id, outcome)]).await?;
+        let results = outcomes.into_iter().map(|(id, o)| result(id, o)).collect();
+        self.client.release(results).await?;
         self.start_next();
         Ok(())
     }
 
-    /// Starts the next queued block, if any, on a blocking thread.
+    /// Starts every queued block, as one batch, on a blocking thread.
     fn start_next(&mut self) {
-        let Some(block) = self.queued.pop_front() else {
+        if self.queued.is_empty() {
             return;
-        };
+        }
+        let batch: Vec<WireBlock> = self.queued.drain(..).collect();
+        let block_ids: Vec<u64> = batch.iter().map(|block| block.block_id).collect();
+        tracing::debug!(?block_ids, "running batch");
         let runner = Arc::clone(&self.runner);
-        let block_id = block.block_id;
-        tracing::debug!(block_id, "running block");
-        let handle = tokio::task::spawn_blocking(move || lock(&runner).run(&block));
-        self.running = Some(Running { block_id, handle });
+        let handle = tokio::task::spawn_blocking(move || lock(&runner).run_batch(batch));
+        self.running = Some(Running { block_ids, handle });
     }
 
     /// Stopped, once asked to, with nothing received left to run and no
@@ -240,12 +262,12 @@ impl Worker {
 /// The running block's outcome once it is done; never, if none runs.
 async fn finished(running: &mut Option<Running>) -> Done {
     match running {
-        Some(running) => (running.block_id, (&mut running.handle).await),
+        Some(running) => (running.block_ids.clone(), (&mut running.handle).await),
         None => std::future::pending().await,
     }
 }
 
-/// A panic while running a block ends the worker (see `on_block_done`),
+/// A panic while running a block ends the worker (see `on_batch_done`),
 /// so a poisoned lock is only seen by `finish`, which may still proceed.
 fn lock(runner: &Mutex<Runner>) -> std::sync::MutexGuard<'_, Runner> {
     runner.lock().unwrap_or_else(PoisonError::into_inner)

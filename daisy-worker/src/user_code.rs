@@ -29,7 +29,7 @@ mod worker_command;
 pub use block_command::BlockCommand;
 pub use group::SpawnError;
 pub use template::CommandError;
-pub use worker_command::{StartError, WorkerCommand};
+pub use worker_command::{Outcome, StartError, WorkerCommand};
 
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, Read, Seek, SeekFrom};

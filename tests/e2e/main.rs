@@ -1,6 +1,7 @@
 //! End-to-end tests: the real `daisy-driver` binary, real user processes,
 //! real files. One test binary (as in ripgrep); `util` holds the harness.
 
+mod batching;
 mod cluster;
 mod distributed;
 mod failures;
@@ -8,5 +9,7 @@ mod plan;
 mod protocol;
 mod python_worker;
 mod resources;
+mod restarts;
+mod retries;
 mod serial;
 mod util;

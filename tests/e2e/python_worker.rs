@@ -191,6 +191,8 @@ fn messages() -> Vec<(Vec<u8>, &'static str)> {
             argv: vec!["sh".into(), "-c".into(), "echo {block_id} ✓".into()],
             env: BTreeMap::from([("OMP_NUM_THREADS".into(), "4".into())]),
             timeout_s: Some(1.5),
+            batch_size: 1,
+            prefetch: 0,
         }),
     });
     let blocks = FromDriver::Blocks {
@@ -240,7 +242,7 @@ fn messages() -> Vec<(Vec<u8>, &'static str)> {
         (frame(&ToDriver::GetSnapshot), r#"{"type": "get_snapshot"}"#),
         (
             frame(&welcome),
-            r#"{"type": "welcome", "worker_id": 3, "heartbeat_interval_s": 8.0, "heartbeat_misses": 2, "code": {"kind": "block_command", "argv": ["sh", "-c", "echo {block_id} ✓"], "env": {"OMP_NUM_THREADS": "4"}, "timeout_s": 1.5}}"#,
+            r#"{"type": "welcome", "worker_id": 3, "heartbeat_interval_s": 8.0, "heartbeat_misses": 2, "code": {"kind": "block_command", "argv": ["sh", "-c", "echo {block_id} ✓"], "env": {"OMP_NUM_THREADS": "4"}, "timeout_s": 1.5, "batch_size": 1, "prefetch": 0}}"#,
         ),
         (
             frame(&FromDriver::Rejected {

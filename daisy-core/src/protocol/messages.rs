@@ -65,6 +65,19 @@ pub struct TaskCode {
     /// Per-block time limit in seconds.
     #[serde(default)]
     pub timeout_s: Option<f64>,
+    /// Blocks the worker asks for per `AcquireBlocks` and releases in one
+    /// `ReleaseBlocks`: fewer round trips when blocks are short.
+    #[serde(default = "one")]
+    pub batch_size: u32,
+    /// Blocks a worker command is fed ahead of the one it is answering,
+    /// so it can read the next block while computing this one.
+    #[serde(default)]
+    pub prefetch: u32,
+}
+
+/// `batch_size` of a driver that does not send it: one block at a time.
+fn one() -> u32 {
+    1
 }
 
 /// The driver's answer to an accepted Hello.

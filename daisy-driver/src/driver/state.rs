@@ -460,7 +460,9 @@ impl Driver {
     }
 
     fn record_failure(&mut self, id: BlockId, worker_id: u64, error: &str) {
-        let released = self.scheduler.release(id, BlockOutcome::Failure);
+        let released = self
+            .scheduler
+            .release_at(id, BlockOutcome::Failure, Instant::now());
         let for_good = matches!(released, Released::FailedForGood { .. });
         let task = self.task_id(id.task).to_string();
         self.last_errors[id.task.index()] = Some(format!("block {}: {error}", id.spatial));
@@ -567,11 +569,21 @@ impl Driver {
     }
 
     pub fn on_tick(&mut self) {
+        self.promote_due_retries();
         self.abandon_hopeless_tasks();
         self.start_workers();
         self.note_finished_tasks();
         self.update_progress();
         warn_on_error(self.events.flush(), &self.events);
+    }
+
+    /// Retries whose backoff delay ran out become ready, for parked
+    /// workers first (a worker waiting for them is kept, not shut down:
+    /// they count as pending). The tick's period is the delay's precision.
+    fn promote_due_retries(&mut self) {
+        if self.scheduler.promote_due(Instant::now()) > 0 {
+            self.serve_parked();
+        }
     }
 
     /// A job that ended without its worker ever connecting is a failed
@@ -864,5 +876,7 @@ fn task_code(config: &TaskConfig) -> TaskCode {
         argv,
         env: config.env.clone(),
         timeout_s: config.timeout.map(|t| t.as_secs_f64()),
+        batch_size: config.batch_size,
+        prefetch: config.prefetch,
     }
 }

@@ -47,6 +47,14 @@ pub const DEFAULT_MAX_WORKERS: u32 = 1;
 /// `max_worker_restarts`, before it is abandoned.
 pub const DEFAULT_MAX_WORKER_RESTARTS: u32 = 10;
 
+/// Largest `batch_size`: a batch is one message each way, and a worker
+/// lost with it hands it all back, so it stays far below a frame's limit.
+pub const MAX_BATCH_SIZE: u32 = 1024;
+
+/// Largest `prefetch`: blocks written ahead sit in a pipe buffer and in
+/// the user's reader, which should stay small.
+pub const MAX_PREFETCH: u32 = 64;
+
 /// A validated pipeline file with every default applied.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Pipeline {
@@ -79,6 +87,10 @@ pub struct TaskConfig {
     pub max_worker_restarts: u32,
     /// Per-block time limit, after which the worker kills the block.
     pub timeout: Option<Duration>,
+    /// Blocks a worker takes per request and releases together.
+    pub batch_size: u32,
+    /// Blocks a worker command is fed ahead of the one it works on.
+    pub prefetch: u32,
     pub command: UserCommand,
     /// Extra environment variables for the user's command.
     pub env: BTreeMap<String, String>,
@@ -348,6 +360,8 @@ pub(super) mod tests {
             max_workers: 4,
             max_worker_restarts: 10,
             timeout: Some(Duration::from_secs(600)),
+            batch_size: 8,
+            prefetch: 2,
             command: UserCommand::Worker(vec!["python".into(), "predict.py".into()]),
             env: BTreeMap::from([("OMP_NUM_THREADS".to_string(), "4".to_string())]),
             launcher: LauncherConfig {
@@ -357,6 +371,20 @@ pub(super) mod tests {
             },
         };
         assert_eq!(predict, &expected);
+    }
+
+    #[test]
+    fn batch_size_and_prefetch_are_bounded() {
+        let fields = "batch_size = 0\nprefetch = 65";
+        let problems = problems(&format!("name = \"m\"\n{}", task("t", fields)));
+        assert_has(
+            &problems,
+            r#"task "t": batch_size = 0 is not a whole number from 1 to 1024"#,
+        );
+        assert_has(
+            &problems,
+            r#"task "t": prefetch = 65 is not a whole number from 0 to 64"#,
+        );
     }
 
     #[test]
@@ -393,6 +421,7 @@ pub(super) mod tests {
         assert_eq!(relabel.max_workers, DEFAULT_MAX_WORKERS);
         assert_eq!(relabel.max_worker_restarts, DEFAULT_MAX_WORKER_RESTARTS);
         assert_eq!(relabel.timeout, None);
+        assert_eq!((relabel.batch_size, relabel.prefetch), (1, 0));
         assert!(relabel.requires.is_empty() && relabel.env.is_empty());
         let argv = vec!["./relabel".to_string(), "{block_id}".to_string()];
         assert_eq!(relabel.command, UserCommand::PerBlock(argv));

@@ -13,7 +13,7 @@ use super::fields::{
 use super::validate;
 use super::{
     LauncherConfig, LauncherKind, Pipeline, Problem, TaskConfig, UserCommand, DEFAULT_MAX_WORKERS,
-    DEFAULT_MAX_WORKER_RESTARTS,
+    DEFAULT_MAX_WORKER_RESTARTS, MAX_BATCH_SIZE, MAX_PREFETCH,
 };
 use daisy_core::coordinate::MAX_DIMS;
 use daisy_core::geometry::geometry_problems;
@@ -45,8 +45,12 @@ const TASK_FIELDS: &[&str] = &[
     "requires",
     "max_workers",
     "max_retries",
+    "retry_backoff",
+    "retry_backoff_max",
     "max_worker_restarts",
     "timeout",
+    "batch_size",
+    "prefetch",
     "upstream",
     "command",
     "block_command",
@@ -252,10 +256,13 @@ fn task_spec(fields: &mut Fields) -> Option<TaskSpec> {
     let fit = fields.optional("fit", |v| one_of(v, &FITS));
     let conflict = fields.optional("read_write_conflict", boolean);
     let retries = fields.optional("max_retries", count);
+    let backoff = retry_backoff(fields);
     let mut spec = TaskSpec::new("", total?, read?, write?);
     spec.fit = fit.unwrap_or(spec.fit);
     spec.read_write_conflict = conflict.unwrap_or(spec.read_write_conflict);
     spec.max_retries = retries.unwrap_or(spec.max_retries);
+    (spec.retry_backoff, spec.retry_backoff_max) =
+        backoff.unwrap_or((None, spec.retry_backoff_max));
     for problem in geometry_problems(&spec) {
         fields.report(
             problem.field,
@@ -265,6 +272,25 @@ fn task_spec(fields: &mut Fields) -> Option<TaskSpec> {
     Some(spec)
 }
 
+/// `retry_backoff` and its cap `retry_backoff_max` (which must not be
+/// shorter); `None` after a problem.
+fn retry_backoff(fields: &mut Fields) -> Option<(Option<Duration>, Duration)> {
+    let backoff = fields.optional("retry_backoff", duration);
+    let max = fields.optional("retry_backoff_max", duration);
+    let max = max.unwrap_or(daisy_core::task::DEFAULT_RETRY_BACKOFF_MAX);
+    if backoff.is_some_and(|backoff| backoff > max) {
+        let show = |d| humantime::format_duration(d).to_string();
+        let message = format!(
+            "retry_backoff_max = \"{}\" is shorter than retry_backoff = \"{}\"",
+            show(max),
+            show(backoff?)
+        );
+        fields.report("retry_backoff_max", message);
+        return None;
+    }
+    Some((backoff, max))
+}
+
 /// The launch half of a task: what its workers cost, how many may run,
 /// and what they run.
 struct Launch {
@@ -272,6 +298,8 @@ struct Launch {
     max_workers: u32,
     max_worker_restarts: u32,
     timeout: Option<Duration>,
+    batch_size: u32,
+    prefetch: u32,
     command: UserCommand,
     env: BTreeMap<String, String>,
     launcher: LauncherConfig,
@@ -292,6 +320,12 @@ impl Launch {
             max_workers: max_workers.unwrap_or(DEFAULT_MAX_WORKERS),
             max_worker_restarts: max_worker_restarts.unwrap_or(DEFAULT_MAX_WORKER_RESTARTS),
             timeout,
+            batch_size: fields
+                .optional("batch_size", |v| within(v, 1, MAX_BATCH_SIZE))
+                .unwrap_or(1),
+            prefetch: fields
+                .optional("prefetch", |v| within(v, 0, MAX_PREFETCH))
+                .unwrap_or(0),
             launcher: task_launcher(fields, run),
             command: user_command(fields)?,
             env,
@@ -306,11 +340,20 @@ impl Launch {
             max_workers: self.max_workers,
             max_worker_restarts: self.max_worker_restarts,
             timeout: self.timeout,
+            batch_size: self.batch_size,
+            prefetch: self.prefetch,
             command: self.command,
             env: self.env,
             launcher: self.launcher,
         }
     }
+}
+
+/// A count from `low` to `high`: batch sizes and prefetch depths, whose
+/// bounds keep one batch (or the blocks written ahead) small.
+fn within(value: &Value, low: u32, high: u32) -> Result<u32, String> {
+    let n = count(value).ok().filter(|n| (low..=high).contains(n));
+    n.ok_or_else(|| format!("is not a whole number from {low} to {high}"))
 }
 
 /// Exactly one of `command` (a long-running worker) and `block_command`
@@ -409,7 +452,8 @@ fn coordinate(table: &Table, key: &str) -> Result<Vec<i64>, String> {
     }
 }
 
-/// A per-block timeout: a humantime duration ("90s", "10m", "1h 30m").
+/// A per-block timeout or a retry backoff: a humantime duration ("90s",
+/// "10m", "1h 30m").
 fn duration(value: &Value) -> Result<Duration, String> {
     let like = "a duration like \"10m\" or \"90s\"";
     let text = value.as_str().ok_or_else(|| format!("is not {like}"))?;
@@ -585,6 +629,40 @@ mod tests {
         let text = format!("name = \"p\"\n{}", task("t", "timeout = \"soon\""));
         let found = problems(&text);
         assert!(found[0].starts_with("task \"t\": timeout = \"soon\" is not a duration like"));
+    }
+
+    #[test]
+    fn retry_backoff_is_read_and_its_cap_checked() {
+        let spec = |extra: &str| {
+            let text = format!("name = \"p\"\n{}", task("t", extra));
+            let pipeline = Pipeline::from_str(&text, Path::new("p.toml")).unwrap();
+            let spec = &pipeline.tasks[0].spec;
+            (spec.retry_backoff, spec.retry_backoff_max)
+        };
+        let default_max = daisy_core::task::DEFAULT_RETRY_BACKOFF_MAX;
+        assert_eq!(spec(""), (None, default_max), "off by default");
+        let secs = Duration::from_secs;
+        assert_eq!(spec("retry_backoff = \"5s\""), (Some(secs(5)), default_max));
+        assert_eq!(
+            spec("retry_backoff = \"5s\"\nretry_backoff_max = \"1m\""),
+            (Some(secs(5)), secs(60))
+        );
+        let found = problems(&format!(
+            "name = \"p\"\n{}",
+            task("t", "retry_backoff = \"2m\"\nretry_backoff_max = \"1m\"")
+        ));
+        assert_eq!(
+            found,
+            [r#"task "t": retry_backoff_max = "1m" is shorter than retry_backoff = "2m""#]
+        );
+        let found = problems(&format!(
+            "name = \"p\"\n{}",
+            task("t", "retry_backoff = \"0s\"")
+        ));
+        assert_eq!(
+            found,
+            [r#"task "t": retry_backoff = "0s" must be longer than zero"#]
+        );
     }
 
     #[test]

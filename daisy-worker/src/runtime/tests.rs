@@ -268,3 +268,62 @@ async fn code_that_cannot_run_is_refused_and_the_driver_told_why() {
     let error = ended(started.worker).await.unwrap_err();
     assert!(error.to_string().contains("carries no code"), "{error}");
 }
+
+#[tokio::test]
+async fn a_batch_is_asked_for_at_once_and_released_in_one_message() {
+    let dir = tempfile::tempdir().unwrap();
+    let code = TaskCode {
+        batch_size: 3,
+        ..block_command(&["sh", "-c", "test {block_id} != 5"])
+    };
+    let mut started = start(Some(code), dir.path(), 10.0, 3).await;
+    let conn = &mut started.conn;
+    assert_eq!(conn.recv().await, ToDriver::AcquireBlocks { max: 3 });
+    let blocks = vec![block(4), block(5), block(6)];
+    conn.send(&FromDriver::Blocks { blocks }).await;
+    let ToDriver::ReleaseBlocks { results } = conn.recv().await else {
+        panic!("expected one release of the batch");
+    };
+    let ids: Vec<u64> = results.iter().map(|r| r.block_id).collect();
+    assert_eq!(ids, [4, 5, 6]);
+    assert_eq!(
+        results.iter().map(|r| r.ok).collect::<Vec<_>>(),
+        [true, false, true]
+    );
+    shut_down_after_request(conn).await;
+    assert!(matches!(
+        ended(started.worker).await,
+        Ok(Stopped::Shutdown { .. })
+    ));
+}
+
+#[tokio::test]
+async fn a_worker_command_asks_for_enough_blocks_to_prefetch() {
+    let dir = tempfile::tempdir().unwrap();
+    let script = "import json,sys\nfor l in sys.stdin: print(json.dumps({'block_id': json.loads(l)['block_id'], 'ok': True}), flush=True)";
+    let code = TaskCode {
+        kind: CodeKind::WorkerCommand,
+        prefetch: 2,
+        ..block_command(&["python3", "-c", script])
+    };
+    let mut started = start(Some(code), dir.path(), 10.0, 3).await;
+    let conn = &mut started.conn;
+    assert_eq!(conn.recv().await, ToDriver::AcquireBlocks { max: 3 });
+    let blocks = vec![block(1), block(2), block(3)];
+    conn.send(&FromDriver::Blocks { blocks }).await;
+    let ToDriver::ReleaseBlocks { results } = conn.recv().await else {
+        panic!("expected one release of the batch");
+    };
+    assert_eq!(results, [ok(1), ok(2), ok(3)]);
+    shut_down_after_request(conn).await;
+    assert!(matches!(
+        ended(started.worker).await,
+        Ok(Stopped::Shutdown { .. })
+    ));
+}
+
+async fn shut_down_after_request(conn: &mut PeerConn) {
+    assert_eq!(conn.recv().await, ToDriver::AcquireBlocks { max: 3 });
+    let reason = "no more blocks".to_string();
+    conn.send(&FromDriver::Shutdown { reason }).await;
+}

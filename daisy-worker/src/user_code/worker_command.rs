@@ -9,12 +9,13 @@
 //! work (DESIGN.md, "Workers and user code").
 //!
 //! A thread reads stdout and forwards lines over a channel, so that waiting
-//! for an answer can time out.
+//! for an answer can time out, and so that blocks can be written ahead
+//! (prefetch) without the two pipes deadlocking.
 
 use super::group::{self, describe, GroupChild, SpawnError, Waited};
 use super::{BlockFailure, BlockLog, LogError, OpenLog, StderrTail, DEFAULT_GRACE};
 use daisy_core::protocol::{BlockResult, WireBlock};
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, VecDeque};
 use std::fs::File;
 use std::io::{self, BufRead, BufReader, Write};
 use std::process::{ChildStdin, ChildStdout, Command, ExitStatus, Stdio};
@@ -34,7 +35,8 @@ pub enum StartError {
     Spawn(#[from] SpawnError),
 }
 
-/// A running worker command, fed one block at a time.
+/// A running worker command, fed blocks one at a time or, with
+/// [`Self::run_ahead`], several ahead of their answers.
 ///
 /// Dropping it kills its process group and reaps it.
 #[derive(Debug)]
@@ -105,20 +107,81 @@ impl WorkerCommand {
         timeout: Option<Duration>,
     ) -> Result<(), BlockFailure> {
         self.ensure_running()?;
-        if let Err(e) = self.send(block) {
-            tracing::debug!("cannot write to the worker command: {e}");
-            return Err(self.on_exit(block.block_id));
+        let mut todo = VecDeque::from([block.clone()]);
+        let mut outcomes = self.run_ahead(&mut todo, 1, timeout);
+        outcomes.pop().map_or(Ok(()), |(_, outcome)| outcome)
+    }
+
+    /// Runs the blocks of `todo` keeping up to `depth` of them written to
+    /// stdin ahead of their answers, so the process can read the next
+    /// block while it computes this one. Answers may come in any order.
+    /// Each wait for an answer may last `timeout`.
+    ///
+    /// Returns an outcome per block written; if the process dies, every
+    /// written block still unanswered fails and the blocks never written
+    /// stay in `todo` (for a fresh process: they were not its fault).
+    pub fn run_ahead(
+        &mut self,
+        todo: &mut VecDeque<WireBlock>,
+        depth: usize,
+        timeout: Option<Duration>,
+    ) -> Vec<Outcome> {
+        let mut outcomes = Vec::new();
+        let mut sent = Vec::new();
+        while self.gone.is_none() {
+            if let Err(failure) = self.feed(todo, &mut sent, depth) {
+                outcomes.extend(sent.drain(..).map(|id| (id, Err(failure.clone()))));
+                break;
+            }
+            if sent.is_empty() {
+                break;
+            }
+            outcomes.extend(self.next_answer(&mut sent, timeout));
         }
+        outcomes
+    }
+
+    /// Writes blocks of `todo` until `depth` are unanswered; the error is
+    /// the failure of those in `sent` if the process stopped reading.
+    fn feed(
+        &mut self,
+        todo: &mut VecDeque<WireBlock>,
+        sent: &mut Vec<u64>,
+        depth: usize,
+    ) -> Result<(), BlockFailure> {
+        while sent.len() < depth.max(1) {
+            let Some(block) = todo.pop_front() else {
+                return Ok(());
+            };
+            sent.push(block.block_id);
+            if let Err(e) = self.send(&block) {
+                tracing::debug!("cannot write to the worker command: {e}");
+                return Err(self.on_exit(block.block_id));
+            }
+        }
+        Ok(())
+    }
+
+    /// Waits for the next answer to one of `sent` and takes it out; if the
+    /// process ends or times out instead, all of `sent` fail.
+    fn next_answer(&mut self, sent: &mut Vec<u64>, timeout: Option<Duration>) -> Vec<Outcome> {
         let deadline = timeout.map(|timeout| (timeout, Instant::now() + timeout));
         loop {
-            let result = match self.next_line(deadline) {
-                Next::Line(line) => self.on_line(&line, Some(block.block_id)),
-                Next::Eof => Some(Err(self.on_exit(block.block_id))),
-                Next::TimedOut(timeout) => Some(Err(self.on_timeout(timeout))),
+            let failure = match self.next_line(deadline) {
+                Next::Line(line) => match self.on_line(&line, sent) {
+                    Some(result) => {
+                        sent.retain(|&id| id != result.block_id);
+                        return vec![(result.block_id, outcome(result))];
+                    }
+                    None => continue,
+                },
+                Next::Eof => self.on_exit(sent[0]),
+                Next::TimedOut(timeout) => self.on_timeout(timeout),
             };
-            if let Some(result) = result {
-                return result;
-            }
+            return sent
+                .drain(..)
+                .map(|id| (id, Err(failure.clone())))
+                .collect();
         }
     }
 
@@ -179,15 +242,16 @@ impl WorkerCommand {
         }
     }
 
-    /// The result, if `line` answers `expected`; other lines are logged.
-    fn on_line(&mut self, line: &str, expected: Option<u64>) -> Option<Result<(), BlockFailure>> {
+    /// The result, if `line` answers one of `expected`; other lines are
+    /// logged.
+    fn on_line(&mut self, line: &str, expected: &[u64]) -> Option<BlockResult> {
         let Some(result) = parse_result(line) else {
             if let Err(e) = writeln!(self.stdout_log, "{line}") {
                 tracing::warn!("cannot write to the worker command's stdout log: {e}");
             }
             return None;
         };
-        if Some(result.block_id) != expected {
+        if !expected.contains(&result.block_id) {
             tracing::warn!(
                 block_id = result.block_id,
                 ?expected,
@@ -195,7 +259,7 @@ impl WorkerCommand {
             );
             return None;
         }
-        Some(outcome(result))
+        Some(result)
     }
 
     /// Stdout ended before an answer: the process exited (or closed its
@@ -219,10 +283,13 @@ impl WorkerCommand {
     /// period in case something outside its group still holds its stdout.
     fn drain_lines(&mut self) {
         while let Ok(line) = self.lines.recv_timeout(self.grace) {
-            self.on_line(&line, None);
+            self.on_line(&line, &[]);
         }
     }
 }
+
+/// A block's id and how it went.
+pub type Outcome = (u64, Result<(), BlockFailure>);
 
 /// What waiting for a stdout line gave.
 enum Next {
@@ -392,6 +459,42 @@ for line in sys.stdin:
         let mut worker = start(dir.path(), script);
         assert_eq!(worker.run(&block(1), PATIENCE), Ok(()));
         assert_eq!(worker.run(&block(2), PATIENCE), Ok(()));
+    }
+
+    #[test]
+    fn blocks_written_ahead_may_be_answered_out_of_order() {
+        let dir = tempfile::tempdir().unwrap();
+        // Reads two blocks before answering either, newest first: only
+        // possible if the second was written ahead.
+        let script = r#"
+import json, sys
+while True:
+    pair = [sys.stdin.readline() for _ in range(2)]
+    if not pair[0]:
+        break
+    for line in reversed([l for l in pair if l]):
+        print(json.dumps({"block_id": json.loads(line)["block_id"], "ok": True}))
+"#;
+        let mut worker = start(dir.path(), script);
+        let mut todo: VecDeque<WireBlock> = (1..=4).map(block).collect();
+        let outcomes = worker.run_ahead(&mut todo, 2, PATIENCE);
+        let ids: Vec<u64> = outcomes.iter().map(|(id, _)| *id).collect();
+        assert_eq!(ids, [2, 1, 4, 3]);
+        assert!(outcomes.iter().all(|(_, outcome)| outcome.is_ok()));
+        assert!(todo.is_empty());
+    }
+
+    #[test]
+    fn a_death_fails_the_blocks_written_and_keeps_the_rest() {
+        let dir = tempfile::tempdir().unwrap();
+        let script = "import sys; sys.stdin.readline(); sys.stdin.readline(); sys.exit(3)";
+        let mut worker = start(dir.path(), script);
+        let mut todo: VecDeque<WireBlock> = (1..=5).map(block).collect();
+        let outcomes = worker.run_ahead(&mut todo, 2, PATIENCE);
+        let failed: Vec<u64> = outcomes.iter().map(|(id, _)| *id).collect();
+        assert_eq!(failed, [1, 2]);
+        assert!(outcomes.iter().all(|(_, outcome)| outcome.is_err()));
+        assert_eq!(todo.len(), 3, "blocks never written are kept");
     }
 
     #[test]

@@ -139,6 +139,8 @@ pub fn block_command(argv: &[&str]) -> TaskCode {
         argv: argv.iter().map(|a| a.to_string()).collect(),
         env: BTreeMap::new(),
         timeout_s: None,
+        batch_size: 1,
+        prefetch: 0,
     }
 }
 
