@@ -174,3 +174,81 @@ fn an_observer_gets_a_snapshot_of_the_run() {
     drop(stream);
     assert!(driver.wait_for_exit().success());
 }
+
+#[test]
+fn a_hung_worker_is_declared_lost_and_its_block_runs_elsewhere() {
+    let dir = TestDir::new();
+    let pipeline = format!(
+        "name = \"hung\"\n{}",
+        task(
+            "t",
+            20,
+            "sleep 0.2; echo {block_id} >> ran.txt",
+            "max_workers = 2"
+        )
+    );
+    dir.write("hung.toml", &pipeline);
+    let driver = ChildGuard::spawn(&mut dir.driver(&["run", "hung.toml"]));
+    let run_dir = dir.join("daisy_run/hung");
+    let first_worker = || {
+        events(&run_dir)
+            .iter()
+            .find(|e| e["event"] == "worker_connected")
+            .and_then(|e| e["pid"].as_i64())
+    };
+    wait_until("a worker connected", || first_worker().is_some());
+    wait_until("blocks are running", || !dir.read("ran.txt").is_empty());
+    // A hung node: the worker stops answering without closing its socket.
+    let pid = nix::unistd::Pid::from_raw(first_worker().unwrap() as i32);
+    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGSTOP).unwrap();
+    let status = driver.wait_for_exit();
+    assert!(status.success(), "{status:?}");
+    let events = events(&run_dir);
+    let silent = events
+        .iter()
+        .find(|e| e["event"] == "worker_gone" && e["clean"] == false)
+        .expect("the hung worker was declared lost");
+    assert!(
+        silent["why"].as_str().unwrap().contains("no message"),
+        "{silent}"
+    );
+    let done: BTreeSet<u64> = event_blocks(&events, "block_done", "t")
+        .into_iter()
+        .collect();
+    assert_eq!(done.len(), 20);
+    assert_eq!(
+        event_blocks(&events, "block_done", "t").len(),
+        20,
+        "each counted once"
+    );
+    assert!(!process_alive(pid.as_raw()), "the hung worker was ended");
+}
+
+#[test]
+fn a_block_that_hangs_past_its_timeout_and_ignores_sigterm_is_killed_and_retried() {
+    let dir = TestDir::new();
+    // Block 3 hangs the first time only (a marker file remembers).
+    let command = "if [ {block_id} = 3 ] && [ ! -e hung-once ]; then touch hung-once; trap '' TERM; sleep 600; fi; echo {block_id} >> ran.txt";
+    let pipeline = format!(
+        "name = \"slow\"\n{}",
+        task("t", 6, command, "timeout = \"1s\"")
+    );
+    dir.write("slow.toml", &pipeline);
+    let out = run_ok(&mut dir.driver(&["run", "slow.toml"]));
+    let events = events(&dir.join("daisy_run/slow"));
+    let timed_out = events
+        .iter()
+        .find(|e| e["event"] == "block_failed" && e["block_id"] == 3)
+        .expect("the hanging block failed");
+    assert!(
+        timed_out["error"].as_str().unwrap().contains("timed out"),
+        "{timed_out}"
+    );
+    assert_eq!(timed_out["for_good"], false, "and was retried");
+    assert_eq!(event_blocks(&events, "block_done", "t").len(), 6, "{out}");
+    let pids = std::process::Command::new("pgrep")
+        .args(["-f", "sleep 600"])
+        .output()
+        .unwrap();
+    assert!(pids.stdout.is_empty(), "no hanging process is left behind");
+}
