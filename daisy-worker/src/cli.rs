@@ -105,8 +105,10 @@ fn serve(config: RunConfig) -> u8 {
         let stop = stop_signal();
         run(config, stop).await
     });
-    // After an error a block may still run: exiting, not waiting, ends it.
+    // After an error a block may still run: exiting, not waiting, ends it,
+    // and the watchdog stops whatever user processes are left.
     runtime.shutdown_background();
+    crate::user_code::end_all_user_processes(crate::user_code::DEFAULT_GRACE);
     exit_code(outcome)
 }
 

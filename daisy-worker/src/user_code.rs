@@ -27,7 +27,7 @@ mod test_util;
 mod worker_command;
 
 pub use block_command::BlockCommand;
-pub use group::SpawnError;
+pub use group::{end_all as end_all_user_processes, SpawnError};
 pub use template::CommandError;
 pub use worker_command::{Outcome, StartError, WorkerCommand};
 

@@ -252,3 +252,26 @@ fn a_block_that_hangs_past_its_timeout_and_ignores_sigterm_is_killed_and_retried
         .unwrap();
     assert!(pids.stdout.is_empty(), "no hanging process is left behind");
 }
+
+#[test]
+fn a_lost_driver_leaves_no_user_process_behind() {
+    let dir = TestDir::new();
+    // Each block starts a grandchild (as a shell script or a Python pool
+    // would) and waits for it.
+    let command = "sleep 600 & echo $! > child.pid; wait";
+    let pipeline = format!("name = \"lost\"\n{}", task("t", 4, command, ""));
+    dir.write("lost.toml", &pipeline);
+    let driver = ChildGuard::spawn(&mut dir.driver(&["run", "lost.toml"]));
+    wait_until("a block started its child", || {
+        dir.read("child.pid").trim().parse::<i32>().is_ok()
+    });
+    let child: i32 = dir.read("child.pid").trim().parse().unwrap();
+    let worker = events(&dir.join("daisy_run/lost"))
+        .iter()
+        .find(|e| e["event"] == "worker_connected")
+        .and_then(|e| e["pid"].as_i64())
+        .unwrap() as i32;
+    drop(driver); // SIGKILL: the driver's node is gone
+    wait_until("the worker exits", || !process_alive(worker));
+    wait_until("the block's child is gone too", || !process_alive(child));
+}

@@ -13,15 +13,47 @@ use nix::sys::prctl;
 use nix::sys::signal::{killpg, Signal};
 use nix::sys::wait::{waitid, Id, WaitPidFlag, WaitStatus};
 use nix::unistd::{getpid, getppid, Pid};
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::io;
 use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::process::{Child, ChildStdin, ChildStdout, Command, ExitStatus, Stdio};
+use std::sync::Mutex;
 use std::thread;
 use std::time::{Duration, Instant};
 
 /// How often a deadline wait checks whether the process has exited.
 const POLL_INTERVAL: Duration = Duration::from_millis(10);
+
+/// Groups spawned and not reaped yet: what [`end_all`] stops when the
+/// worker must exit without waiting for the threads that own them (the
+/// driver is lost). A group id is only removed after its leader is reaped,
+/// under this lock, so `end_all` can never signal a reused id.
+static LIVE_GROUPS: Mutex<BTreeSet<i32>> = Mutex::new(BTreeSet::new());
+
+fn live_groups() -> std::sync::MutexGuard<'static, BTreeSet<i32>> {
+    LIVE_GROUPS
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+/// Stops every user process group still running: SIGTERM, then SIGKILL
+/// to what is left after `grace`. The watchdog's last act before the
+/// worker exits, so a lost driver leaves no user process behind (a
+/// block's grandchildren included, which PR_SET_PDEATHSIG does not reach).
+pub fn end_all(grace: Duration) {
+    let groups: Vec<i32> = live_groups().iter().copied().collect();
+    for group in &groups {
+        let _ = killpg(Pid::from_raw(*group), Signal::SIGTERM);
+    }
+    let deadline = Instant::now() + grace;
+    while Instant::now() < deadline && groups.iter().any(|g| live_groups().contains(g)) {
+        thread::sleep(POLL_INTERVAL);
+    }
+    let live = live_groups();
+    for group in groups.iter().filter(|g| live.contains(g)) {
+        let _ = killpg(Pid::from_raw(*group), Signal::SIGKILL);
+    }
+}
 
 /// The user's program could not be started (not found, not executable).
 #[derive(Debug, thiserror::Error)]
@@ -89,6 +121,7 @@ impl GroupChild {
             cause,
         })?;
         let pgid = Pid::from_raw(child.id() as i32);
+        live_groups().insert(pgid.as_raw());
         Ok(Self {
             child,
             pgid,
@@ -148,7 +181,9 @@ impl GroupChild {
         }
         // ESRCH (nothing left) is the usual, fine outcome.
         let _ = killpg(self.pgid, Signal::SIGKILL);
+        let mut live = live_groups();
         let status = self.child.wait()?;
+        live.remove(&self.pgid.as_raw());
         self.status = Some(status);
         Ok(status)
     }
