@@ -204,3 +204,46 @@ for line in sys.stdin:
     );
     assert!(counts.values().all(|&n| n == 1), "{counts:?}");
 }
+
+#[test]
+fn a_block_held_past_its_timeout_is_reclaimed_and_a_late_release_refused() {
+    let dir = TestDir::new();
+    let extra = "max_workers = 0\nblock_command = [\"true\"]\ntimeout = \"1s\"";
+    dir.write("flat.toml", &flat(4, extra));
+    let driver = ChildGuard::spawn(&mut dir.driver(&["run", "flat.toml"]));
+    let file = dir.join("daisy_run/flat/context.json");
+    wait_until("the driver listens", || file.exists());
+    let context = WorkerContext::from_json(&std::fs::read_to_string(&file).unwrap()).unwrap();
+    let run_dir = dir.join("daisy_run/flat");
+    let reclaimed = || {
+        events(&run_dir).iter().any(|e| {
+            e["event"] == "block_failed"
+                && e["error"].as_str().is_some_and(|m| m.contains("reclaimed"))
+        })
+    };
+    runtime().block_on(async {
+        // A worker that is alive (it heartbeats) but never reports its block.
+        let mut stuck = connect(&context).await;
+        let held = take(&mut stuck, 1).await;
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+        while !reclaimed() {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the block was never reclaimed"
+            );
+            tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+        }
+        stuck.release(vec![ok(held[0])]).await.unwrap();
+        let mut rescuer = connect(&context).await;
+        serve_the_rest(&mut rescuer).await;
+    });
+    assert!(driver.wait_for_exit().success());
+    let events = events(&run_dir);
+    let done = event_blocks(&events, "block_done", "t");
+    assert_eq!(done.len(), 4, "each block counted once: {done:?}");
+    let refused = events
+        .iter()
+        .filter(|e| e["event"] == "request_refused")
+        .count();
+    assert_eq!(refused, 1, "the late release was refused");
+}

@@ -23,10 +23,15 @@ use daisy_core::protocol::{
 use daisy_core::scheduler::Released;
 use daisy_core::{BlockId, BlockOutcome, Scheduler, TaskIdx};
 use launchers::WorkerRequest;
-use std::collections::{BTreeSet, HashMap, HashSet};
+use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::sync::{mpsc, oneshot};
+
+/// How long past its task's `timeout` a block may be held before the
+/// driver takes it back (the worker's own timeout, its SIGTERM grace and
+/// the report should all fit in it).
+const RECLAIM_MARGIN: Duration = Duration::from_secs(10);
 
 /// The most blocks handed out in one `Blocks` message.
 const MAX_BATCH: u32 = 1024;
@@ -38,7 +43,8 @@ struct Conn {
     task: TaskIdx,
     slot: SlotId,
     /// Spatial ids of the blocks this worker holds.
-    held: HashSet<u64>,
+    /// Spatial ids of the blocks this worker holds, and since when.
+    held: HashMap<u64, Instant>,
     /// Set by `AcquireBlocks` until blocks (or Shutdown) are sent.
     wants: Option<u32>,
     draining: bool,
@@ -245,7 +251,7 @@ impl Driver {
             role: Role::Observer,
             task: TaskIdx(0),
             slot: 0,
-            held: HashSet::new(),
+            held: HashMap::new(),
             wants: None,
             draining: false,
         };
@@ -286,7 +292,7 @@ impl Driver {
             role: Role::Worker,
             task,
             slot,
-            held: HashSet::new(),
+            held: HashMap::new(),
             wants: None,
             draining: false,
         };
@@ -360,7 +366,8 @@ impl Driver {
         }
         let c = self.conns.get_mut(&conn).expect("checked above");
         c.wants = None;
-        c.held.extend(blocks.iter().map(|b| b.block_id));
+        let now = Instant::now();
+        c.held.extend(blocks.iter().map(|b| (b.block_id, now)));
         c.send(FromDriver::Blocks { blocks });
     }
 
@@ -408,7 +415,7 @@ impl Driver {
             let Some(c) = self.conns.get_mut(&conn) else {
                 return;
             };
-            if !c.held.remove(&result.block_id) {
+            if c.held.remove(&result.block_id).is_none() {
                 let reason = format!(
                     "block {} is not held by this worker (released twice, or never handed out)",
                     result.block_id
@@ -524,7 +531,7 @@ impl Driver {
         if c.role != Role::Worker {
             return;
         }
-        for spatial in &c.held {
+        for spatial in c.held.keys() {
             self.scheduler.release(
                 BlockId {
                     task: c.task,
@@ -569,12 +576,49 @@ impl Driver {
     }
 
     pub fn on_tick(&mut self) {
+        self.reclaim_overdue_blocks();
         self.promote_due_retries();
         self.abandon_hopeless_tasks();
         self.start_workers();
         self.note_finished_tasks();
         self.update_progress();
         warn_on_error(self.events.flush(), &self.events);
+    }
+
+    /// Blocks held past their task's `timeout` plus a margin are taken
+    /// back and count as failed attempts (retried as usual): the worker's
+    /// own timeout should have stopped them, so the worker is stuck or its
+    /// report got lost. A late release is then refused as "not held".
+    fn reclaim_overdue_blocks(&mut self) {
+        let margin = RECLAIM_MARGIN.max(self.options.heartbeat_interval * 2);
+        let mut overdue = Vec::new();
+        for c in self.conns.values_mut() {
+            let Some(timeout) = self.pipeline.tasks[c.task.index()].timeout else {
+                continue;
+            };
+            let late: Vec<u64> = c
+                .held
+                .iter()
+                .filter(|(_, since)| since.elapsed() > timeout + margin)
+                .map(|(id, _)| *id)
+                .collect();
+            for spatial in late {
+                c.held.remove(&spatial);
+                overdue.push((
+                    BlockId {
+                        task: c.task,
+                        spatial,
+                    },
+                    c.slot,
+                    timeout,
+                ));
+            }
+        }
+        for (id, worker_id, timeout) in overdue {
+            let error = format!("reclaimed from worker {worker_id}: held past the task's timeout of {timeout:?} plus {margin:?}");
+            tracing::warn!(block = id.spatial, "{error}");
+            self.record_failure(id, worker_id, &error);
+        }
     }
 
     /// Retries whose backoff delay ran out become ready, for parked

@@ -47,7 +47,9 @@ const DELETE_TOKEN_REFUSED: &str = include_str!("samples/delete_token_refused.js
 
 /// The payload of a token `scontrol token lifespan=3600` printed (the
 /// signature is replaced: only slurmctld checks it).
-const TOKEN: &str = "eyJhbGciOiJIUzI1NiIsInR5cCI6IkpXVCJ9.\
+/// A token `scontrol token` printed (its `exp` is in the past by now: only
+/// for reading claims).
+const RECORDED_TOKEN: &str = "eyJhbGciOiJIUzI1NiIsInR5cCI6IkpXVCJ9.\
     eyJleHAiOjE3OTU5NDczNjIsImlhdCI6MTc5NTk0Mzc2Miwic3VuIjoicm9vdCJ9.signature";
 
 // ---------------------------------------------------------------------
@@ -206,6 +208,11 @@ fn ids(results: Vec<Result<JobId, LaunchError>>) -> Vec<String> {
     results.into_iter().map(|r| r.unwrap().0).collect()
 }
 
+/// A token that expires in 2100: tests must not depend on today's date.
+fn live_token() -> String {
+    token_expiring(4_102_444_800)
+}
+
 /// A token whose `exp` is `exp`.
 fn token_expiring(exp: u64) -> String {
     let payload = format!("{{\"exp\":{exp},\"sun\":\"alice\"}}");
@@ -231,7 +238,7 @@ fn base64url(bytes: &[u8]) -> String {
 fn a_group_is_one_submission_with_the_context_in_the_environment_only() {
     let fake = FakeRestd::new();
     fake.answer("POST /job/submit", 200, &submitted(77));
-    let mut launcher = fake.launcher(TOKEN);
+    let mut launcher = fake.launcher(&live_token());
     assert_eq!(
         ids(launcher.start_many(&fake.requests(10, 3))),
         ["77_0", "77_1", "77_2"]
@@ -243,7 +250,10 @@ fn a_group_is_one_submission_with_the_context_in_the_environment_only() {
         found.map(|(_, value)| value.clone())
     };
     assert_eq!(header("x-slurm-user-name").as_deref(), Some("alice"));
-    assert_eq!(header("x-slurm-user-token").as_deref(), Some(TOKEN));
+    assert_eq!(
+        header("x-slurm-user-token").as_deref(),
+        Some(live_token().as_str())
+    );
     let body: serde_json::Value = serde_json::from_str(&seen[0].body).unwrap();
     let job = &body["job"];
     assert_eq!(job["array"], "0-2");
@@ -274,7 +284,7 @@ fn one_listing_per_poll_and_each_end_reported_once() {
     let fake = FakeRestd::new();
     fake.answer("POST /job/submit", 200, &submitted(264));
     fake.answer("GET /jobs", 200, JOBS);
-    let mut launcher = fake.launcher(TOKEN);
+    let mut launcher = fake.launcher(&live_token());
     ids(launcher.start_many(&fake.requests(0, 3)));
     let ends = launcher.poll_ended();
     let failed = |code| JobEnd::Failed {
@@ -295,7 +305,9 @@ fn pending_and_running_elements_keep_their_slots() {
     let fake = FakeRestd::new();
     fake.answer("POST /job/submit", 200, &submitted(257));
     fake.answer("GET /jobs", 200, JOBS_PENDING_ARRAY);
-    let mut launcher = fake.launcher(TOKEN).with_poll_interval(Duration::ZERO);
+    let mut launcher = fake
+        .launcher(&live_token())
+        .with_poll_interval(Duration::ZERO);
     ids(launcher.start_many(&fake.requests(0, 3)));
     assert!(launcher.poll_ended().is_empty());
     assert!(launcher.poll_ended().is_empty());
@@ -307,7 +319,7 @@ fn an_element_slurmctld_forgot_ended_unknown_and_the_others_cancelled() {
     let fake = FakeRestd::new();
     fake.answer("POST /job/submit", 200, &submitted(256));
     fake.answer("GET /jobs", 200, JOBS);
-    let mut launcher = fake.launcher(TOKEN);
+    let mut launcher = fake.launcher(&live_token());
     ids(launcher.start_many(&fake.requests(0, 4)));
     let ends = launcher.poll_ended();
     let kinds: Vec<(u64, &JobEnd)> = ends.iter().map(|(w, _, end)| (*w, end)).collect();
@@ -326,7 +338,7 @@ fn a_failed_listing_reports_nothing_and_backs_off() {
     let fake = FakeRestd::new();
     fake.answer("POST /job/submit", 200, &submitted(251));
     fake.answer("GET /jobs", 500, JOBS_LOAD_FAILED);
-    let mut launcher = fake.launcher(TOKEN);
+    let mut launcher = fake.launcher(&live_token());
     ids(launcher.start_many(&fake.requests(0, 1)));
     assert!(launcher.poll_ended().is_empty());
     assert!(launcher.poll_ended().is_empty(), "backing off: no request");
@@ -339,7 +351,9 @@ fn a_listing_that_is_not_json_reports_nothing() {
     fake.answer("POST /job/submit", 200, &submitted(251));
     fake.answer("GET /jobs", 502, "<html>Bad Gateway</html>");
     fake.answer("GET /jobs", 401, "Authentication failure");
-    let mut launcher = fake.launcher(TOKEN).with_poll_interval(Duration::ZERO);
+    let mut launcher = fake
+        .launcher(&live_token())
+        .with_poll_interval(Duration::ZERO);
     ids(launcher.start_many(&fake.requests(0, 1)));
     assert!(launcher.poll_ended().is_empty());
     assert!(launcher.poll_ended().is_empty());
@@ -351,7 +365,7 @@ fn transient_submission_failures_are_retried() {
     let fake = FakeRestd::new();
     fake.answer("POST /job/submit", 500, SUBMIT_CONTROLLER_DOWN);
     fake.answer("POST /job/submit", 200, &submitted(8));
-    let mut launcher = fake.launcher(TOKEN);
+    let mut launcher = fake.launcher(&live_token());
     assert_eq!(launcher.start(&fake.requests(0, 1)[0]).unwrap().0, "8_0");
     assert_eq!(launcher.calls().submissions, 2);
 }
@@ -362,7 +376,7 @@ fn an_unreachable_slurmrestd_fails_transiently_after_the_retries() {
     let url = format!("http://{}", closed.local_addr().unwrap());
     drop(closed);
     let fake = FakeRestd::new();
-    let mut launcher = SlurmrestdLauncher::new(&url, "alice", TOKEN)
+    let mut launcher = SlurmrestdLauncher::new(&url, "alice", &live_token())
         .unwrap()
         .with_retry_delays(vec![Duration::ZERO; 3])
         .with_cancel_on_drop(false);
@@ -386,7 +400,7 @@ fn an_unreachable_slurmrestd_fails_transiently_after_the_retries() {
 fn a_bad_partition_fails_every_worker_for_good_with_slurms_message() {
     let fake = FakeRestd::new();
     fake.answer("POST /job/submit", 500, SUBMIT_BAD_PARTITION);
-    let mut launcher = fake.launcher(TOKEN);
+    let mut launcher = fake.launcher(&live_token());
     let results = launcher.start_many(&fake.requests(0, 2));
     for result in results {
         let error = result.unwrap_err();
@@ -413,7 +427,7 @@ fn a_bad_partition_fails_every_worker_for_good_with_slurms_message() {
 fn a_refused_token_is_a_permanent_error_saying_how_to_renew() {
     let fake = FakeRestd::new();
     fake.answer("POST /job/submit", 500, SUBMIT_TOKEN_REFUSED);
-    let mut launcher = fake.launcher(TOKEN);
+    let mut launcher = fake.launcher(&live_token());
     let error = launcher.start(&fake.requests(0, 1)[0]).unwrap_err();
     let message = error.to_string();
     assert!(
@@ -430,7 +444,7 @@ fn a_refused_token_is_a_permanent_error_saying_how_to_renew() {
         message.contains("refuses a token") && message.contains("scontrol token"),
         "{message}"
     );
-    assert!(!message.contains(TOKEN), "{message}");
+    assert!(!message.contains(&live_token()), "{message}");
 }
 
 #[test]
@@ -459,7 +473,7 @@ fn an_expired_token_is_refused_before_any_request() {
 #[test]
 fn a_directive_without_translation_is_refused_before_submission() {
     let fake = FakeRestd::new();
-    let mut launcher = fake.launcher(TOKEN);
+    let mut launcher = fake.launcher(&live_token());
     let mut requests = fake.requests(0, 1);
     requests[0].cluster.directives = vec!["--exclusive".into()];
     let error = launcher.start(&requests[0]).unwrap_err();
@@ -489,7 +503,7 @@ fn cancel_deletes_arrays_whole_or_by_element_and_reports_each_once() {
     for id in ["251_0", "251", "300"] {
         fake.answer(&format!("DELETE /job/{id}"), 200, DELETE_OK);
     }
-    let mut launcher = fake.launcher(TOKEN);
+    let mut launcher = fake.launcher(&live_token());
     ids(launcher.start_many(&fake.requests(0, 3)));
     ids(launcher.start_many(&fake.requests(5, 1)));
     launcher.cancel(&[0]);
@@ -513,7 +527,7 @@ fn cancelling_a_job_slurmctld_forgot_is_quiet_and_not_retried() {
     let fake = FakeRestd::new();
     fake.answer("POST /job/submit", 200, &submitted(99999));
     fake.answer("DELETE /job/99999", 500, DELETE_UNKNOWN);
-    let mut launcher = fake.launcher(TOKEN);
+    let mut launcher = fake.launcher(&live_token());
     ids(launcher.start_many(&fake.requests(0, 1)));
     launcher.cancel_all();
     assert_eq!(launcher.calls().cancels, 1);
@@ -524,7 +538,7 @@ fn dropping_the_launcher_cancels_its_jobs() {
     let fake = FakeRestd::new();
     fake.answer("POST /job/submit", 200, &submitted(42));
     fake.answer("DELETE /job/42", 200, DELETE_OK);
-    let mut launcher = fake.launcher(TOKEN).with_cancel_on_drop(true);
+    let mut launcher = fake.launcher(&live_token()).with_cancel_on_drop(true);
     ids(launcher.start_many(&fake.requests(0, 2)));
     drop(launcher);
     assert_eq!(fake.routes(), ["POST /job/submit", "DELETE /job/42"]);
@@ -833,7 +847,7 @@ fn arrays_with_and_without_a_cap() {
 
 #[test]
 fn token_claims_are_read_without_verification() {
-    let claims = token_claims(TOKEN).unwrap();
+    let claims = token_claims(RECORDED_TOKEN).unwrap();
     assert_eq!(claims.exp, Some(1_795_947_362));
     assert_eq!(claims.sun.as_deref(), Some("root"));
     assert_eq!(token_claims("not-a-jwt"), None);
@@ -861,7 +875,7 @@ fn settings_come_from_the_environment() {
         (url.as_str(), user.as_str()),
         (DEFAULT_SLURMRESTD_URL, "alice")
     );
-    let (_, user, _) = settings(vars(&[("SLURM_JWT", TOKEN)])).unwrap();
+    let (_, user, _) = settings(vars(&[("SLURM_JWT", RECORDED_TOKEN)])).unwrap();
     assert_eq!(user, "root", "the token's user when USER is unset");
     let chosen = settings(vars(&[
         ("SLURM_JWT", "t"),
