@@ -5,20 +5,6 @@
 use crate::util::*;
 use std::collections::BTreeSet;
 
-fn task(id: &str, blocks: u32, command: &str, extra: &str) -> String {
-    format!(
-        r#"
-[[task]]
-id = "{id}"
-total_roi = {{ offset = [0], shape = [{blocks}] }}
-read_roi = {{ offset = [0], shape = [1] }}
-write_roi = {{ offset = [0], shape = [1] }}
-block_command = ["sh", "-c", "{command}"]
-{extra}
-"#
-    )
-}
-
 #[test]
 fn a_task_whose_workers_keep_dying_is_abandoned_and_its_peer_finishes() {
     let dir = TestDir::new();

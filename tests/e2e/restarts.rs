@@ -6,21 +6,6 @@
 use crate::util::*;
 use std::collections::BTreeSet;
 
-fn task(id: &str, blocks: u32, command: &str, extra: &str) -> String {
-    format!(
-        r#"
-[[task]]
-id = "{id}"
-total_roi = {{ offset = [0], shape = [{blocks}] }}
-read_roi = {{ offset = [0], shape = [1] }}
-write_roi = {{ offset = [0], shape = [1] }}
-read_write_conflict = false
-block_command = ["sh", "-c", "{command}"]
-{extra}
-"#
-    )
-}
-
 fn count(events: &[serde_json::Value], event: &str, task: &str) -> usize {
     events
         .iter()

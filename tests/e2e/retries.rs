@@ -3,21 +3,6 @@
 
 use crate::util::*;
 
-fn task(id: &str, blocks: u32, command: &str, extra: &str) -> String {
-    format!(
-        r#"
-[[task]]
-id = "{id}"
-total_roi = {{ offset = [0], shape = [{blocks}] }}
-read_roi = {{ offset = [0], shape = [1] }}
-write_roi = {{ offset = [0], shape = [1] }}
-read_write_conflict = false
-block_command = ["sh", "-c", "{command}"]
-{extra}
-"#
-    )
-}
-
 #[test]
 fn an_always_failing_block_uses_its_last_retry_after_the_other_99_are_done() {
     let dir = TestDir::new();

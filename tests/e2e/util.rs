@@ -206,3 +206,20 @@ pub fn event_blocks(events: &[serde_json::Value], event: &str, task: &str) -> Ve
         .filter_map(|e| e["block_id"].as_u64())
         .collect()
 }
+
+/// A `[[task]]` table of `blocks` independent 1-D blocks (no context, so
+/// one level) whose block command is `sh -c <command>`, plus `extra` lines.
+pub fn task(id: &str, blocks: u32, command: &str, extra: &str) -> String {
+    format!(
+        r#"
+[[task]]
+id = "{id}"
+total_roi = {{ offset = [0], shape = [{blocks}] }}
+read_roi = {{ offset = [0], shape = [1] }}
+write_roi = {{ offset = [0], shape = [1] }}
+read_write_conflict = false
+block_command = ["sh", "-c", "{command}"]
+{extra}
+"#
+    )
+}
