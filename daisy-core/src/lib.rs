@@ -27,6 +27,7 @@ pub mod roi;
 pub mod scheduler;
 pub mod serial;
 pub mod task;
+pub mod walltime;
 
 pub use block::{Block, BlockId, TaskIdx};
 pub use coordinate::Coordinate;

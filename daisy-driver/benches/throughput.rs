@@ -260,6 +260,7 @@ async fn noop_worker(mut client: Client, batch: u32) -> Result<u64, String> {
                 block_id: b.block_id,
                 ok: true,
                 error: None,
+                seconds: None,
             })
             .collect();
         client.release(results).await.map_err(|e| e.to_string())?;

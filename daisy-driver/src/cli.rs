@@ -146,6 +146,7 @@ fn command_plan(opts: PlanOpts) -> anyhow::Result<ExitCode> {
 
 fn command_run(opts: RunOpts) -> anyhow::Result<ExitCode> {
     let (pipeline, run_dir) = load(&opts.pipeline)?;
+    run_dir.record_pipeline(&opts.pipeline.pipeline)?;
     let summary = if opts.serial {
         crate::serial_run::run(&pipeline, &run_dir)?
     } else {

@@ -328,6 +328,7 @@ fn kind(message: &ToDriver) -> &'static str {
         ToDriver::ReleaseBlocks { .. } => "release_blocks",
         ToDriver::Heartbeat => "heartbeat",
         ToDriver::Draining { .. } => "draining",
+        ToDriver::ReturnBlocks { .. } => "return_blocks",
         ToDriver::GetSnapshot => "get_snapshot",
     }
 }

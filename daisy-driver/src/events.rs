@@ -33,6 +33,9 @@ pub enum Event<'a> {
         block_id: u64,
         #[serde(skip_serializing_if = "Option::is_none")]
         worker_id: Option<u64>,
+        /// How long the block ran, as its worker measured it.
+        #[serde(skip_serializing_if = "Option::is_none")]
+        seconds: Option<f64>,
     },
     BlockFailed {
         task: &'a str,
@@ -42,6 +45,16 @@ pub enum Event<'a> {
         error: &'a str,
         /// True when the block will not be tried again.
         for_good: bool,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        seconds: Option<f64>,
+    },
+    /// A draining worker gave blocks back unfinished; they are queued
+    /// again and do not count as failed attempts.
+    BlocksReturned {
+        task: &'a str,
+        worker_id: u64,
+        block_ids: &'a [u64],
+        why: &'a str,
     },
     TaskDone {
         task: &'a str,
@@ -70,6 +83,12 @@ pub enum Event<'a> {
         pid: u32,
         /// Started by hand (or a job not launched by this run).
         by_hand: bool,
+    },
+    /// The worker takes no more blocks (walltime, SIGTERM, preemption).
+    WorkerDraining {
+        task: &'a str,
+        worker_id: u64,
+        why: &'a str,
     },
     WorkerGone {
         task: &'a str,
@@ -170,6 +189,7 @@ mod tests {
                 worker_id: Some(2),
                 error: "exit status 1",
                 for_good: false,
+                seconds: Some(0.5),
             })
             .unwrap();
         }
@@ -194,6 +214,7 @@ mod tests {
             task: "predict",
             block_id,
             worker_id: None,
+            seconds: None,
         };
         log.record_buffered(&done(1)).unwrap();
         log.record_buffered(&done(2)).unwrap();
@@ -223,6 +244,7 @@ mod tests {
             task: "predict",
             block_id: 3,
             worker_id: Some(1),
+            seconds: None,
         })
         .unwrap();
         drop(log);

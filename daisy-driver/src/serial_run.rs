@@ -149,6 +149,8 @@ struct SerialRunner<'a> {
     fatal: Option<anyhow::Error>,
     /// Why the block just processed failed, until its release is known.
     last_failure: Option<String>,
+    /// How long the block just processed ran.
+    last_seconds: f64,
     blocks_run: u64,
     attempts_failed: u64,
     last_progress: Instant,
@@ -168,6 +170,7 @@ impl<'a> SerialRunner<'a> {
             events,
             fatal: None,
             last_failure: None,
+            last_seconds: 0.0,
             blocks_run: 0,
             attempts_failed: 0,
             last_progress: Instant::now(),
@@ -199,6 +202,7 @@ impl<'a> SerialRunner<'a> {
             task,
             block_id: block.id.spatial,
             worker_id: None,
+            seconds: Some(self.last_seconds),
         })?;
         Ok(())
     }
@@ -211,6 +215,7 @@ impl<'a> SerialRunner<'a> {
             worker_id: None,
             error,
             for_good,
+            seconds: Some(self.last_seconds),
         };
         if let Err(e) = self.events.record(&event) {
             tracing::warn!("cannot record a block failure in events.jsonl: {e}");
@@ -267,7 +272,10 @@ impl BlockRunner for SerialRunner<'_> {
         self.blocks_run += 1;
         self.maybe_print_progress();
         let wire = WireBlock::new(self.task_id(block), block);
-        let Err(failure) = self.tasks[block.id.task.index()].run_block(&wire) else {
+        let started = Instant::now();
+        let ran = self.tasks[block.id.task.index()].run_block(&wire);
+        self.last_seconds = started.elapsed().as_secs_f64();
+        let Err(failure) = ran else {
             return self.on_success(block);
         };
         self.attempts_failed += 1;

@@ -36,7 +36,10 @@ Where the worker finds its driver, first match wins:
 --task overrides the task of a context. The token is never given on the command line.
 
 The worker's own messages go to stderr; RUST_LOG sets how many (default: info).
-SIGTERM or SIGINT: take no more blocks, finish the running one, report it, exit 0.
+SIGTERM, SIGINT, SIGUSR1 or SIGUSR2 (e.g. from `#SBATCH --signal=B:USR1@120`):
+drain: take no more blocks, finish the running one and report it, hand back the
+blocks not started, exit 0. The worker also drains by itself when its job's
+walltime (--walltime, else SLURM's time left) is too short for another block.
 
 Exit status:
   0  the driver has no more work, or the worker was stopped by a signal
@@ -76,6 +79,11 @@ pub struct Cli {
     /// <DIR>/worker-<id>-user.out and .err.
     #[arg(long, value_name = "DIR", env = "DAISY_LOG_DIR", default_value = ".")]
     pub log_dir: PathBuf,
+    /// How long this worker's job may run, counted from the worker's start
+    /// (e.g. "2h"); the driver sets it from a task's `time`. Without it, a
+    /// worker in a SLURM job asks squeue for the time left.
+    #[arg(long, value_name = "DURATION", env = "DAISY_WALLTIME", value_parser = humantime::parse_duration)]
+    pub walltime: Option<Duration>,
 }
 
 /// Resolves the context, runs the worker, picks the exit code. Call it
@@ -133,25 +141,30 @@ fn exit_code(outcome: Result<Stopped, RunError>) -> u8 {
     }
 }
 
-/// Listens for SIGTERM and SIGINT from now on (before connecting, so that
-/// a signal arriving early drains the worker instead of killing it); the
-/// future resolves when one arrives, saying which.
+/// Listens for the signals that drain a worker from now on (before
+/// connecting, so that a signal arriving early drains the worker instead
+/// of killing it): SIGTERM and SIGINT, and SIGUSR1 and SIGUSR2, which
+/// SLURM (`--signal`) and LSF (`-wa`, and at a run limit) send ahead of
+/// the end of a job. The future resolves when one arrives, saying which.
 fn stop_signal() -> impl std::future::Future<Output = String> {
     let listeners = (
         signal(SignalKind::terminate()),
         signal(SignalKind::interrupt()),
+        signal(SignalKind::user_defined1()),
+        signal(SignalKind::user_defined2()),
     );
     async move {
-        let (Ok(mut term), Ok(mut int)) = listeners else {
-            tracing::warn!(
-                "cannot listen for SIGTERM and SIGINT: only the driver can stop this worker"
-            );
+        let (Ok(mut term), Ok(mut int), Ok(mut usr1), Ok(mut usr2)) = listeners else {
+            tracing::warn!("cannot listen for signals: only the driver can stop this worker");
             return std::future::pending().await;
         };
-        tokio::select! {
-            _ = term.recv() => "received SIGTERM".into(),
-            _ = int.recv() => "received SIGINT".into(),
-        }
+        let name = tokio::select! {
+            _ = term.recv() => "SIGTERM",
+            _ = int.recv() => "SIGINT",
+            _ = usr1.recv() => "SIGUSR1",
+            _ = usr2.recv() => "SIGUSR2",
+        };
+        format!("received {name}")
     }
 }
 
@@ -159,6 +172,7 @@ fn config(cli: Cli) -> anyhow::Result<RunConfig> {
     Ok(RunConfig {
         connect: connect_opts(&cli)?,
         log_dir: cli.log_dir,
+        job_end: crate::job_end::job_end(cli.walltime),
     })
 }
 

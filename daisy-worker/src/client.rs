@@ -232,6 +232,18 @@ impl Client {
         self.connection.send(ToDriver::Draining { reason }).await
     }
 
+    /// Gives blocks back unrun (the worker drains); the driver queues
+    /// them again without counting a failed attempt.
+    pub async fn return_blocks(
+        &mut self,
+        block_ids: Vec<u64>,
+        reason: String,
+    ) -> Result<(), ClientError> {
+        self.connection
+            .send(ToDriver::ReturnBlocks { block_ids, reason })
+            .await
+    }
+
     /// Resolves when the connection breaks, with why. Independent of the
     /// client's borrow, so it can race [`Self::acquire`] in a `select!`.
     pub fn lost(&self) -> impl Future<Output = ClientError> + Send + 'static {

@@ -10,11 +10,15 @@
 //!   blocks (a block command, or a worker command restarted if it dies).
 //! - [`user_code`]: the two ways user code runs: a block command started
 //!   once per block, or a long-running worker command fed JSON lines.
+//! - `drain`: when the worker stops starting blocks (a stop signal, the
+//!   job's walltime); `job_end`: when the job's walltime ends.
 //! - [`cli`]: the `daisy-worker` command line (context, exit codes).
 //!
 //! The serial `daisy-driver run` uses [`user_code`] in process.
 pub mod cli;
 pub mod client;
+mod drain;
+mod job_end;
 mod runner;
 pub mod runtime;
 pub mod user_code;

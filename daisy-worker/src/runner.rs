@@ -13,14 +13,27 @@
 //! of its answers, so it can overlap reading the next block with
 //! computing this one.
 //!
+//! A block starts only while [`Drain`] allows it: once the worker drains,
+//! the rest of a batch is left unrun, for the runtime to hand back.
+//!
 //! Everything here is synchronous and blocking; the runtime calls it from
 //! `spawn_blocking`, always through the same [`Runner`].
 
+use crate::drain::Drain;
 use crate::user_code::{BlockCommand, BlockFailure, BlockLog, Outcome, WorkerCommand};
 use daisy_core::protocol::{CodeKind, TaskCode, WireBlock};
 use std::collections::{BTreeMap, VecDeque};
 use std::path::Path;
-use std::time::Duration;
+use std::time::{Duration, Instant};
+
+/// A block that ran: how it went, how long it took and when it ended.
+#[derive(Debug)]
+pub struct Ran {
+    pub block_id: u64,
+    pub outcome: Result<(), BlockFailure>,
+    pub seconds: f64,
+    pub ended: Instant,
+}
 
 /// Runs one task's blocks, one at a time.
 #[derive(Debug)]
@@ -64,15 +77,22 @@ impl Runner {
         })
     }
 
-    /// Runs `blocks`, an outcome for each, in the order they finished;
-    /// blocks the calling thread until all are done.
-    pub fn run_batch(&mut self, blocks: Vec<WireBlock>) -> Vec<Outcome> {
+    /// Runs `blocks` while `drain` allows, in the order they finished;
+    /// blocks the calling thread until they are done. Blocks missing from
+    /// the result were not started.
+    pub fn run_batch(&mut self, blocks: Vec<WireBlock>, drain: &Drain) -> Vec<Ran> {
         match self {
             Self::Block { command, log } => blocks
                 .iter()
-                .map(|block| (block.block_id, command.run(block, log)))
+                .take_while(|_| drain.may_start_block())
+                .map(|block| {
+                    let started = Instant::now();
+                    let outcome = command.run(block, log);
+                    drain.observe(started.elapsed());
+                    ran(block.block_id, outcome, started.elapsed())
+                })
                 .collect(),
-            Self::Worker(worker) => worker.run_batch(blocks),
+            Self::Worker(worker) => worker.run_batch(blocks, drain),
         }
     }
 
@@ -82,6 +102,15 @@ impl Runner {
         if let Self::Worker(worker) = self {
             worker.finish();
         }
+    }
+}
+
+fn ran(block_id: u64, outcome: Result<(), BlockFailure>, took: Duration) -> Ran {
+    Ran {
+        block_id,
+        outcome,
+        seconds: took.as_secs_f64(),
+        ended: Instant::now(),
     }
 }
 
@@ -109,22 +138,29 @@ pub struct WorkerProcess {
 }
 
 impl WorkerProcess {
-    /// Feeds `blocks` ahead; if the process dies, the blocks it was given
-    /// fail and a fresh process takes the rest.
-    fn run_batch(&mut self, blocks: Vec<WireBlock>) -> Vec<Outcome> {
+    /// Feeds `blocks` ahead while `drain` allows; if the process dies,
+    /// the blocks it was given fail and a fresh process takes the rest.
+    /// Blocks overlap, so each is timed as its share of the time between
+    /// answers.
+    fn run_batch(&mut self, blocks: Vec<WireBlock>, drain: &Drain) -> Vec<Ran> {
         let (depth, timeout) = (self.depth, self.timeout);
         let mut todo = VecDeque::from(blocks);
-        let mut outcomes = Vec::with_capacity(todo.len());
-        while !todo.is_empty() {
-            match self.running() {
-                Ok(process) => outcomes.extend(process.run_ahead(&mut todo, depth, timeout)),
+        let mut done = Vec::with_capacity(todo.len());
+        let may_feed = || drain.may_start_block();
+        while !todo.is_empty() && may_feed() {
+            let started = Instant::now();
+            let outcomes: Vec<Outcome> = match self.running() {
+                Ok(process) => process.run_ahead(&mut todo, depth, timeout, &may_feed),
                 Err(failure) => {
                     let failed = todo.drain(..).map(|b| (b.block_id, Err(failure.clone())));
-                    outcomes.extend(failed);
+                    failed.collect()
                 }
-            }
+            };
+            let share = started.elapsed() / outcomes.len().max(1) as u32;
+            drain.observe(share);
+            done.extend(outcomes.into_iter().map(|(id, outcome)| ran(id, outcome, share)));
         }
-        outcomes
+        done
     }
 
     /// The process, started (again) if it is not running.

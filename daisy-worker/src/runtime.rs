@@ -8,11 +8,15 @@
 //! ([`Stopped`]) or an error, and the cleanup (finishing a worker command,
 //! closing the connection) happens once, after it.
 //!
-//! Stopping (SIGTERM, SIGINT, or the future a caller passes in) is the
-//! simple form of draining: no more blocks are asked for, the driver is
-//! told (`Draining`, which it answers a parked `AcquireBlocks` with
-//! `Shutdown`), the running block finishes and is released, then the
-//! worker exits cleanly. Blocks already on their way are run, not dropped.
+//! Draining: a stop (SIGTERM, SIGINT, SIGUSR1/2, or the future a caller
+//! passes in), or a job walltime too short for another block, makes the
+//! worker take no more blocks: the driver is told (`Draining`, which it
+//! answers a parked `AcquireBlocks` with `Shutdown`), the running block
+//! finishes and is released, blocks not started are handed back
+//! (`ReturnBlocks`), then the worker exits cleanly. A block that fails
+//! after the signal was most likely killed by it (SLURM signals every
+//! process of a job at its time limit), so it is handed back too, not
+//! reported failed: neither costs the block a retry.
 //!
 //! Blocks come in batches: the worker asks for the task's `batch_size`
 //! (or `1 + prefetch`, if larger, so a worker command has blocks to be fed
@@ -26,22 +30,26 @@
 //! keeps heartbeating meanwhile.
 
 use crate::client::{Acquired, Client, ClientError, ConnectError, ConnectOpts};
-use crate::runner::Runner;
-use crate::user_code::{BlockFailure, Outcome};
+use crate::drain::Drain;
+use crate::runner::{Ran, Runner};
 use daisy_core::protocol::{BlockResult, CodeKind, TaskCode, Welcome, WireBlock};
 use std::collections::VecDeque;
 use std::future::Future;
 use std::path::{Path, PathBuf};
 use std::pin::{pin, Pin};
 use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Instant;
 use tokio::task::{JoinError, JoinHandle};
 
-/// What the runtime needs: where the driver is, where user output goes.
+/// What the runtime needs: where the driver is, where user output goes,
+/// when the job ends.
 #[derive(Debug, Clone)]
 pub struct RunConfig {
     pub connect: ConnectOpts,
     /// User code output goes to `<log_dir>/worker-<id>-user.{out,err}`.
     pub log_dir: PathBuf,
+    /// When the cluster scheduler ends this worker's job, if known.
+    pub job_end: Option<Instant>,
 }
 
 /// Why the worker stopped cleanly.
@@ -78,7 +86,11 @@ pub async fn run(
     config: RunConfig,
     stop: impl Future<Output = String>,
 ) -> Result<Stopped, RunError> {
-    let RunConfig { connect, log_dir } = config;
+    let RunConfig {
+        connect,
+        log_dir,
+        job_end,
+    } = config;
     let mut stop = pin!(stop);
     let task = connect.task_id.clone();
     let client = tokio::select! {
@@ -90,7 +102,7 @@ pub async fn run(
         Err(reason) => return Err(refuse_code(client, task, reason).await),
     };
     let per_request = client.welcome().code.as_ref().map_or(1, blocks_per_request);
-    let mut worker = Worker::new(client, runner, per_request);
+    let mut worker = Worker::new(client, runner, per_request, Drain::new(job_end));
     let stopped = worker.serve(stop).await?;
     Ok(worker.finish(stopped).await)
 }
@@ -127,11 +139,11 @@ async fn refuse_code(mut client: Client, task: String, reason: String) -> RunErr
 /// A batch running on a blocking thread.
 struct Running {
     block_ids: Vec<u64>,
-    handle: JoinHandle<Vec<Outcome>>,
+    handle: JoinHandle<Vec<Ran>>,
 }
 
 /// A batch's block ids and how its thread ended.
-type Done = (Vec<u64>, Result<Vec<Outcome>, JoinError>);
+type Done = (Vec<u64>, Result<Vec<Ran>, JoinError>);
 
 /// The state of the main loop.
 struct Worker {
@@ -144,12 +156,16 @@ struct Worker {
     /// Blocks asked for per `AcquireBlocks`.
     per_request: u32,
     running: Option<Running>,
-    /// Set once asked to stop: why. No more blocks are asked for.
+    /// Set once draining: why. No more blocks are asked for or started.
     draining: Option<String>,
+    /// Shared with the thread running blocks, which asks it before each.
+    drain: Arc<Drain>,
+    /// When a stop signal came, if one did.
+    signalled: Option<Instant>,
 }
 
 impl Worker {
-    fn new(client: Client, runner: Runner, per_request: u32) -> Self {
+    fn new(client: Client, runner: Runner, per_request: u32, drain: Drain) -> Self {
         Self {
             client,
             runner: Arc::new(Mutex::new(runner)),
@@ -157,6 +173,8 @@ impl Worker {
             per_request,
             running: None,
             draining: None,
+            drain: Arc::new(drain),
+            signalled: None,
         }
     }
 
@@ -166,11 +184,12 @@ impl Worker {
     ) -> Result<Stopped, RunError> {
         let mut lost = pin!(self.client.lost());
         loop {
+            self.drain_if_walltime_short().await?;
             // While draining, only an answer already owed is awaited.
             let asking = self.draining.is_none() || self.client.awaits_blocks();
             let taking = self.running.is_none() && asking;
             tokio::select! {
-                reason = &mut stop, if self.draining.is_none() => self.on_stop(reason).await?,
+                reason = &mut stop, if self.signalled.is_none() => self.on_signal(reason).await?,
                 acquired = self.client.acquire(self.per_request), if taking => {
                     if let Some(stopped) = self.on_acquired(acquired?) {
                         return Ok(stopped);
@@ -185,15 +204,31 @@ impl Worker {
         }
     }
 
+    async fn drain_if_walltime_short(&mut self) -> Result<(), RunError> {
+        match (&self.draining, self.drain.walltime_too_short()) {
+            (None, Some(why)) => self.on_stop(why).await,
+            _ => Ok(()),
+        }
+    }
+
+    async fn on_signal(&mut self, reason: String) -> Result<(), RunError> {
+        self.signalled = Some(Instant::now());
+        self.on_stop(reason).await
+    }
+
     async fn on_stop(&mut self, reason: String) -> Result<(), RunError> {
+        if self.draining.is_some() {
+            return Ok(());
+        }
         tracing::info!("{reason}: taking no more blocks");
+        self.drain.begin();
         self.client.draining(reason.clone()).await?;
         self.draining = Some(reason);
         Ok(())
     }
 
-    /// Blocks are run even while draining: they crossed the `Draining`
-    /// on the wire, and running them loses nothing.
+    /// Blocks that crossed the `Draining` on the wire go to the runner,
+    /// which hands them back unrun.
     fn on_acquired(&mut self, acquired: Acquired) -> Option<Stopped> {
         match (acquired, &self.draining) {
             (Acquired::Blocks(blocks), _) => {
@@ -208,17 +243,48 @@ impl Worker {
         }
     }
 
-    /// Releases the whole batch in one message, then starts the next.
+    /// Releases the whole batch in one message and hands back what was
+    /// not run (or was cut short by a stop signal), then starts the next.
     async fn on_batch_done(&mut self, (block_ids, joined): Done) -> Result<(), RunError> {
         self.running = None;
-        let outcomes = joined.map_err(|e| RunError::UserCodeThread {
+        let ran = joined.map_err(|e| RunError::UserCodeThread {
             block_id: block_ids.first().copied().unwrap_or_default(),
             reason: e.to_string(),
         })?;
-        let results = outcomes.into_iter().map(|(id, o)| result(id, o)).collect();
-        self.client.release(results).await?;
+        // The runner may have stopped the batch for the walltime: say so
+        // before handing blocks back.
+        self.drain_if_walltime_short().await?;
+        let (results, cut_short): (Vec<Ran>, Vec<Ran>) = ran
+            .into_iter()
+            .partition(|ran| !self.cut_short_by_signal(ran));
+        let mut returned: Vec<u64> = block_ids
+            .into_iter()
+            .filter(|id| !results.iter().any(|ran| ran.block_id == *id))
+            .collect();
+        if !results.is_empty() {
+            self.client
+                .release(results.into_iter().map(result).collect())
+                .await?;
+        }
+        if !returned.is_empty() {
+            let reason = self.draining.clone().unwrap_or_default();
+            tracing::info!(
+                blocks = returned.len(),
+                cut_short = cut_short.len(),
+                "handing blocks back: {reason}"
+            );
+            returned.sort_unstable();
+            self.client.return_blocks(returned, reason).await?;
+        }
         self.start_next();
         Ok(())
+    }
+
+    /// A block that failed after a stop signal: the signal most likely
+    /// killed it (SLURM signals the whole job), so it is no failure of
+    /// the block's.
+    fn cut_short_by_signal(&self, ran: &Ran) -> bool {
+        ran.outcome.is_err() && self.signalled.is_some_and(|signal| ran.ended >= signal)
     }
 
     /// Starts every queued block, as one batch, on a blocking thread.
@@ -229,8 +295,8 @@ impl Worker {
         let batch: Vec<WireBlock> = self.queued.drain(..).collect();
         let block_ids: Vec<u64> = batch.iter().map(|block| block.block_id).collect();
         tracing::debug!(?block_ids, "running batch");
-        let runner = Arc::clone(&self.runner);
-        let handle = tokio::task::spawn_blocking(move || lock(&runner).run_batch(batch));
+        let (runner, drain) = (Arc::clone(&self.runner), Arc::clone(&self.drain));
+        let handle = tokio::task::spawn_blocking(move || lock(&runner).run_batch(batch, &drain));
         self.running = Some(Running { block_ids, handle });
     }
 
@@ -273,21 +339,22 @@ fn lock(runner: &Mutex<Runner>) -> std::sync::MutexGuard<'_, Runner> {
     runner.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
-fn result(block_id: u64, outcome: Result<(), BlockFailure>) -> BlockResult {
-    match outcome {
-        Ok(()) => BlockResult {
-            block_id,
-            ok: true,
-            error: None,
-        },
-        Err(failure) => {
-            tracing::warn!(block_id, "block failed: {failure}");
-            BlockResult {
-                block_id,
-                ok: false,
-                error: Some(failure.message),
-            }
-        }
+fn result(ran: Ran) -> BlockResult {
+    let Ran {
+        block_id,
+        outcome,
+        seconds,
+        ..
+    } = ran;
+    let error = outcome.err().map(|failure| {
+        tracing::warn!(block_id, "block failed: {failure}");
+        failure.message
+    });
+    BlockResult {
+        block_id,
+        ok: error.is_none(),
+        error,
+        seconds: Some(seconds),
     }
 }
 

@@ -126,13 +126,19 @@ async fn hand_out_and_expect_success(conn: &mut PeerConn, id: u64) {
     assert_eq!(conn.recv().await, ToDriver::AcquireBlocks { max: 1 });
     let blocks = vec![block(id)];
     conn.send(&FromDriver::Blocks { blocks }).await;
-    let ok = BlockResult {
-        block_id: id,
+    let ToDriver::ReleaseBlocks { results } = conn.recv().await else {
+        panic!("expected the release of block {id}");
+    };
+    let [BlockResult {
+        block_id,
         ok: true,
         error: None,
+        seconds: Some(_),
+    }] = results[..]
+    else {
+        panic!("expected one successful, timed result: {results:?}");
     };
-    let release = ToDriver::ReleaseBlocks { results: vec![ok] };
-    assert_eq!(conn.recv().await, release);
+    assert_eq!(block_id, id);
 }
 
 #[tokio::test]

@@ -53,6 +53,7 @@ fn ok(block_id: u64) -> BlockResult {
         block_id,
         ok: true,
         error: None,
+        seconds: None,
     }
 }
 

@@ -117,6 +117,7 @@ fn bad_input_is_refused_with_a_reason_and_the_run_completes() {
             block_id: id,
             ok: true,
             error: None,
+            seconds: None,
         }],
     };
     send(&mut worker, &release(999));

@@ -174,11 +174,13 @@ fn messages() -> Vec<(Vec<u8>, &'static str)> {
                 block_id: 300,
                 ok: false,
                 error: Some("no luck".into()),
+                seconds: None,
             },
             BlockResult {
                 block_id: 1 << 40,
                 ok: true,
                 error: None,
+                seconds: None,
             },
         ],
     };

@@ -110,7 +110,7 @@ pub struct RunSnapshot {
 }
 
 /// Messages a worker (or observer) sends to the driver.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "type", rename_all = "snake_case")]
 pub enum ToDriver {
     Hello(Hello),
@@ -128,6 +128,13 @@ pub enum ToDriver {
     /// The worker takes no more blocks (walltime, SIGTERM); blocks it
     /// still holds are released or handed back.
     Draining {
+        reason: String,
+    },
+    /// Gives back blocks the worker holds without having run them to the
+    /// end (it drains: walltime, SIGTERM, preemption). They go back to the
+    /// queue and do not count as failed attempts.
+    ReturnBlocks {
+        block_ids: Vec<u64>,
         reason: String,
     },
     /// An observer asks for a [`RunSnapshot`].

@@ -55,12 +55,16 @@ impl WireBlock {
 
 /// What user code reports for one block: `{"block_id": 17, "ok": true}`
 /// or `{"block_id": 17, "ok": false, "error": "why"}`.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct BlockResult {
     pub block_id: u64,
     pub ok: bool,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
+    /// How long the block ran, as the worker measured it (for reports
+    /// and walltime estimates); a worker command need not say.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub seconds: Option<f64>,
 }
 
 #[cfg(test)]
@@ -93,7 +97,8 @@ mod tests {
             BlockResult {
                 block_id: 3,
                 ok: true,
-                error: None
+                error: None,
+                seconds: None,
             }
         );
         let failed: BlockResult =

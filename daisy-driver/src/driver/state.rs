@@ -305,6 +305,9 @@ impl Driver {
             ToDriver::AcquireBlocks { max } => self.on_acquire(conn, max),
             ToDriver::ReleaseBlocks { results } => self.on_release(conn, results),
             ToDriver::Draining { reason } => self.on_draining(conn, &reason),
+            ToDriver::ReturnBlocks { block_ids, reason } => {
+                self.on_return(conn, &block_ids, &reason)
+            }
             ToDriver::GetSnapshot => self.on_snapshot_request(conn),
             ToDriver::Hello(_) | ToDriver::Heartbeat => {}
         }
@@ -431,11 +434,12 @@ impl Driver {
                 c.slot,
             );
             match result.ok {
-                true => self.record_success(id, worker_id),
+                true => self.record_success(id, worker_id, result.seconds),
                 false => self.record_failure(
                     id,
                     worker_id,
                     result.error.as_deref().unwrap_or("no reason given"),
+                    result.seconds,
                 ),
             }
         }
@@ -444,7 +448,7 @@ impl Driver {
 
     /// Marks the block done, then tells the scheduler: a block reported
     /// done is never lost, even if the driver dies right after.
-    fn record_success(&mut self, id: BlockId, worker_id: u64) {
+    fn record_success(&mut self, id: BlockId, worker_id: u64, seconds: Option<f64>) {
         let Some(block) = self.scheduler.block_in_flight(id).copied() else {
             return;
         };
@@ -462,11 +466,12 @@ impl Driver {
             task: &self.pipeline.tasks[id.task.index()].spec.id,
             block_id: id.spatial,
             worker_id: Some(worker_id),
+            seconds,
         };
         warn_on_error(self.events.record_buffered(&done), &self.events);
     }
 
-    fn record_failure(&mut self, id: BlockId, worker_id: u64, error: &str) {
+    fn record_failure(&mut self, id: BlockId, worker_id: u64, error: &str, seconds: Option<f64>) {
         let released = self
             .scheduler
             .release_at(id, BlockOutcome::Failure, Instant::now());
@@ -479,15 +484,53 @@ impl Driver {
             worker_id: Some(worker_id),
             error,
             for_good,
+            seconds,
         });
     }
 
     fn on_draining(&mut self, conn: ConnId, reason: &str) {
-        if let Some(c) = self.conns.get_mut(&conn) {
-            tracing::info!(worker_id = c.slot, "worker is draining: {reason}");
-            c.draining = true;
-        }
+        let Some(c) = self.conns.get_mut(&conn) else {
+            return;
+        };
+        tracing::info!(worker_id = c.slot, "worker is draining: {reason}");
+        c.draining = true;
+        let (task, worker_id) = (c.task, c.slot);
+        let task = self.task_id(task).to_string();
+        self.record(&Event::WorkerDraining {
+            task: &task,
+            worker_id,
+            why: reason,
+        });
         self.serve(conn);
+    }
+
+    /// Blocks handed back unfinished go back to the queue without using
+    /// a retry: the worker is leaving, the blocks did nothing wrong.
+    fn on_return(&mut self, conn: ConnId, block_ids: &[u64], reason: &str) {
+        let Some(c) = self.conns.get_mut(&conn) else {
+            return;
+        };
+        let (task, worker_id) = (c.task, c.slot);
+        let (held, not_held): (Vec<u64>, Vec<u64>) =
+            block_ids.iter().partition(|id| c.held.remove(id).is_some());
+        for &spatial in &held {
+            let id = BlockId { task, spatial };
+            self.scheduler.release(id, BlockOutcome::Returned);
+        }
+        if !held.is_empty() {
+            let task = self.task_id(task).to_string();
+            self.record(&Event::BlocksReturned {
+                task: &task,
+                worker_id,
+                block_ids: &held,
+                why: reason,
+            });
+        }
+        for spatial in not_held {
+            let reason = format!("block {spatial} is not held by this worker, so it cannot be returned");
+            self.refuse(conn, reason);
+        }
+        self.serve_parked();
     }
 
     fn on_snapshot_request(&mut self, conn: ConnId) {
@@ -617,7 +660,7 @@ impl Driver {
         for (id, worker_id, timeout) in overdue {
             let error = format!("reclaimed from worker {worker_id}: held past the task's timeout of {timeout:?} plus {margin:?}");
             tracing::warn!(block = id.spatial, "{error}");
-            self.record_failure(id, worker_id, &error);
+            self.record_failure(id, worker_id, &error, None);
         }
     }
 

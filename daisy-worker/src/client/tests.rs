@@ -236,6 +236,7 @@ async fn close_writes_what_is_queued_then_ends_the_connection() {
         block_id: 3,
         ok: false,
         error: Some("exit status 1".into()),
+        seconds: None,
     };
     client.release(vec![result.clone()]).await.unwrap();
     client.draining("SIGTERM".into()).await.unwrap();

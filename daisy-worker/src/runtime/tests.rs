@@ -16,12 +16,24 @@ struct Started {
 }
 
 async fn start(code: Option<TaskCode>, log_dir: &Path, interval_s: f64, misses: u32) -> Started {
+    start_in_job(code, log_dir, interval_s, misses, None).await
+}
+
+/// [`start`] for a worker whose job ends at `job_end`.
+async fn start_in_job(
+    code: Option<TaskCode>,
+    log_dir: &Path,
+    interval_s: f64,
+    misses: u32,
+    job_end: Option<Instant>,
+) -> Started {
     let peer = Peer::bind().await;
     let mut connect = ConnectOpts::new(vec![peer.address()], "t0ken".into(), "predict".into());
     connect.connect_timeout = PATIENCE;
     let config = RunConfig {
         connect,
         log_dir: log_dir.to_path_buf(),
+        job_end,
     };
     let (stop, stopped) = oneshot::channel();
     let stop_future = async move {
@@ -44,11 +56,33 @@ async fn hand_out(conn: &mut PeerConn, ids: &[u64]) -> Vec<BlockResult> {
         })
         .await;
         match conn.recv().await {
-            ToDriver::ReleaseBlocks { results: released } => results.extend(released),
+            ToDriver::ReleaseBlocks { results: released } => results.extend(untimed(released)),
             other => panic!("expected a release of block {id}, got {other:?}"),
         }
     }
     results
+}
+
+/// `results` without their run times, once checked that each has one.
+fn untimed(results: Vec<BlockResult>) -> Vec<BlockResult> {
+    results
+        .into_iter()
+        .map(|result| {
+            assert!(result.seconds.is_some_and(|s| s >= 0.0), "{result:?}");
+            BlockResult {
+                seconds: None,
+                ..result
+            }
+        })
+        .collect()
+}
+
+/// The next message, which must be a release: its results, untimed.
+async fn released(conn: &mut PeerConn) -> Vec<BlockResult> {
+    match conn.recv().await {
+        ToDriver::ReleaseBlocks { results } => untimed(results),
+        other => panic!("expected a release, got {other:?}"),
+    }
 }
 
 async fn shut_down(conn: &mut PeerConn) {
@@ -67,6 +101,7 @@ fn ok(block_id: u64) -> BlockResult {
         block_id,
         ok: true,
         error: None,
+        seconds: None,
     }
 }
 
@@ -75,6 +110,7 @@ fn failed(block_id: u64, error: &str) -> BlockResult {
         block_id,
         ok: false,
         error: Some(error.into()),
+        seconds: None,
     }
 }
 
@@ -124,10 +160,7 @@ async fn a_stop_during_a_block_lets_it_finish_and_be_released() {
     };
     assert_eq!(conn.recv().await, draining);
     std::fs::write(&go, "").unwrap();
-    let release = ToDriver::ReleaseBlocks {
-        results: vec![ok(4)],
-    };
-    assert_eq!(conn.recv().await, release);
+    assert_eq!(released(conn).await, [ok(4)]);
     conn.expect_closed().await;
     let stopped = ended(started.worker).await.unwrap();
     let reason = "told to stop".to_string();
@@ -169,19 +202,120 @@ async fn a_stop_while_parked_ends_with_the_drivers_shutdown() {
 }
 
 #[tokio::test]
-async fn blocks_that_cross_the_draining_on_the_wire_are_run() {
+async fn blocks_that_cross_the_draining_on_the_wire_are_handed_back() {
     let dir = tempfile::tempdir().unwrap();
     let (worker, mut conn) = stopped_while_parked(dir.path()).await;
     conn.send(&FromDriver::Blocks {
         blocks: vec![block(8)],
     })
     .await;
-    let release = ToDriver::ReleaseBlocks {
-        results: vec![ok(8)],
+    let returned = ToDriver::ReturnBlocks {
+        block_ids: vec![8],
+        reason: "told to stop".into(),
     };
-    assert_eq!(conn.recv().await, release);
+    assert_eq!(conn.recv().await, returned);
     conn.expect_closed().await;
     assert!(matches!(ended(worker).await, Ok(Stopped::Drained { .. })));
+}
+
+/// A batch of three whose first block waits for `go`; returns once it
+/// runs. Block 5 fails if it ever runs.
+async fn batch_waiting_for(go: &Path, dir: &Path, job_end: Option<Instant>) -> Started {
+    let running = dir.join("running");
+    let script = format!(
+        "test {{block_id}} != 5 || exit 1; touch {}; while [ ! -e {} ]; do sleep 0.02; done",
+        running.display(),
+        go.display()
+    );
+    let code = TaskCode {
+        batch_size: 3,
+        ..block_command(&["sh", "-c", &script])
+    };
+    let mut started = start_in_job(Some(code), dir, 10.0, 3, job_end).await;
+    let conn = &mut started.conn;
+    assert_eq!(conn.recv().await, ToDriver::AcquireBlocks { max: 3 });
+    let blocks = vec![block(4), block(5), block(6)];
+    conn.send(&FromDriver::Blocks { blocks }).await;
+    within("the block to start", wait_for_file(&running)).await;
+    started
+}
+
+#[tokio::test]
+async fn a_stop_mid_batch_releases_what_ran_and_hands_back_the_rest() {
+    let dir = tempfile::tempdir().unwrap();
+    let go = dir.path().join("go");
+    let mut started = batch_waiting_for(&go, dir.path(), None).await;
+    started.stop.send(()).unwrap();
+    let conn = &mut started.conn;
+    assert!(matches!(conn.recv().await, ToDriver::Draining { .. }));
+    std::fs::write(&go, "").unwrap();
+    assert_eq!(released(conn).await, [ok(4)]);
+    let returned = ToDriver::ReturnBlocks {
+        block_ids: vec![5, 6],
+        reason: "told to stop".into(),
+    };
+    assert_eq!(conn.recv().await, returned);
+    conn.expect_closed().await;
+    assert!(matches!(
+        ended(started.worker).await,
+        Ok(Stopped::Drained { .. })
+    ));
+}
+
+#[tokio::test]
+async fn a_block_failing_after_a_stop_signal_is_handed_back_not_failed() {
+    let dir = tempfile::tempdir().unwrap();
+    let (running, go) = (dir.path().join("running"), dir.path().join("go"));
+    let script = format!(
+        "touch {}; while [ ! -e {} ]; do sleep 0.02; done; exit 143",
+        running.display(),
+        go.display()
+    );
+    let mut started = start(sh(&script), dir.path(), 10.0, 3).await;
+    let conn = &mut started.conn;
+    assert_eq!(conn.recv().await, ToDriver::AcquireBlocks { max: 1 });
+    conn.send(&FromDriver::Blocks {
+        blocks: vec![block(4)],
+    })
+    .await;
+    within("the block to start", wait_for_file(&running)).await;
+    started.stop.send(()).unwrap();
+    assert!(matches!(conn.recv().await, ToDriver::Draining { .. }));
+    std::fs::write(&go, "").unwrap();
+    let returned = ToDriver::ReturnBlocks {
+        block_ids: vec![4],
+        reason: "told to stop".into(),
+    };
+    assert_eq!(conn.recv().await, returned);
+    conn.expect_closed().await;
+}
+
+#[tokio::test]
+async fn a_walltime_too_short_for_another_block_drains_the_worker() {
+    let dir = tempfile::tempdir().unwrap();
+    let go = dir.path().join("go");
+    // Time for the first block, then about 2 s left: less than the margin.
+    let job_end = Instant::now() + crate::drain::WALLTIME_MARGIN + Duration::from_secs(2);
+    let mut started = batch_waiting_for(&go, dir.path(), Some(job_end)).await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    std::fs::write(&go, "").unwrap();
+    let conn = &mut started.conn;
+    let ToDriver::Draining { reason } = conn.recv().await else {
+        panic!("expected Draining");
+    };
+    assert!(reason.contains("walltime"), "{reason}");
+    assert_eq!(released(conn).await, [ok(4)]);
+    let ToDriver::ReturnBlocks { block_ids, .. } = conn.recv().await else {
+        panic!("expected the rest of the batch back");
+    };
+    assert_eq!(block_ids, [5, 6]);
+    let reason = "the worker is draining".to_string();
+    conn.send(&FromDriver::Shutdown { reason }).await;
+    conn.expect_closed().await;
+    assert!(matches!(
+        ended(started.worker).await,
+        Ok(Stopped::Drained { .. })
+    ));
 }
 
 /// Answers every block but block 2, on which it dies; logs its pid when it
@@ -311,10 +445,7 @@ async fn a_worker_command_asks_for_enough_blocks_to_prefetch() {
     assert_eq!(conn.recv().await, ToDriver::AcquireBlocks { max: 3 });
     let blocks = vec![block(1), block(2), block(3)];
     conn.send(&FromDriver::Blocks { blocks }).await;
-    let ToDriver::ReleaseBlocks { results } = conn.recv().await else {
-        panic!("expected one release of the batch");
-    };
-    assert_eq!(results, [ok(1), ok(2), ok(3)]);
+    assert_eq!(released(conn).await, [ok(1), ok(2), ok(3)]);
     shut_down_after_request(conn).await;
     assert!(matches!(
         ended(started.worker).await,

@@ -108,7 +108,7 @@ impl WorkerCommand {
     ) -> Result<(), BlockFailure> {
         self.ensure_running()?;
         let mut todo = VecDeque::from([block.clone()]);
-        let mut outcomes = self.run_ahead(&mut todo, 1, timeout);
+        let mut outcomes = self.run_ahead(&mut todo, 1, timeout, &|| true);
         outcomes.pop().map_or(Ok(()), |(_, outcome)| outcome)
     }
 
@@ -120,16 +120,19 @@ impl WorkerCommand {
     /// Returns an outcome per block written; if the process dies, every
     /// written block still unanswered fails and the blocks never written
     /// stay in `todo` (for a fresh process: they were not its fault).
+    /// A block is written only while `may_feed` says so (the worker is
+    /// not draining); the rest stay in `todo`.
     pub fn run_ahead(
         &mut self,
         todo: &mut VecDeque<WireBlock>,
         depth: usize,
         timeout: Option<Duration>,
+        may_feed: &dyn Fn() -> bool,
     ) -> Vec<Outcome> {
         let mut outcomes = Vec::new();
         let mut sent = Vec::new();
         while self.gone.is_none() {
-            if let Err(failure) = self.feed(todo, &mut sent, depth) {
+            if let Err(failure) = self.feed(todo, &mut sent, depth, may_feed) {
                 outcomes.extend(sent.drain(..).map(|id| (id, Err(failure.clone()))));
                 break;
             }
@@ -148,8 +151,9 @@ impl WorkerCommand {
         todo: &mut VecDeque<WireBlock>,
         sent: &mut Vec<u64>,
         depth: usize,
+        may_feed: &dyn Fn() -> bool,
     ) -> Result<(), BlockFailure> {
-        while sent.len() < depth.max(1) {
+        while sent.len() < depth.max(1) && may_feed() {
             let Some(block) = todo.pop_front() else {
                 return Ok(());
             };
@@ -477,7 +481,7 @@ while True:
 "#;
         let mut worker = start(dir.path(), script);
         let mut todo: VecDeque<WireBlock> = (1..=4).map(block).collect();
-        let outcomes = worker.run_ahead(&mut todo, 2, PATIENCE);
+        let outcomes = worker.run_ahead(&mut todo, 2, PATIENCE, &|| true);
         let ids: Vec<u64> = outcomes.iter().map(|(id, _)| *id).collect();
         assert_eq!(ids, [2, 1, 4, 3]);
         assert!(outcomes.iter().all(|(_, outcome)| outcome.is_ok()));
@@ -490,7 +494,7 @@ while True:
         let script = "import sys; sys.stdin.readline(); sys.stdin.readline(); sys.exit(3)";
         let mut worker = start(dir.path(), script);
         let mut todo: VecDeque<WireBlock> = (1..=5).map(block).collect();
-        let outcomes = worker.run_ahead(&mut todo, 2, PATIENCE);
+        let outcomes = worker.run_ahead(&mut todo, 2, PATIENCE, &|| true);
         let failed: Vec<u64> = outcomes.iter().map(|(id, _)| *id).collect();
         assert_eq!(failed, [1, 2]);
         assert!(outcomes.iter().all(|(_, outcome)| outcome.is_err()));
