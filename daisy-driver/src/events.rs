@@ -83,6 +83,15 @@ pub enum Event<'a> {
         pid: u32,
         /// Started by hand (or a job not launched by this run).
         by_hand: bool,
+        /// A launched worker back after its job was requeued.
+        #[serde(skip_serializing_if = "std::ops::Not::not")]
+        requeued: bool,
+    },
+    /// The driver let an idle worker go (its task's `idle_timeout`).
+    WorkerReleased {
+        task: &'a str,
+        worker_id: u64,
+        why: &'a str,
     },
     /// The worker takes no more blocks (walltime, SIGTERM, preemption).
     WorkerDraining {

@@ -136,9 +136,8 @@ fn start_worker_command(
     let UserCommand::Worker(argv) = &config.command else {
         unreachable!("only worker-command tasks start a worker command");
     };
-    WorkerCommand::start(&config.spec.id, argv, &config.env, log).map_err(|e| BlockFailure {
-        message: e.to_string(),
-    })
+    WorkerCommand::start(&config.spec.id, argv, &config.env, log)
+        .map_err(|e| BlockFailure::new(e.to_string()))
 }
 
 /// Runs each block with its task's code and records what happened.

@@ -112,15 +112,32 @@ impl Slots {
         self.slots.insert(id, slot);
     }
 
+    /// The slot of a launched worker that left cleanly and now says Hello
+    /// again: its job was requeued (preempted, or `scontrol requeue`) and
+    /// runs anew.
+    pub fn requeued(&self, claimed: Option<SlotId>, task: TaskIdx) -> Option<SlotId> {
+        let id = claimed?;
+        self.slots
+            .get(&id)
+            .is_some_and(|s| {
+                s.task == task && s.launched && s.state == SlotState::Gone(Gone::Clean)
+            })
+            .then_some(id)
+    }
+
     /// A worker of `task` said Hello. A launched worker claims its own
-    /// slot; anyone else (started by hand, or a job that came back after a
-    /// requeue) gets a new one.
+    /// slot, also when its job comes back after a requeue (the caller
+    /// takes its budget share again, see [`Self::requeued`]); anyone else
+    /// (started by hand, or claiming a slot that is not its to take) gets
+    /// a new one.
     pub fn connect(&mut self, claimed: Option<SlotId>, task: TaskIdx) -> SlotId {
+        let requeued = self.requeued(claimed, task);
         let own = claimed.filter(|id| {
             self.slots
                 .get(id)
                 .is_some_and(|s| s.task == task && s.state == SlotState::Submitted)
         });
+        let own = own.or(requeued);
         let id = own.unwrap_or_else(|| {
             let id = self.next_id();
             self.insert(id, task, false, None, SlotState::Submitted);
@@ -233,6 +250,29 @@ mod tests {
         slots.end(refused, Gone::FailedStart("invalid partition".into()));
         assert_eq!(slots.unclean_exits(T), 3);
         assert_eq!(slots.started(T), 3);
+    }
+
+    #[test]
+    fn a_requeued_worker_takes_its_clean_slot_again_but_not_a_lost_one() {
+        let mut slots = Slots::new(1);
+        let (first, second) = (slots.next_id(), slots.next_id());
+        for id in [first, second] {
+            slots.submitting(id, T);
+            slots.connect(Some(id), T);
+        }
+        slots.end(first, Gone::Clean);
+        slots.end(second, Gone::Lost("silent".into()));
+        assert_eq!(slots.requeued(Some(first), T), Some(first));
+        assert_eq!(slots.requeued(Some(second), T), None);
+        assert_eq!(slots.connect(Some(first), T), first);
+        assert_eq!(slots.get(first).unwrap().state, SlotState::Connected);
+        assert_eq!(slots.live(T), 1);
+        assert_ne!(
+            slots.connect(Some(second), T),
+            second,
+            "a lost slot stays lost"
+        );
+        assert_eq!(slots.started(T), 2, "a requeue is no new start");
     }
 
     #[test]

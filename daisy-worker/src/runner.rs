@@ -26,13 +26,12 @@ use std::collections::{BTreeMap, VecDeque};
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-/// A block that ran: how it went, how long it took and when it ended.
+/// A block that ran: how it went and how long it took.
 #[derive(Debug)]
 pub struct Ran {
     pub block_id: u64,
     pub outcome: Result<(), BlockFailure>,
     pub seconds: f64,
-    pub ended: Instant,
 }
 
 /// Runs one task's blocks, one at a time.
@@ -110,7 +109,6 @@ fn ran(block_id: u64, outcome: Result<(), BlockFailure>, took: Duration) -> Ran 
         block_id,
         outcome,
         seconds: took.as_secs_f64(),
-        ended: Instant::now(),
     }
 }
 
@@ -158,7 +156,11 @@ impl WorkerProcess {
             };
             let share = started.elapsed() / outcomes.len().max(1) as u32;
             drain.observe(share);
-            done.extend(outcomes.into_iter().map(|(id, outcome)| ran(id, outcome, share)));
+            done.extend(
+                outcomes
+                    .into_iter()
+                    .map(|(id, outcome)| ran(id, outcome, share)),
+            );
         }
         done
     }
@@ -176,11 +178,8 @@ impl WorkerProcess {
     }
 
     fn start(&self) -> Result<WorkerCommand, BlockFailure> {
-        WorkerCommand::start(&self.task_id, &self.argv, &self.env, &self.log).map_err(|e| {
-            BlockFailure {
-                message: format!("cannot start the worker command: {e}"),
-            }
-        })
+        WorkerCommand::start(&self.task_id, &self.argv, &self.env, &self.log)
+            .map_err(|e| BlockFailure::new(format!("cannot start the worker command: {e}")))
     }
 
     fn finish(&mut self) {

@@ -160,8 +160,8 @@ struct Worker {
     draining: Option<String>,
     /// Shared with the thread running blocks, which asks it before each.
     drain: Arc<Drain>,
-    /// When a stop signal came, if one did.
-    signalled: Option<Instant>,
+    /// A stop signal came.
+    signalled: bool,
 }
 
 impl Worker {
@@ -174,7 +174,7 @@ impl Worker {
             running: None,
             draining: None,
             drain: Arc::new(drain),
-            signalled: None,
+            signalled: false,
         }
     }
 
@@ -189,13 +189,22 @@ impl Worker {
             let asking = self.draining.is_none() || self.client.awaits_blocks();
             let taking = self.running.is_none() && asking;
             tokio::select! {
-                reason = &mut stop, if self.signalled.is_none() => self.on_signal(reason).await?,
+                reason = &mut stop, if !self.signalled => self.on_signal(reason).await?,
                 acquired = self.client.acquire(self.per_request), if taking => {
                     if let Some(stopped) = self.on_acquired(acquired?) {
                         return Ok(stopped);
                     }
                 }
-                done = finished(&mut self.running) => self.on_batch_done(done).await?,
+                done = finished(&mut self.running) => {
+                    if !self.signalled && stopped_by_signal(&done) {
+                        // SLURM signals every process of a job at once: the
+                        // worker's own signal may be a moment behind.
+                        if let Ok(reason) = tokio::time::timeout(SIGNAL_LAG, stop.as_mut()).await {
+                            self.on_signal(reason).await?;
+                        }
+                    }
+                    self.on_batch_done(done).await?
+                }
                 error = &mut lost => return Err(error.into()),
             }
             if let Some(stopped) = self.drained() {
@@ -212,7 +221,7 @@ impl Worker {
     }
 
     async fn on_signal(&mut self, reason: String) -> Result<(), RunError> {
-        self.signalled = Some(Instant::now());
+        self.signalled = true;
         self.on_stop(reason).await
     }
 
@@ -280,11 +289,11 @@ impl Worker {
         Ok(())
     }
 
-    /// A block that failed after a stop signal: the signal most likely
-    /// killed it (SLURM signals the whole job), so it is no failure of
-    /// the block's.
+    /// A block stopped by a signal while the worker got a stop signal too:
+    /// both came from outside (SLURM signals the whole job), so it is no
+    /// failure of the block's.
     fn cut_short_by_signal(&self, ran: &Ran) -> bool {
-        ran.outcome.is_err() && self.signalled.is_some_and(|signal| ran.ended >= signal)
+        self.signalled && ran.outcome.as_ref().is_err_and(|f| f.by_signal)
     }
 
     /// Starts every queued block, as one batch, on a blocking thread.
@@ -323,6 +332,18 @@ impl Worker {
         }
         stopped
     }
+}
+
+/// How long a batch whose block a signal stopped waits for the worker's
+/// own stop signal, before reporting the block failed.
+const SIGNAL_LAG: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// Whether a block of the batch was stopped by a signal.
+fn stopped_by_signal((_, joined): &Done) -> bool {
+    joined.as_ref().is_ok_and(|ran| {
+        ran.iter()
+            .any(|ran| ran.outcome.as_ref().is_err_and(|f| f.by_signal))
+    })
 }
 
 /// The running block's outcome once it is done; never, if none runs.

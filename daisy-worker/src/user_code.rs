@@ -162,12 +162,24 @@ fn last_lines(text: &str) -> String {
 #[error("{message}")]
 pub struct BlockFailure {
     pub message: String,
+    /// The process was stopped by a signal from outside the worker (a
+    /// job's time limit, preemption), not by its own error or a timeout.
+    pub by_signal: bool,
 }
 
 impl BlockFailure {
-    fn new(message: impl Into<String>) -> Self {
+    pub fn new(message: impl Into<String>) -> Self {
         Self {
             message: message.into(),
+            by_signal: false,
+        }
+    }
+
+    /// Notes whether `status` says a signal stopped the process.
+    fn ended_with(self, status: std::process::ExitStatus) -> Self {
+        Self {
+            by_signal: group::stopped_by_signal(status),
+            ..self
         }
     }
 

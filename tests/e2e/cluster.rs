@@ -9,7 +9,7 @@ use std::path::PathBuf;
 use std::process::Command;
 
 /// True if a SLURM answers; otherwise skips loudly (or fails under CI).
-fn slurm_is_up(test: &str) -> bool {
+pub(crate) fn slurm_is_up(test: &str) -> bool {
     let up = Command::new("sinfo")
         .arg("-h")
         .output()
@@ -53,7 +53,7 @@ block_command = ["sh", "-c", "sleep 0.1; echo {prefix}-{id} {{block_id}} >> ran.
     )
 }
 
-fn job_ids(run_dir: &std::path::Path) -> Vec<String> {
+pub(crate) fn job_ids(run_dir: &std::path::Path) -> Vec<String> {
     events(run_dir)
         .iter()
         .filter(|e| e["event"] == "worker_submitted")
@@ -62,7 +62,7 @@ fn job_ids(run_dir: &std::path::Path) -> Vec<String> {
 }
 
 /// The run's jobs still known to squeue (array elements by `<job>_<i>`).
-fn jobs_in_queue(jobs: &[String]) -> Vec<String> {
+pub(crate) fn jobs_in_queue(jobs: &[String]) -> Vec<String> {
     let arrays: BTreeSet<&str> = jobs
         .iter()
         .map(|j| j.split(['_', '[']).next().unwrap())
@@ -80,13 +80,13 @@ fn jobs_in_queue(jobs: &[String]) -> Vec<String> {
 
 /// Waits until squeue lists none of `jobs`: the driver cancels what is
 /// left when it exits, and SLURM takes a moment to let cancelled jobs go.
-fn wait_until_gone(jobs: &[String]) {
+pub(crate) fn wait_until_gone(jobs: &[String]) {
     wait_until("squeue shows none of the run's jobs", || {
         jobs_in_queue(jobs).is_empty()
     });
 }
 
-fn cluster_driver(dir: &TestDir, pipeline: &str) -> Command {
+pub(crate) fn cluster_driver(dir: &TestDir, pipeline: &str) -> Command {
     let mut driver = dir.driver(&["run", pipeline]);
     driver.env("DAISY_POLL_INTERVAL", "1s");
     driver

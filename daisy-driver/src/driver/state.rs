@@ -21,6 +21,7 @@ use daisy_core::protocol::{
     BlockResult, CodeKind, FromDriver, Hello, Role, TaskCode, ToDriver, Welcome, WireBlock,
 };
 use daisy_core::scheduler::Released;
+use daisy_core::walltime::parse_slurm_time;
 use daisy_core::{BlockId, BlockOutcome, Scheduler, TaskIdx};
 use launchers::WorkerRequest;
 use std::collections::{BTreeSet, HashMap};
@@ -32,6 +33,10 @@ use tokio::sync::{mpsc, oneshot};
 /// driver takes it back (the worker's own timeout, its SIGTERM grace and
 /// the report should all fit in it).
 const RECLAIM_MARGIN: Duration = Duration::from_secs(10);
+
+/// Tells a launched worker its job's walltime (daisy-worker's
+/// `--walltime`), so it stops taking blocks before the job is killed.
+const WALLTIME_ENV: &str = "DAISY_WALLTIME";
 
 /// The most blocks handed out in one `Blocks` message.
 const MAX_BATCH: u32 = 1024;
@@ -47,6 +52,8 @@ struct Conn {
     held: HashMap<u64, Instant>,
     /// Set by `AcquireBlocks` until blocks (or Shutdown) are sent.
     wants: Option<u32>,
+    /// Since when the worker has waited for blocks, if it does.
+    idle_since: Option<Instant>,
     draining: bool,
 }
 
@@ -253,6 +260,7 @@ impl Driver {
             slot: 0,
             held: HashMap::new(),
             wants: None,
+            idle_since: None,
             draining: false,
         };
         self.conns.insert(conn, observer);
@@ -278,6 +286,15 @@ impl Driver {
                 known.join(", ")
             )
         })?;
+        let requeued = self.slots.requeued(hello.worker_id, task).is_some();
+        let requires = &self.pipeline.tasks[task.index()].requires;
+        if requeued && !self.budget.try_allocate(requires) {
+            return Err(format!(
+                "worker {} came back after its job was requeued, but its share of the \
+                 budget went to another worker meanwhile",
+                hello.worker_id.unwrap_or_default()
+            ));
+        }
         let slot = self.slots.connect(hello.worker_id, task);
         let by_hand = !self.slots.get(slot).is_some_and(|s| s.launched);
         self.record(&Event::WorkerConnected {
@@ -286,6 +303,7 @@ impl Driver {
             host: &hello.host,
             pid: hello.pid,
             by_hand,
+            requeued,
         });
         let worker = Conn {
             outbox,
@@ -294,6 +312,7 @@ impl Driver {
             slot,
             held: HashMap::new(),
             wants: None,
+            idle_since: None,
             draining: false,
         };
         self.conns.insert(conn, worker);
@@ -363,13 +382,15 @@ impl Driver {
             return c.send(FromDriver::Shutdown { reason });
         }
         let blocks = self.take_blocks(task, max);
+        let c = self.conns.get_mut(&conn).expect("checked above");
+        let now = Instant::now();
         if blocks.is_empty() {
+            c.idle_since.get_or_insert(now);
             self.parked.insert(conn);
             return;
         }
-        let c = self.conns.get_mut(&conn).expect("checked above");
         c.wants = None;
-        let now = Instant::now();
+        c.idle_since = None;
         c.held.extend(blocks.iter().map(|b| (b.block_id, now)));
         c.send(FromDriver::Blocks { blocks });
     }
@@ -527,7 +548,8 @@ impl Driver {
             });
         }
         for spatial in not_held {
-            let reason = format!("block {spatial} is not held by this worker, so it cannot be returned");
+            let reason =
+                format!("block {spatial} is not held by this worker, so it cannot be returned");
             self.refuse(conn, reason);
         }
         self.serve_parked();
@@ -583,7 +605,9 @@ impl Driver {
                 BlockOutcome::Returned,
             );
         }
-        let clean = clean || (c.draining && c.held.is_empty());
+        // A draining worker leaving is no failure, even if its job's end
+        // killed it before it said goodbye (its blocks were returned above).
+        let clean = clean || c.draining;
         let how = if clean {
             Gone::Clean
         } else {
@@ -619,6 +643,7 @@ impl Driver {
     }
 
     pub fn on_tick(&mut self) {
+        self.release_idle_workers();
         self.reclaim_overdue_blocks();
         self.promote_due_retries();
         self.abandon_hopeless_tasks();
@@ -626,6 +651,47 @@ impl Driver {
         self.note_finished_tasks();
         self.update_progress();
         warn_on_error(self.events.flush(), &self.events);
+    }
+
+    /// Launched workers that waited for blocks longer than their task's
+    /// `idle_timeout` are told to stop, freeing their budget share; a
+    /// clean exit, and a new worker is started if blocks come.
+    fn release_idle_workers(&mut self) {
+        let idle: Vec<ConnId> = self
+            .parked
+            .iter()
+            .copied()
+            .filter(|conn| {
+                let c = &self.conns[conn];
+                let limit = self.pipeline.tasks[c.task.index()].idle_timeout;
+                let launched = self.slots.get(c.slot).is_some_and(|s| s.launched);
+                let idle_for = c.idle_since.map(|since| since.elapsed());
+                launched
+                    && idle_for
+                        .zip(limit)
+                        .is_some_and(|(idle, limit)| idle > limit)
+            })
+            .collect();
+        for conn in idle {
+            self.parked.remove(&conn);
+            let c = self.conns.get_mut(&conn).expect("parked connections exist");
+            c.wants = None;
+            let (task, worker_id) = (c.task, c.slot);
+            let limit = self.pipeline.tasks[task.index()].idle_timeout;
+            let reason = format!(
+                "no block for it within the task's idle_timeout of {:?}",
+                limit.unwrap_or_default()
+            );
+            c.send(FromDriver::Shutdown {
+                reason: reason.clone(),
+            });
+            let task = self.task_id(task).to_string();
+            self.record(&Event::WorkerReleased {
+                task: &task,
+                worker_id,
+                why: &reason,
+            });
+        }
     }
 
     /// Blocks held past their task's `timeout` plus a margin are taken
@@ -837,6 +903,10 @@ impl Driver {
             ..self.context.clone()
         };
         let log_dir = self.run_dir.task_logs(&config.spec.id);
+        let mut env = vec![(CONTEXT_ENV.to_string(), context.to_json())];
+        if let Some(walltime) = config.launcher.time.as_deref().and_then(parse_slurm_time) {
+            env.push((WALLTIME_ENV.to_string(), format!("{}s", walltime.as_secs())));
+        }
         WorkerRequest {
             task_id: config.spec.id.clone(),
             worker_id: slot,
@@ -846,7 +916,7 @@ impl Driver {
                 &["--log-dir".to_string(), log_dir.display().to_string()],
             ]
             .concat(),
-            env: vec![(CONTEXT_ENV.to_string(), context.to_json())],
+            env,
             working_dir: std::env::current_dir().unwrap_or_else(|_| ".".into()),
             log_dir,
             requires: config.requires.clone(),

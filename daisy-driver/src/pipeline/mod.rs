@@ -87,6 +87,10 @@ pub struct TaskConfig {
     pub max_worker_restarts: u32,
     /// Per-block time limit, after which the worker kills the block.
     pub timeout: Option<Duration>,
+    /// How long a launched worker may wait for a block before it is let
+    /// go (started again when blocks come); `None` keeps it until the task
+    /// has nothing left to hand out.
+    pub idle_timeout: Option<Duration>,
     /// Blocks a worker takes per request and releases together.
     pub batch_size: u32,
     /// Blocks a worker command is fed ahead of the one it works on.
@@ -360,6 +364,7 @@ pub(super) mod tests {
             max_workers: 4,
             max_worker_restarts: 10,
             timeout: Some(Duration::from_secs(600)),
+            idle_timeout: Some(Duration::from_secs(300)),
             batch_size: 8,
             prefetch: 2,
             command: UserCommand::Worker(vec!["python".into(), "predict.py".into()]),

@@ -49,6 +49,7 @@ const TASK_FIELDS: &[&str] = &[
     "retry_backoff_max",
     "max_worker_restarts",
     "timeout",
+    "idle_timeout",
     "batch_size",
     "prefetch",
     "upstream",
@@ -298,6 +299,7 @@ struct Launch {
     max_workers: u32,
     max_worker_restarts: u32,
     timeout: Option<Duration>,
+    idle_timeout: Option<Duration>,
     batch_size: u32,
     prefetch: u32,
     command: UserCommand,
@@ -314,12 +316,14 @@ impl Launch {
         let max_workers = fields.optional("max_workers", count);
         let max_worker_restarts = fields.optional("max_worker_restarts", count);
         let timeout = fields.optional("timeout", duration);
+        let idle_timeout = fields.optional("idle_timeout", duration);
         let env = fields.optional("env", environment).unwrap_or_default();
         Some(Self {
             requires,
             max_workers: max_workers.unwrap_or(DEFAULT_MAX_WORKERS),
             max_worker_restarts: max_worker_restarts.unwrap_or(DEFAULT_MAX_WORKER_RESTARTS),
             timeout,
+            idle_timeout,
             batch_size: fields
                 .optional("batch_size", |v| within(v, 1, MAX_BATCH_SIZE))
                 .unwrap_or(1),
@@ -340,6 +344,7 @@ impl Launch {
             max_workers: self.max_workers,
             max_worker_restarts: self.max_worker_restarts,
             timeout: self.timeout,
+            idle_timeout: self.idle_timeout,
             batch_size: self.batch_size,
             prefetch: self.prefetch,
             command: self.command,

@@ -71,7 +71,9 @@ impl BlockCommand {
         let mut child = GroupChild::spawn(&mut cmd).map_err(to_failure)?;
         match child.wait_for(self.timeout) {
             Ok(Waited::Exited(status)) if status.success() => Ok(()),
-            Ok(Waited::Exited(status)) => Err(BlockFailure::with_tail(&describe(status), &tail)),
+            Ok(Waited::Exited(status)) => {
+                Err(BlockFailure::with_tail(&describe(status), &tail).ended_with(status))
+            }
             Ok(Waited::TimedOut(timeout)) => {
                 Err(group::on_timeout(&mut child, timeout, self.grace, &tail))
             }

@@ -239,6 +239,20 @@ pub(super) fn describe(status: ExitStatus) -> String {
     }
 }
 
+/// Whether a signal stopped the process: killed by SIGTERM, SIGINT or
+/// SIGKILL, or a shell exiting with 128 plus one of them, as shells do
+/// when their child was.
+pub(super) fn stopped_by_signal(status: ExitStatus) -> bool {
+    const STOPPING: [Signal; 3] = [Signal::SIGTERM, Signal::SIGINT, Signal::SIGKILL];
+    let signal = status.signal().or_else(|| {
+        status
+            .code()
+            .filter(|code| *code > 128)
+            .map(|code| code - 128)
+    });
+    signal.is_some_and(|signal| STOPPING.iter().any(|s| *s as i32 == signal))
+}
+
 /// The failure for a process that ran into its timeout, after stopping it.
 pub(super) fn on_timeout(
     child: &mut GroupChild,
@@ -272,6 +286,22 @@ mod tests {
         let mut child = GroupChild::spawn(&mut sh("kill -9 $$")).unwrap();
         let status = child.stop(Duration::from_secs(5)).unwrap();
         assert_eq!(describe(status), "killed by SIGKILL");
+        assert!(stopped_by_signal(status));
+    }
+
+    #[test]
+    fn a_signal_or_a_shells_exit_code_for_one_counts_as_stopped_by_signal() {
+        let stopped = |script: &str| {
+            let mut child = GroupChild::spawn(&mut sh(script)).unwrap();
+            stopped_by_signal(child.stop(Duration::from_secs(5)).unwrap())
+        };
+        assert!(stopped("kill -TERM $$"));
+        assert!(stopped("exit 143"));
+        assert!(!stopped("exit 3"));
+        assert!(
+            !stopped("exit 139"),
+            "a segfault is the block's own failure"
+        );
     }
 
     #[test]

@@ -269,13 +269,18 @@ impl WorkerCommand {
     /// Stdout ended before an answer: the process exited (or closed its
     /// stdout, which is as good as exiting).
     fn on_exit(&mut self, block_id: u64) -> BlockFailure {
-        let how = match self.child.stop(self.grace) {
-            Ok(status) => describe(status),
+        let status = self.child.stop(self.grace);
+        let how = match &status {
+            Ok(status) => describe(*status),
             Err(e) => format!("unknown status ({e})"),
         };
         self.gone = Some(format!("ended: {how}"));
         let what = format!("worker command ended before answering block {block_id}: {how}");
-        BlockFailure::with_tail(&what, &self.tail)
+        let failure = BlockFailure::with_tail(&what, &self.tail);
+        match status {
+            Ok(status) => failure.ended_with(status),
+            Err(_) => failure,
+        }
     }
 
     fn on_timeout(&mut self, timeout: Duration) -> BlockFailure {

@@ -1,0 +1,271 @@
+//! Workers that leave before their task is done without anything going
+//! wrong: a stop signal (SIGTERM from `scancel`, preemption), a job's time
+//! limit, a requeue, an idle worker let go. Each drains: what it ran is
+//! reported, what it holds is handed back, no block counts as failed, no
+//! exit counts against the restart budget, and the driver starts another
+//! worker while work remains.
+
+use crate::cluster::{cluster_driver, job_ids, slurm_is_up, wait_until_gone};
+use crate::util::*;
+use nix::sys::signal::{kill, Signal};
+use nix::unistd::Pid;
+use std::path::Path;
+use std::process::Command;
+
+/// Asserts what every drain must leave: each block done exactly once,
+/// none failed, every worker gone cleanly, the run complete.
+fn assert_drained_cleanly(run_dir: &Path, task: &str, blocks: usize) {
+    let events = events(run_dir);
+    let done = event_blocks(&events, "block_done", task);
+    let distinct: std::collections::BTreeSet<u64> = done.iter().copied().collect();
+    assert_eq!(
+        (done.len(), distinct.len()),
+        (blocks, blocks),
+        "every block done exactly once"
+    );
+    let failed = event_blocks(&events, "block_failed", task);
+    assert!(failed.is_empty(), "no block counted failed: {failed:?}");
+    let unclean: Vec<_> = events
+        .iter()
+        .filter(|e| e["event"] == "worker_gone" && e["clean"] == false)
+        .collect();
+    assert!(unclean.is_empty(), "no unclean exit: {unclean:?}");
+    let finished = events.last().expect("events were written");
+    assert_eq!(finished["completed"], true, "{finished}");
+}
+
+fn count(events: &[serde_json::Value], event: &str) -> usize {
+    events.iter().filter(|e| e["event"] == event).count()
+}
+
+/// The pids of the workers connected so far.
+fn worker_pids(run_dir: &Path) -> Vec<i32> {
+    events(run_dir)
+        .iter()
+        .filter(|e| e["event"] == "worker_connected")
+        .filter_map(|e| e["pid"].as_i64().map(|pid| pid as i32))
+        .collect()
+}
+
+#[test]
+fn a_sigtermed_worker_hands_its_batch_back_and_is_replaced() {
+    let dir = TestDir::new();
+    let command = "sleep 0.3; echo {block_id} >> ran.txt";
+    let pipeline = format!(
+        "name = \"term\"\n{}",
+        task("t", 24, command, "max_workers = 1\nbatch_size = 6")
+    );
+    dir.write("p.toml", &pipeline);
+    let driver = ChildGuard::spawn(&mut dir.driver(&["run", "p.toml"]));
+    let run_dir = dir.join("daisy_run/term");
+    wait_until("a block is done", || {
+        !event_blocks(&events(&run_dir), "block_done", "t").is_empty()
+    });
+    let first = worker_pids(&run_dir)[0];
+    kill(Pid::from_raw(first), Signal::SIGTERM).unwrap();
+    let status = driver.wait_for_exit();
+    assert!(status.success(), "{status:?}");
+    assert_drained_cleanly(&run_dir, "t", 24);
+    let events = events(&run_dir);
+    assert_eq!(count(&events, "worker_draining"), 1);
+    let returned = events
+        .iter()
+        .find(|e| e["event"] == "blocks_returned")
+        .expect("the rest of the batch was handed back");
+    assert_eq!(returned["why"], "received SIGTERM");
+    assert!(count(&events, "worker_connected") >= 2, "a new worker");
+    assert_eq!(
+        dir.read("ran.txt").lines().count(),
+        24,
+        "no block ran twice"
+    );
+}
+
+#[test]
+fn idle_workers_are_let_go_after_idle_timeout_and_started_again_for_new_work() {
+    let dir = TestDir::new();
+    // Task b's first half waits for a's fast block, its second half for
+    // a's slow one: b's workers finish the first half, sit idle, are let
+    // go, and new ones are started when the second half comes.
+    let pipeline = r#"
+name = "idle"
+[[task]]
+id = "a"
+total_roi = { offset = [0], shape = [8] }
+read_roi = { offset = [0], shape = [4] }
+write_roi = { offset = [0], shape = [4] }
+read_write_conflict = false
+max_workers = 2
+block_command = ["sh", "-c", "if [ {write_offset} = 4 ]; then sleep 3; fi"]
+
+[[task]]
+id = "b"
+upstream = ["a"]
+total_roi = { offset = [0], shape = [8] }
+read_roi = { offset = [0], shape = [1] }
+write_roi = { offset = [0], shape = [1] }
+read_write_conflict = false
+max_workers = 2
+idle_timeout = "300ms"
+block_command = ["sh", "-c", "echo {block_id} >> ran.txt"]
+"#;
+    dir.write("p.toml", pipeline);
+    run_ok(&mut dir.driver(&["run", "p.toml"]));
+    let run_dir = dir.join("daisy_run/idle");
+    assert_drained_cleanly(&run_dir, "b", 8);
+    let events = events(&run_dir);
+    let of_b = |event: &str| {
+        events
+            .iter()
+            .position(|e| e["event"] == event && e["task"] == "b")
+    };
+    let let_go = of_b("worker_released").expect("an idle worker of b was let go");
+    assert!(events[let_go]["why"]
+        .as_str()
+        .unwrap()
+        .contains("idle_timeout of 300ms"));
+    let last_start = events
+        .iter()
+        .rposition(|e| e["event"] == "worker_connected" && e["task"] == "b")
+        .unwrap();
+    assert!(
+        let_go < last_start,
+        "a new worker of b came for the second half"
+    );
+}
+
+/// Blocks that take `seconds` each, appending their id to ran.txt, run by
+/// two sbatch workers (of one cpu each, out of `cpus`) with time limit
+/// `time`.
+fn slurm_pipeline(name: &str, blocks: u32, seconds: u32, time: &str, cpus: u32) -> String {
+    let command = format!("sleep {seconds}; echo {{block_id}} >> ran.txt");
+    let extra = "max_workers = 2\nrequires = { cpu = 1 }";
+    format!(
+        "name = \"{name}\"\n[resources]\ncpu = {cpus}\n[launcher]\nkind = \"sbatch\"\ntime = \"{time}\"\n{}",
+        task(name, blocks, &command, extra)
+    )
+}
+
+#[test]
+fn a_worker_job_near_its_time_limit_drains_and_is_replaced() {
+    if !slurm_is_up("time limit") {
+        return;
+    }
+    let dir = TestDir::new();
+    // 1 minute per job: a worker stops taking 3 s blocks ~15 s before the
+    // end, after about 15 blocks; 40 blocks need more than the first jobs.
+    dir.write("p.toml", &slurm_pipeline("walltime", 40, 3, "1", 2));
+    let status = cluster_driver(&dir, "p.toml").status().unwrap();
+    let run_dir = dir.join("daisy_run/walltime");
+    assert!(status.success(), "{status:?}");
+    assert_drained_cleanly(&run_dir, "walltime", 40);
+    let events = events(&run_dir);
+    let drained: Vec<_> = events
+        .iter()
+        .filter(|e| e["event"] == "worker_draining")
+        .collect();
+    assert!(!drained.is_empty(), "a worker drained for its walltime");
+    assert!(
+        drained
+            .iter()
+            .all(|e| e["why"].as_str().unwrap().contains("walltime")),
+        "{drained:?}"
+    );
+    assert!(
+        count(&events, "worker_submitted") > 2,
+        "drained workers were replaced"
+    );
+    assert_eq!(
+        dir.read("ran.txt").lines().count(),
+        40,
+        "no block ran twice"
+    );
+    wait_until_gone(&job_ids(&run_dir));
+}
+
+#[test]
+fn scancel_signal_term_of_a_running_worker_job_drains_it() {
+    if !slurm_is_up("scancel --signal=TERM") {
+        return;
+    }
+    let dir = TestDir::new();
+    dir.write("p.toml", &slurm_pipeline("scterm", 16, 1, "00:10:00", 2));
+    let driver = ChildGuard::spawn(&mut cluster_driver(&dir, "p.toml"));
+    let run_dir = dir.join("daisy_run/scterm");
+    wait_until("a block is done", || {
+        !event_blocks(&events(&run_dir), "block_done", "scterm").is_empty()
+    });
+    let job = job_ids(&run_dir)[0].clone();
+    // A worker runs as the job's batch step: `--full` signals it (plain
+    // --signal only reaches job steps started with srun).
+    run_ok(Command::new("scancel").args(["--signal=TERM", "--full", &job]));
+    let status = driver.wait_for_exit();
+    assert!(status.success(), "{status:?}");
+    assert_drained_cleanly(&run_dir, "scterm", 16);
+    let events = events(&run_dir);
+    let drained = events
+        .iter()
+        .find(|e| e["event"] == "worker_draining")
+        .expect("the signalled worker drained");
+    assert_eq!(drained["why"], "received SIGTERM");
+    assert!(count(&events, "worker_submitted") > 2, "it was replaced");
+    wait_until_gone(&job_ids(&run_dir));
+}
+
+#[test]
+fn a_requeued_worker_job_comes_back_as_the_same_worker() {
+    if !slurm_is_up("requeue") {
+        return;
+    }
+    let dir = TestDir::new();
+    // Blocks from 10 on wait for `go`, written once the requeued job is
+    // back, so the run cannot end before. A spare cpu in the budget: the
+    // requeued job comes back while its replacement runs.
+    let command = "[ {block_id} -lt 10 ] || while [ ! -e go ]; do sleep 0.1; done; sleep 1; echo {block_id} >> ran.txt";
+    let extra = "max_workers = 2\nrequires = { cpu = 1 }";
+    let pipeline = format!(
+        "name = \"requeue\"\n[resources]\ncpu = 3\n[launcher]\nkind = \"sbatch\"\n{}",
+        task("requeue", 20, command, extra)
+    );
+    dir.write("p.toml", &pipeline);
+    let driver = ChildGuard::spawn(&mut cluster_driver(&dir, "p.toml"));
+    let run_dir = dir.join("daisy_run/requeue");
+    wait_until("a block is done", || {
+        !event_blocks(&events(&run_dir), "block_done", "requeue").is_empty()
+    });
+    let job = job_ids(&run_dir)[0].clone();
+    run_ok(Command::new("scontrol").args(["requeue", &job]));
+    wait_until("SLURM requeued the job", || {
+        let state = run_ok(Command::new("squeue").args(["-h", "-o", "%T", "-j", &job]));
+        state.trim() == "PENDING"
+    });
+    // SLURM holds a requeued job back for two minutes, then looks at
+    // pending jobs once a minute; a submission makes it look now.
+    run_ok(Command::new("scontrol").args(["update", &format!("jobid={job}"), "starttime=now"]));
+    run_ok(Command::new("sbatch").args(["--wrap", "true", "-o", "/dev/null"]));
+    let requeued =
+        |e: &serde_json::Value| e["event"] == "worker_connected" && e["requeued"] == true;
+    wait_until("the requeued job connected again", || {
+        events(&run_dir).iter().any(requeued)
+    });
+    dir.write("go", "");
+    let status = driver.wait_for_exit();
+    assert!(status.success(), "{status:?}");
+    assert_drained_cleanly(&run_dir, "requeue", 20);
+    let events = events(&run_dir);
+    assert!(
+        count(&events, "worker_draining") >= 1,
+        "the requeue's SIGTERM drained the worker"
+    );
+    let back = events.iter().position(requeued).unwrap();
+    let before = events[..back]
+        .iter()
+        .any(|e| e["event"] == "worker_connected" && e["worker_id"] == events[back]["worker_id"]);
+    assert!(before, "as the same worker: {}", events[back]);
+    assert_eq!(
+        dir.read("ran.txt").lines().count(),
+        20,
+        "no block ran twice"
+    );
+    wait_until_gone(&job_ids(&run_dir));
+}
