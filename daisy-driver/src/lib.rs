@@ -9,6 +9,7 @@
 //! - [`run_dir`]: where a run keeps markers, events and logs.
 //! - [`plan`]: the dry run behind `daisy-driver plan`.
 //! - [`events`]: `events.jsonl`, one line per thing that happened.
+//! - [`run_history`]: `events.jsonl` read back, cut into runs.
 //! - [`driver`]: `daisy-driver run`: the run loop that owns all state.
 //! - [`connection`]: one task per worker connection.
 //! - [`budget`], [`slots`]: the resource budget and worker accounting.
@@ -30,6 +31,7 @@ pub mod plan;
 pub mod progress;
 pub mod run_context;
 pub mod run_dir;
+pub mod run_history;
 pub mod serial_run;
 pub mod slots;
 pub mod summary;

@@ -33,6 +33,7 @@ pub fn run(pipeline: &Pipeline, run_dir: &RunDir) -> anyhow::Result<RunSummary> 
     runner.events.record(&Event::RunStarted {
         pipeline: &pipeline.name,
         mode: "serial",
+        retry_failed: false,
     })?;
     let mut scheduler = Scheduler::new(Arc::new(pipeline.graph()));
     let end = serial::run(&mut scheduler, &mut runner);

@@ -104,6 +104,7 @@ impl Driver {
         events.record(&Event::RunStarted {
             pipeline: &pipeline.name,
             mode: "distributed",
+            retry_failed: false,
         })?;
         let ids: Vec<&str> = pipeline.tasks.iter().map(|t| t.spec.id.as_str()).collect();
         Ok(Self {
