@@ -16,6 +16,7 @@
 //! - [`launch`]: the launcher backend the pipeline asks for.
 //! - [`run_context`]: token, advertised addresses, `context.json`.
 //! - [`progress`], [`summary`]: what the user sees during and after a run.
+//! - [`recent_rate`]: blocks per second now, for live status.
 //! - [`serial_run`]: `daisy-driver run --serial`, blocks one at a time in
 //!   process (debugging, small jobs).
 //! - [`cli`]: the command line.
@@ -29,6 +30,7 @@ pub mod launch;
 pub mod pipeline;
 pub mod plan;
 pub mod progress;
+pub mod recent_rate;
 pub mod run_context;
 pub mod run_dir;
 pub mod run_history;
