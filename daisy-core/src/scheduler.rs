@@ -85,6 +85,14 @@ impl TaskCounters {
     pub fn is_done(&self) -> bool {
         self.completed + self.failed + self.orphaned + self.left == self.total
     }
+
+    /// Blocks not yet completed, failed, orphaned or left: ready, in
+    /// flight or pending.
+    pub fn unresolved(&self) -> u64 {
+        self.total
+            .saturating_sub(self.completed + self.failed)
+            .saturating_sub(self.orphaned + self.left)
+    }
 }
 
 /// What a release did.
@@ -281,7 +289,11 @@ impl Scheduler {
             if is_done(&block) {
                 self.tasks[task.index()].counters.skipped += 1;
                 self.on_success(&block);
-            } else if self.only.as_ref().is_some_and(|only| !only.contains(&block.id)) {
+            } else if self
+                .only
+                .as_ref()
+                .is_some_and(|only| !only.contains(&block.id))
+            {
                 self.leave(&block);
             } else {
                 return Some(block);

@@ -3,7 +3,9 @@
 //! everything downstream of it, and the counters add up.
 
 use daisy_core::serial::{self, SerialEnd, Step};
-use daisy_core::{Block, BlockId, BlockOutcome, DependencyGraph, Roi, Scheduler, TaskIdx, TaskSpec};
+use daisy_core::{
+    Block, BlockId, BlockOutcome, DependencyGraph, Roi, Scheduler, TaskIdx, TaskSpec,
+};
 use std::collections::HashSet;
 use std::sync::Arc;
 
@@ -50,7 +52,10 @@ fn only_the_chosen_blocks_run_and_the_rest_is_left_with_its_downstream() {
             (self.0)(block)
         }
     }
-    assert_eq!(serial::run(&mut s, &mut Resumed(&mut runner)), SerialEnd::Finished);
+    assert_eq!(
+        serial::run(&mut s, &mut Resumed(&mut runner)),
+        SerialEnd::Finished
+    );
     ran.sort();
     assert_eq!(ran, [id(0, 3), id(1, 3)]);
     let ca = s.counters(a);

@@ -19,6 +19,8 @@
 //! - [`recent_rate`]: blocks per second now, for live status.
 //! - [`serial_run`]: `daisy-driver run --serial`, blocks one at a time in
 //!   process (debugging, small jobs).
+//! - [`status`]: `daisy-driver status`, offline and live.
+//! - [`retry`], [`reset`]: `run --retry-failed` and `--reset TASK`.
 //! - [`cli`]: the command line.
 pub mod budget;
 pub mod cli;
@@ -31,9 +33,12 @@ pub mod pipeline;
 pub mod plan;
 pub mod progress;
 pub mod recent_rate;
+pub mod reset;
+pub mod retry;
 pub mod run_context;
 pub mod run_dir;
 pub mod run_history;
 pub mod serial_run;
 pub mod slots;
+pub mod status;
 pub mod summary;

@@ -356,7 +356,9 @@ mod tests {
     #[test]
     fn the_last_run_starts_at_the_last_run_started() {
         let line = |time: f64, event: &str| {
-            format!(r#"{{"time": {time}, "event": "{event}", "pipeline": "p", "mode": "serial", "completed": true, "seconds": 1}}"#)
+            format!(
+                r#"{{"time": {time}, "event": "{event}", "pipeline": "p", "mode": "serial", "completed": true, "seconds": 1}}"#
+            )
         };
         let text = [
             line(1.0, "run_finished"),

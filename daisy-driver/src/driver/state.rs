@@ -107,11 +107,11 @@ impl Driver {
         events.record(&Event::RunStarted {
             pipeline: &pipeline.name,
             mode: "distributed",
-            retry_failed: false,
+            retry_failed: options.only_blocks.is_some(),
         })?;
         let ids: Vec<&str> = pipeline.tasks.iter().map(|t| t.spec.id.as_str()).collect();
         Ok(Self {
-            scheduler: Scheduler::new(Arc::new(pipeline.graph())),
+            scheduler: crate::retry::scheduler(&pipeline, options.only_blocks.as_ref()),
             budget: Budget::new(pipeline.resources.clone()),
             slots: Slots::new(pipeline.tasks.len()),
             progress: Progress::new(&ids, options.status_every),
@@ -564,8 +564,6 @@ impl Driver {
     fn task_snapshot(&self, task: TaskIdx, now: Instant) -> TaskSnapshot {
         let counters = self.scheduler.counters(task);
         let blocks_per_s = self.rates[task.index()].per_second(now);
-        let unresolved =
-            counters.total - counters.completed - counters.failed - counters.orphaned - counters.left;
         TaskSnapshot {
             task_id: self.task_id(task).to_string(),
             counters,
@@ -573,7 +571,7 @@ impl Driver {
             workers: self.worker_counts(task),
             in_flight: self.in_flight_blocks(task, now),
             blocks_per_s,
-            eta_s: (blocks_per_s > 0.0).then(|| unresolved as f64 / blocks_per_s),
+            eta_s: (blocks_per_s > 0.0).then(|| counters.unresolved() as f64 / blocks_per_s),
         }
     }
 
