@@ -12,4 +12,5 @@ mod resources;
 mod restarts;
 mod retries;
 mod serial;
+mod status;
 mod util;
