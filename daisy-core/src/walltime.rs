@@ -54,7 +54,17 @@ mod tests {
 
     #[test]
     fn what_is_not_a_limit_is_none() {
-        for text in ["UNLIMITED", "INFINITE", "NOT_SET", "INVALID", "", "1:2:3:4", "-1", "a:b", "1-"] {
+        for text in [
+            "UNLIMITED",
+            "INFINITE",
+            "NOT_SET",
+            "INVALID",
+            "",
+            "1:2:3:4",
+            "-1",
+            "a:b",
+            "1-",
+        ] {
             assert_eq!(secs(text), None, "{text}");
         }
     }

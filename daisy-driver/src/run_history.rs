@@ -248,6 +248,7 @@ mod tests {
                 task: "t",
                 block_id: 3,
                 worker_id: Some(2),
+                seconds: Some(0.25),
             },
             Event::BlockFailed {
                 task: "t",
@@ -255,6 +256,13 @@ mod tests {
                 worker_id: None,
                 error: "exit status 1",
                 for_good: true,
+                seconds: None,
+            },
+            Event::BlocksReturned {
+                task: "t",
+                worker_id: 1,
+                block_ids: &[5, 6],
+                why: "walltime",
             },
             Event::TaskDone {
                 task: "t",
@@ -287,6 +295,11 @@ mod tests {
                 pid: 7,
                 by_hand: false,
             },
+            Event::WorkerDraining {
+                task: "t",
+                worker_id: 1,
+                why: "SIGTERM",
+            },
             Event::WorkerGone {
                 task: "t",
                 worker_id: 1,
@@ -314,6 +327,10 @@ mod tests {
         assert!(history.bad_lines.is_empty(), "{:?}", history.bad_lines);
         assert_eq!(history.events.len(), events.len());
         assert!(history.events.iter().all(|e| e.kind != EventKind::Unknown));
+        let EventKind::BlockDone { seconds, .. } = &history.events[1].kind else {
+            panic!("{:?}", history.events[1]);
+        };
+        assert_eq!(*seconds, Some(0.25));
         assert_eq!(
             history.events[2].kind,
             EventKind::BlockFailed {

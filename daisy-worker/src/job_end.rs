@@ -33,7 +33,10 @@ fn slurm_time_left(job: &str) -> Option<Duration> {
         }
         Ok(output) => {
             let stderr = String::from_utf8_lossy(&output.stderr);
-            tracing::warn!("squeue cannot tell job {job}'s time left: {}", stderr.trim());
+            tracing::warn!(
+                "squeue cannot tell job {job}'s time left: {}",
+                stderr.trim()
+            );
             None
         }
         Err(e) => {

@@ -158,7 +158,11 @@ impl WorkerProcess {
             };
             let share = started.elapsed() / outcomes.len().max(1) as u32;
             drain.observe(share);
-            done.extend(outcomes.into_iter().map(|(id, outcome)| ran(id, outcome, share)));
+            done.extend(
+                outcomes
+                    .into_iter()
+                    .map(|(id, outcome)| ran(id, outcome, share)),
+            );
         }
         done
     }

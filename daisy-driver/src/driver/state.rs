@@ -533,7 +533,8 @@ impl Driver {
             });
         }
         for spatial in not_held {
-            let reason = format!("block {spatial} is not held by this worker, so it cannot be returned");
+            let reason =
+                format!("block {spatial} is not held by this worker, so it cannot be returned");
             self.refuse(conn, reason);
         }
         self.serve_parked();
