@@ -182,23 +182,7 @@ pub fn status(run_dir: &RunDir, pipeline_file: Option<&Path>) -> anyhow::Result<
     let (history, mut warnings) = read_history(run_dir)?;
     let analysis = offline::analyse(&pipeline, run_dir, &history)?;
     warnings.extend(analysis.warnings);
-    let driver_may_run = history
-        .last_run()
-        .first()
-        .is_some_and(|_| !history.last_run().iter().any(is_run_finished));
-    let live = match driver_may_run {
-        true => match live::snapshot(&run_dir.context_file()) {
-            Ok(snapshot) => Some(LiveStatus::from(snapshot)),
-            Err(error) => {
-                warnings.push(format!(
-                    "the last run did not finish and its driver does not answer \
-                     (killed or crashed?): {error:#}"
-                ));
-                None
-            }
-        },
-        false => None,
-    };
+    let live = live_status(run_dir, &history, &mut warnings);
     let last_run = offline::last_run(&history, live.is_some());
     Ok(RunStatus {
         run_dir: run_dir.path().to_path_buf(),
@@ -211,6 +195,32 @@ pub fn status(run_dir: &RunDir, pipeline_file: Option<&Path>) -> anyhow::Result<
         live,
         warnings,
     })
+}
+
+/// The running driver's view, if the last run has not finished and its
+/// driver answers; a driver that does not answer is a warning.
+fn live_status(
+    run_dir: &RunDir,
+    history: &RunHistory,
+    warnings: &mut Vec<String>,
+) -> Option<LiveStatus> {
+    let last_run = history.last_run();
+    let finished = last_run
+        .iter()
+        .any(|e| matches!(e.kind, EventKind::RunFinished { .. }));
+    if last_run.is_empty() || finished {
+        return None;
+    }
+    match live::snapshot(&run_dir.context_file()) {
+        Ok(snapshot) => Some(LiveStatus::from(snapshot)),
+        Err(error) => {
+            warnings.push(format!(
+                "the last run did not finish and its driver does not answer \
+                 (killed or crashed?): {error:#}"
+            ));
+            None
+        }
+    }
 }
 
 /// The events of the run directory; none (with a warning) if it has no
@@ -227,10 +237,6 @@ fn read_history(run_dir: &RunDir) -> anyhow::Result<(RunHistory, Vec<String>)> {
     let history = RunHistory::read(&path)?;
     let warnings = history.warnings();
     Ok((history, warnings))
-}
-
-fn is_run_finished(event: &crate::run_history::HistoryEvent) -> bool {
-    matches!(event.kind, EventKind::RunFinished { .. })
 }
 
 fn state_of(tasks: &[TaskStatus]) -> RunState {
