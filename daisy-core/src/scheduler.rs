@@ -29,6 +29,12 @@
 //! at the start, level-0 blocks of root tasks are ready, and so are the
 //! blocks of other tasks that wait for nothing (see
 //! [`DependencyGraph::blocks_without_upstream`]).
+//!
+//! A run may be **restricted** to some blocks ([`Scheduler::run_only`],
+//! for `run --retry-failed`): a ready block outside them that is not done
+//! is **left** instead of handed out, and so is everything downstream of
+//! it, transitively; left blocks join the dead set (it then grows with
+//! them too) and count as `left`, neither failed nor orphaned.
 
 use crate::block::{Block, BlockId, TaskIdx};
 use crate::graph::{DependencyGraph, LevelBlocks};
@@ -51,7 +57,7 @@ pub enum BlockOutcome {
 }
 
 /// Per-task block counts. `completed` includes `skipped`; a task is done
-/// when `completed + failed + orphaned == total`.
+/// when `completed + failed + orphaned + left == total`.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct TaskCounters {
     pub total: u64,
@@ -61,6 +67,10 @@ pub struct TaskCounters {
     pub skipped: u64,
     pub failed: u64,
     pub orphaned: u64,
+    /// Not run because the run was restricted to other blocks (see
+    /// [`Scheduler::run_only`]); a later unrestricted run runs them.
+    #[serde(default)]
+    pub left: u64,
 }
 
 impl TaskCounters {
@@ -69,11 +79,19 @@ impl TaskCounters {
     pub fn pending(&self) -> u64 {
         self.total
             .saturating_sub(self.ready + self.processing + self.completed)
-            .saturating_sub(self.failed + self.orphaned)
+            .saturating_sub(self.failed + self.orphaned + self.left)
     }
 
     pub fn is_done(&self) -> bool {
-        self.completed + self.failed + self.orphaned == self.total
+        self.completed + self.failed + self.orphaned + self.left == self.total
+    }
+
+    /// Blocks not yet completed, failed, orphaned or left: ready, in
+    /// flight or pending.
+    pub fn unresolved(&self) -> u64 {
+        self.total
+            .saturating_sub(self.completed + self.failed)
+            .saturating_sub(self.orphaned + self.left)
     }
 }
 
@@ -159,6 +177,9 @@ pub struct Scheduler {
     delayed_blocks: HashMap<BlockId, Block>,
     /// Counts delayed retries, to order equal due times.
     delayed_seq: u64,
+    /// The blocks this run may hand out, if restricted (see
+    /// [`Scheduler::run_only`]).
+    only: Option<Arc<HashSet<BlockId>>>,
 }
 
 impl Scheduler {
@@ -176,7 +197,17 @@ impl Scheduler {
             delayed: BinaryHeap::new(),
             delayed_blocks: HashMap::new(),
             delayed_seq: 0,
+            only: None,
         }
+    }
+
+    /// Restricts the run to `blocks` (call it before handing anything
+    /// out): a ready block that is not done and not among them is left,
+    /// with everything downstream of it, instead of handed out. Blocks
+    /// done in an earlier run are still skipped and unlock their
+    /// downstream as usual.
+    pub fn run_only(&mut self, blocks: Arc<HashSet<BlockId>>) {
+        self.only = Some(blocks);
     }
 
     pub fn graph(&self) -> &Arc<DependencyGraph> {
@@ -240,16 +271,33 @@ impl Scheduler {
         task: TaskIdx,
         is_done: &mut dyn FnMut(&Block) -> bool,
     ) -> Option<Block> {
+        let block = self.next_runnable(task, is_done)?;
+        self.tasks[task.index()].counters.processing += 1;
+        self.in_flight.insert(block.id, block);
+        Some(block)
+    }
+
+    /// The next ready block of `task` that needs running, skipping blocks
+    /// done in an earlier run and leaving those outside a restriction.
+    fn next_runnable(
+        &mut self,
+        task: TaskIdx,
+        is_done: &mut dyn FnMut(&Block) -> bool,
+    ) -> Option<Block> {
         loop {
             let block = self.next_ready(task)?;
             if is_done(&block) {
                 self.tasks[task.index()].counters.skipped += 1;
                 self.on_success(&block);
-                continue;
+            } else if self
+                .only
+                .as_ref()
+                .is_some_and(|only| !only.contains(&block.id))
+            {
+                self.leave(&block);
+            } else {
+                return Some(block);
             }
-            self.tasks[task.index()].counters.processing += 1;
-            self.in_flight.insert(block.id, block);
-            return Some(block);
         }
     }
 
@@ -279,18 +327,13 @@ impl Scheduler {
         if self.tasks[task.index()].peeked.is_some() {
             return true;
         }
-        while let Some(block) = self.next_ready(task) {
-            if is_done(&block) {
-                self.tasks[task.index()].counters.skipped += 1;
-                self.on_success(&block);
-                continue;
-            }
-            let queue = &mut self.tasks[task.index()];
-            queue.peeked = Some(block);
-            queue.counters.ready += 1;
-            return true;
-        }
-        false
+        let Some(block) = self.next_runnable(task, is_done) else {
+            return false;
+        };
+        let queue = &mut self.tasks[task.index()];
+        queue.peeked = Some(block);
+        queue.counters.ready += 1;
+        true
     }
 
     /// As [`Scheduler::release_at`] for a caller without a clock: a
@@ -370,7 +413,7 @@ impl Scheduler {
             queue.retries.clear();
             let c = &mut queue.counters;
             c.ready = 0;
-            c.orphaned = c.total - c.completed - c.failed - c.processing;
+            c.orphaned = c.total - c.completed - c.failed - c.left - c.processing;
             self.drop_delayed(task);
             abandoned.push(task);
             to_visit.extend_from_slice(self.graph.downstream_tasks(task));
@@ -499,18 +542,38 @@ impl Scheduler {
 
     /// Orphans everything downstream of `failed`, transitively.
     fn orphan_downstream_of(&mut self, failed: &Block) -> Vec<BlockId> {
-        let mut orphaned = Vec::new();
-        let mut to_visit = self.graph.downstream(failed);
+        self.bury_downstream_of(failed, |c| &mut c.orphaned)
+    }
+
+    /// Leaves a block outside the run's restriction, and everything
+    /// downstream of it: none of them can run in this run.
+    fn leave(&mut self, block: &Block) {
+        if self.bury(block) {
+            self.tasks[block.id.task.index()].counters.left += 1;
+            self.bury_downstream_of(block, |c| &mut c.left);
+        }
+    }
+
+    /// Buries everything downstream of `block`, transitively, counting
+    /// each block in the counter `count` picks (unless its task was
+    /// abandoned, which counted it already).
+    fn bury_downstream_of(
+        &mut self,
+        block: &Block,
+        count: fn(&mut TaskCounters) -> &mut u64,
+    ) -> Vec<BlockId> {
+        let mut buried = Vec::new();
+        let mut to_visit = self.graph.downstream(block);
         while let Some(block) = to_visit.pop() {
             if self.bury(&block) {
                 let queue = &mut self.tasks[block.id.task.index()];
                 if !queue.abandoned {
-                    queue.counters.orphaned += 1;
+                    *count(&mut queue.counters) += 1;
                 }
-                orphaned.push(block.id);
+                buried.push(block.id);
                 to_visit.extend(self.graph.downstream(&block));
             }
         }
-        orphaned
+        buried
     }
 }

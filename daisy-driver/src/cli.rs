@@ -38,6 +38,18 @@ pub enum Command {
     /// recorded in the run directory, so a re-run only runs what is left.
     /// Ctrl-C or SIGTERM stop the run within a second.
     Run(RunOpts),
+    /// Where a run stands, from its run directory alone: per task blocks
+    /// done, failed, orphaned and remaining, the failed blocks with their
+    /// last error and log file, the workers of the last run and how each
+    /// ended. If the run's driver is running (found through
+    /// context.json), also its live view: workers, blocks in flight,
+    /// blocks/s, ETA. Exit status: 0 finished, 1 failed, 3 incomplete,
+    /// 2 error.
+    Status(StatusOpts),
+    /// Start tasks over: delete the done markers of TASK and of every
+    /// task downstream of it. Lists them and asks first (--yes to skip
+    /// the question, required when stdin is not a terminal).
+    Reset(ResetOpts),
     /// Run a worker: the same program as `daisy-worker` (see
     /// `daisy-driver worker --help`), built into the driver so that one
     /// binary is enough on a cluster.
@@ -102,6 +114,43 @@ pub struct RunOpts {
     /// exits, instead of cancelling them.
     #[arg(long)]
     pub leave_jobs: bool,
+    /// Run only the blocks that failed for good in the last run and the
+    /// blocks waiting for them (orphans); done blocks are skipped and any
+    /// other block is left for a later run without this flag.
+    #[arg(long, conflicts_with = "reset")]
+    pub retry_failed: bool,
+    /// Start TASK over before running: delete its done markers and those
+    /// of its downstream tasks (asks first, see --yes). Repeatable.
+    #[arg(long, value_name = "TASK")]
+    pub reset: Vec<String>,
+    /// Let --reset delete done markers without asking.
+    #[arg(long)]
+    pub yes: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct StatusOpts {
+    /// The run directory (e.g. daisy_run/<pipeline name>).
+    pub run_dir: PathBuf,
+    /// Print the status as JSON (for scripts; see docs/inspection.md).
+    #[arg(long)]
+    pub json: bool,
+    /// The pipeline file, for run directories of runs that did not record
+    /// it (pipeline.json) [default: the recorded one].
+    #[arg(long)]
+    pub pipeline: Option<PathBuf>,
+}
+
+#[derive(Debug, Args)]
+pub struct ResetOpts {
+    #[command(flatten)]
+    pub pipeline: PipelineOpts,
+    /// The tasks to start over (their downstream tasks are reset too).
+    #[arg(required = true, value_name = "TASK")]
+    pub tasks: Vec<String>,
+    /// Delete without asking.
+    #[arg(long)]
+    pub yes: bool,
 }
 
 /// How long launched workers get between SIGTERM and SIGKILL when the run
@@ -116,6 +165,8 @@ pub fn main(cli: Cli) -> anyhow::Result<ExitCode> {
     match cli.command {
         Command::Plan(opts) => command_plan(opts),
         Command::Run(opts) => command_run(opts),
+        Command::Status(opts) => command_status(opts),
+        Command::Reset(opts) => command_reset(opts),
         Command::Worker { args } => Ok(command_worker(args)),
     }
 }
@@ -146,11 +197,21 @@ fn command_plan(opts: PlanOpts) -> anyhow::Result<ExitCode> {
 
 fn command_run(opts: RunOpts) -> anyhow::Result<ExitCode> {
     let (pipeline, run_dir) = load(&opts.pipeline)?;
+    if !opts.reset.is_empty() {
+        let markers = crate::reset::markers_to_delete(&pipeline, &run_dir, &opts.reset)?;
+        crate::reset::confirm_and_delete(&markers, opts.yes)?;
+    }
+    // Before this run records its own pipeline and events: the failures
+    // to retry are those of the run before.
+    let only_blocks = match opts.retry_failed {
+        true => Some(crate::retry::only_failed(&pipeline, &run_dir)?),
+        false => None,
+    };
     run_dir.record_pipeline(&opts.pipeline.pipeline)?;
     let summary = if opts.serial {
-        crate::serial_run::run(&pipeline, &run_dir)?
+        crate::serial_run::run(&pipeline, &run_dir, only_blocks.as_ref())?
     } else {
-        let options = run_options(&opts)?;
+        let options = run_options(&opts, only_blocks)?;
         let settings = LaunchSettings {
             poll_interval: opts.poll_interval,
             stop_grace: STOP_GRACE,
@@ -169,7 +230,10 @@ fn command_run(opts: RunOpts) -> anyhow::Result<ExitCode> {
     Ok(summary.exit_code())
 }
 
-fn run_options(opts: &RunOpts) -> anyhow::Result<RunOptions> {
+fn run_options(
+    opts: &RunOpts,
+    only_blocks: Option<crate::retry::OnlyBlocks>,
+) -> anyhow::Result<RunOptions> {
     if opts.heartbeat_interval < MIN_HEARTBEAT {
         anyhow::bail!(
             "--heartbeat-interval {:?} is too short: at least {MIN_HEARTBEAT:?}",
@@ -185,7 +249,29 @@ fn run_options(opts: &RunOpts) -> anyhow::Result<RunOptions> {
         worker_args,
         leave_jobs: opts.leave_jobs,
         status_every: opts.status_every,
+        only_blocks,
     })
+}
+
+fn command_status(opts: StatusOpts) -> anyhow::Result<ExitCode> {
+    let run_dir = RunDir::new(Some(&opts.run_dir), "");
+    let status = crate::status::status(&run_dir, opts.pipeline.as_deref())?;
+    if opts.json {
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&status).context("encoding the status")?
+        );
+    } else {
+        print!("{}", status.render());
+    }
+    Ok(status.state.exit_code())
+}
+
+fn command_reset(opts: ResetOpts) -> anyhow::Result<ExitCode> {
+    let (pipeline, run_dir) = load(&opts.pipeline)?;
+    let markers = crate::reset::markers_to_delete(&pipeline, &run_dir, &opts.tasks)?;
+    crate::reset::confirm_and_delete(&markers, opts.yes)?;
+    Ok(ExitCode::SUCCESS)
 }
 
 /// What launched workers run: the given program, else `daisy-worker`

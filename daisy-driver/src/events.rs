@@ -27,6 +27,10 @@ pub enum Event<'a> {
     RunStarted {
         pipeline: &'a str,
         mode: &'a str,
+        /// `run --retry-failed`: only the blocks that failed last time
+        /// (and their orphans) may run.
+        #[serde(skip_serializing_if = "is_false")]
+        retry_failed: bool,
     },
     BlockDone {
         task: &'a str,
@@ -120,6 +124,10 @@ pub enum Event<'a> {
         completed: bool,
         seconds: f64,
     },
+}
+
+fn is_false(value: &bool) -> bool {
+    !value
 }
 
 #[derive(Serialize)]

@@ -9,14 +9,18 @@
 //! - [`run_dir`]: where a run keeps markers, events and logs.
 //! - [`plan`]: the dry run behind `daisy-driver plan`.
 //! - [`events`]: `events.jsonl`, one line per thing that happened.
+//! - [`run_history`]: `events.jsonl` read back, cut into runs.
 //! - [`driver`]: `daisy-driver run`: the run loop that owns all state.
 //! - [`connection`]: one task per worker connection.
 //! - [`budget`], [`slots`]: the resource budget and worker accounting.
 //! - [`launch`]: the launcher backend the pipeline asks for.
 //! - [`run_context`]: token, advertised addresses, `context.json`.
 //! - [`progress`], [`summary`]: what the user sees during and after a run.
+//! - [`recent_rate`]: blocks per second now, for live status.
 //! - [`serial_run`]: `daisy-driver run --serial`, blocks one at a time in
 //!   process (debugging, small jobs).
+//! - [`status`]: `daisy-driver status`, offline and live.
+//! - [`retry`], [`reset`]: `run --retry-failed` and `--reset TASK`.
 //! - [`cli`]: the command line.
 pub mod budget;
 pub mod cli;
@@ -28,8 +32,13 @@ pub mod launch;
 pub mod pipeline;
 pub mod plan;
 pub mod progress;
+pub mod recent_rate;
+pub mod reset;
+pub mod retry;
 pub mod run_context;
 pub mod run_dir;
+pub mod run_history;
 pub mod serial_run;
 pub mod slots;
+pub mod status;
 pub mod summary;

@@ -10,6 +10,7 @@
 use crate::done_marker::DoneMarker;
 use crate::events::{Event, EventLog};
 use crate::pipeline::{Pipeline, TaskConfig, UserCommand};
+use crate::retry::OnlyBlocks;
 use crate::run_dir::RunDir;
 use crate::summary::{RunEnd, RunSummary, TaskSummary};
 use anyhow::Context;
@@ -18,14 +19,18 @@ use daisy_core::scheduler::Released;
 use daisy_core::serial::{self, BlockRunner, SerialEnd, Step};
 use daisy_core::{Block, BlockOutcome, Scheduler, TaskIdx};
 use daisy_worker::user_code::{BlockCommand, BlockFailure, BlockLog, WorkerCommand};
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// How often a progress line is printed.
 const PROGRESS_INTERVAL: Duration = Duration::from_secs(5);
 
-/// Runs `pipeline`, resuming from the done markers in `run_dir`.
-pub fn run(pipeline: &Pipeline, run_dir: &RunDir) -> anyhow::Result<RunSummary> {
+/// Runs `pipeline`, resuming from the done markers in `run_dir`; only
+/// the blocks in `only` if given (`--retry-failed`).
+pub fn run(
+    pipeline: &Pipeline,
+    run_dir: &RunDir,
+    only: Option<&OnlyBlocks>,
+) -> anyhow::Result<RunSummary> {
     let started = Instant::now();
     std::fs::create_dir_all(run_dir.path())
         .with_context(|| format!("creating the run directory {}", run_dir.path().display()))?;
@@ -33,8 +38,9 @@ pub fn run(pipeline: &Pipeline, run_dir: &RunDir) -> anyhow::Result<RunSummary> 
     runner.events.record(&Event::RunStarted {
         pipeline: &pipeline.name,
         mode: "serial",
+        retry_failed: only.is_some(),
     })?;
-    let mut scheduler = Scheduler::new(Arc::new(pipeline.graph()));
+    let mut scheduler = crate::retry::scheduler(pipeline, only);
     let end = serial::run(&mut scheduler, &mut runner);
     runner.finish(&scheduler, started.elapsed())?;
     if let Some(error) = runner.fatal.take() {

@@ -51,11 +51,23 @@ impl RunSummary {
                 .all(|t| t.counters.completed == t.counters.total)
     }
 
-    /// 0 if every block completed, 130 if interrupted, 1 otherwise.
+    /// Blocks a `--retry-failed` run left for a later plain run.
+    pub fn blocks_left(&self) -> u64 {
+        self.tasks.iter().map(|t| t.counters.left).sum()
+    }
+
+    /// 0 if every block completed, 130 if interrupted, 3 if the only
+    /// blocks not completed are those a `--retry-failed` run left (as
+    /// `status` says "incomplete"), 1 otherwise.
     pub fn exit_code(&self) -> ExitCode {
+        let nothing_failed = self
+            .tasks
+            .iter()
+            .all(|t| t.counters.completed + t.counters.left == t.counters.total);
         match (self.end, self.all_completed()) {
             (RunEnd::Interrupted, _) => ExitCode::from(130),
             (_, true) => ExitCode::SUCCESS,
+            (RunEnd::Finished, false) if nothing_failed => ExitCode::from(3),
             (_, false) => ExitCode::FAILURE,
         }
     }
@@ -98,6 +110,13 @@ impl RunSummary {
             }
             if let Some(error) = &task.last_error {
                 let _ = writeln!(out, "task {:?}: last failure: {error}", task.id);
+            }
+            if task.counters.left > 0 {
+                let _ = writeln!(
+                    out,
+                    "task {:?}: {} blocks left for a later run without --retry-failed (they did not fail last time)",
+                    task.id, task.counters.left
+                );
             }
             if task.counters.failed > 0 || task.restarts > 0 {
                 let _ = writeln!(

@@ -13,4 +13,5 @@ mod resources;
 mod restarts;
 mod retries;
 mod serial;
+mod status;
 mod util;

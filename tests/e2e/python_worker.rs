@@ -6,7 +6,7 @@
 use crate::util::*;
 use daisy_core::context::WorkerContext;
 use daisy_core::protocol::frame::encode;
-use daisy_core::protocol::messages::{RunSnapshot, TaskSnapshot};
+use daisy_core::protocol::messages::{InFlightBlock, RunSnapshot, TaskSnapshot, WorkerCounts};
 use daisy_core::protocol::{
     BlockResult, CodeKind, FromDriver, Hello, Role, TaskCode, ToDriver, Welcome, WireBlock, WireRoi,
 };
@@ -217,9 +217,25 @@ fn messages() -> Vec<(Vec<u8>, &'static str)> {
                 skipped: 2,
                 failed: 0,
                 orphaned: 0,
+                left: 0,
             },
             workers_connected: 1,
+            workers: WorkerCounts {
+                submitted: 0,
+                connected: 1,
+                idle: 0,
+                lost: 2,
+                failed_starts: 0,
+            },
+            in_flight: vec![InFlightBlock {
+                block_id: 9,
+                worker_id: 4,
+                seconds: 2.5,
+            }],
+            blocks_per_s: 3.5,
+            eta_s: Some(2.0),
         }],
+        seconds: 12.5,
     });
     vec![
         (
@@ -270,7 +286,7 @@ fn messages() -> Vec<(Vec<u8>, &'static str)> {
         ),
         (
             frame(&snapshot),
-            r#"{"type": "snapshot", "pipeline": "py", "tasks": [{"task_id": "count", "counters": {"total": 20, "ready": 5, "processing": 1, "completed": 14, "skipped": 2, "failed": 0, "orphaned": 0}, "workers_connected": 1}]}"#,
+            r#"{"type": "snapshot", "pipeline": "py", "tasks": [{"task_id": "count", "counters": {"total": 20, "ready": 5, "processing": 1, "completed": 14, "skipped": 2, "failed": 0, "orphaned": 0, "left": 0}, "workers_connected": 1, "workers": {"submitted": 0, "connected": 1, "idle": 0, "lost": 2, "failed_starts": 0}, "in_flight": [{"block_id": 9, "worker_id": 4, "seconds": 2.5}], "blocks_per_s": 3.5, "eta_s": 2.0}], "seconds": 12.5}"#,
         ),
     ]
 }

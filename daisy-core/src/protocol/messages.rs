@@ -94,19 +94,61 @@ pub struct Welcome {
     pub code: Option<TaskCode>,
 }
 
-/// What the driver-side sees per task in a snapshot.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+/// What the driver-side sees per task in a snapshot. Fields after
+/// `workers_connected` came later: a peer that does not send them is read
+/// with their defaults.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct TaskSnapshot {
     pub task_id: String,
     pub counters: TaskCounters,
     pub workers_connected: u32,
+    /// The task's workers by state.
+    #[serde(default)]
+    pub workers: WorkerCounts,
+    /// The blocks workers hold now, oldest first.
+    #[serde(default)]
+    pub in_flight: Vec<InFlightBlock>,
+    /// Blocks completed per second recently (the last half minute).
+    #[serde(default)]
+    pub blocks_per_s: f64,
+    /// Seconds until the task's remaining blocks are done at that pace;
+    /// absent when nothing completed recently.
+    #[serde(default)]
+    pub eta_s: Option<f64>,
+}
+
+/// A task's workers by state, counted over the run so far.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WorkerCounts {
+    /// Started (a job queued or starting) and not connected yet.
+    pub submitted: u32,
+    /// Connected now.
+    pub connected: u32,
+    /// Connected and holding no block.
+    pub idle: u32,
+    /// Gone uncleanly: crashed, killed, silent, or their connection broke.
+    pub lost: u32,
+    /// Never connected: the job ended first, or submitting it failed.
+    pub failed_starts: u32,
+}
+
+/// A block a worker holds.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+pub struct InFlightBlock {
+    pub block_id: u64,
+    pub worker_id: u64,
+    /// Seconds since it was handed out.
+    pub seconds: f64,
 }
 
 /// What an observer receives.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct RunSnapshot {
     pub pipeline: String,
     pub tasks: Vec<TaskSnapshot>,
+    /// Seconds since the run started.
+    #[serde(default)]
+    pub seconds: f64,
 }
 
 /// Messages a worker (or observer) sends to the driver.

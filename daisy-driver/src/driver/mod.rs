@@ -60,6 +60,8 @@ pub struct RunOptions {
     pub leave_jobs: bool,
     /// How often a status line is printed when stdout is not a terminal.
     pub status_every: Duration,
+    /// `--retry-failed`: the only blocks this run may run.
+    pub only_blocks: Option<crate::retry::OnlyBlocks>,
 }
 
 /// Runs `pipeline` until every block is done or `stop` resolves.

@@ -11,12 +11,13 @@ use crate::events::{Event, EventLog};
 use crate::launch::cluster_options;
 use crate::pipeline::{Pipeline, TaskConfig, UserCommand};
 use crate::progress::{Progress, TaskProgress};
+use crate::recent_rate::RecentRate;
 use crate::run_dir::RunDir;
-use crate::slots::{Gone, SlotId, Slots};
+use crate::slots::{Gone, SlotId, SlotState, Slots};
 use crate::summary::{RunEnd, RunSummary, TaskSummary};
 use anyhow::Context as _;
 use daisy_core::context::{WorkerContext, CONTEXT_ENV};
-use daisy_core::protocol::messages::{RunSnapshot, TaskSnapshot};
+use daisy_core::protocol::messages::{InFlightBlock, RunSnapshot, TaskSnapshot, WorkerCounts};
 use daisy_core::protocol::{
     BlockResult, CodeKind, FromDriver, Hello, Role, TaskCode, ToDriver, Welcome, WireBlock,
 };
@@ -89,6 +90,8 @@ pub struct Driver {
     last_errors: Vec<Option<String>>,
     /// Seconds into the run at which each task was done.
     done_at: Vec<Option<f64>>,
+    /// Blocks completed per second recently, per task (live status).
+    rates: Vec<RecentRate>,
     /// An error that ends the run (a done marker that cannot be written).
     fatal: Option<anyhow::Error>,
 }
@@ -111,14 +114,16 @@ impl Driver {
         events.record(&Event::RunStarted {
             pipeline: &pipeline.name,
             mode: "distributed",
+            retry_failed: options.only_blocks.is_some(),
         })?;
         let ids: Vec<&str> = pipeline.tasks.iter().map(|t| t.spec.id.as_str()).collect();
         Ok(Self {
-            scheduler: Scheduler::new(Arc::new(pipeline.graph())),
+            scheduler: crate::retry::scheduler(&pipeline, options.only_blocks.as_ref()),
             budget: Budget::new(pipeline.resources.clone()),
             slots: Slots::new(pipeline.tasks.len()),
             progress: Progress::new(&ids, options.status_every),
             done_at: vec![None; pipeline.tasks.len()],
+            rates: vec![RecentRate::new(Instant::now()); pipeline.tasks.len()],
             abandon_reasons: vec![None; pipeline.tasks.len()],
             last_errors: vec![None; pipeline.tasks.len()],
             run_dir: run_dir.clone(),
@@ -481,6 +486,7 @@ impl Driver {
             return;
         }
         self.scheduler.release(id, BlockOutcome::Success);
+        self.rates[id.task.index()].record(Instant::now());
         // Buffered (one line per block); the tick writes them. The marker
         // above is what makes the block safe.
         let done = Event::BlockDone {
@@ -563,20 +569,69 @@ impl Driver {
     }
 
     fn snapshot(&self) -> RunSnapshot {
+        let now = Instant::now();
         let tasks = self
             .scheduler
             .graph()
             .task_indices()
-            .map(|task| TaskSnapshot {
-                task_id: self.task_id(task).to_string(),
-                counters: self.scheduler.counters(task),
-                workers_connected: self.workers_connected(task),
-            })
+            .map(|task| self.task_snapshot(task, now))
             .collect();
         RunSnapshot {
             pipeline: self.pipeline.name.clone(),
             tasks,
+            seconds: now.duration_since(self.started).as_secs_f64(),
         }
+    }
+
+    fn task_snapshot(&self, task: TaskIdx, now: Instant) -> TaskSnapshot {
+        let counters = self.scheduler.counters(task);
+        let blocks_per_s = self.rates[task.index()].per_second(now);
+        TaskSnapshot {
+            task_id: self.task_id(task).to_string(),
+            counters,
+            workers_connected: self.workers_connected(task),
+            workers: self.worker_counts(task),
+            in_flight: self.in_flight_blocks(task, now),
+            blocks_per_s,
+            eta_s: (blocks_per_s > 0.0).then(|| counters.unresolved() as f64 / blocks_per_s),
+        }
+    }
+
+    fn worker_counts(&self, task: TaskIdx) -> WorkerCounts {
+        let mut counts = WorkerCounts::default();
+        for slot in self.slots.all().filter(|s| s.task == task) {
+            match &slot.state {
+                SlotState::Submitted => counts.submitted += 1,
+                SlotState::Connected => counts.connected += 1,
+                SlotState::Gone(Gone::Lost(_)) => counts.lost += 1,
+                SlotState::Gone(Gone::FailedStart(_)) => counts.failed_starts += 1,
+                SlotState::Gone(Gone::Clean) => {}
+            }
+        }
+        counts.idle = self
+            .conns
+            .values()
+            .filter(|c| c.role == Role::Worker && c.task == task && c.held.is_empty())
+            .count() as u32;
+        counts
+    }
+
+    /// The blocks of `task` that workers hold, oldest first.
+    fn in_flight_blocks(&self, task: TaskIdx, now: Instant) -> Vec<InFlightBlock> {
+        let mut blocks: Vec<InFlightBlock> = self
+            .conns
+            .values()
+            .filter(|c| c.role == Role::Worker && c.task == task)
+            .flat_map(|c| {
+                c.held.iter().map(|(&block_id, &since)| InFlightBlock {
+                    block_id,
+                    worker_id: c.slot,
+                    seconds: now.duration_since(since).as_secs_f64(),
+                })
+            })
+            .collect();
+        blocks.sort_by(|a, b| b.seconds.total_cmp(&a.seconds));
+        blocks
     }
 
     fn workers_connected(&self, task: TaskIdx) -> u32 {

@@ -1,0 +1,270 @@
+//! `daisy-driver status RUN_DIR`: where a run stands, from its run
+//! directory alone, and live from its driver when one is running.
+//!
+//! Terms, per task: **done** blocks are those set in the done marker (the
+//! truth: `events.jsonl` may lack the last `block_done` lines after a
+//! `kill -9`); **failed** blocks failed for good in the last run and are
+//! not done; **orphaned** blocks are not done and lie downstream of a
+//! failed block (or belong to a task the last run abandoned);
+//! **remaining** is the rest. The *last run* starts at the last
+//! `run_started` line of `events.jsonl`.
+//!
+//! - [`offline`]: the numbers from done markers and events.
+//! - [`live`]: a snapshot from the running driver (found through
+//!   `context.json`).
+//! - [`render`]: the text output; `--json` prints [`RunStatus`].
+
+mod live;
+mod offline;
+mod render;
+
+pub use offline::{blocks_to_retry, RetryBlocks};
+
+use crate::pipeline::Pipeline;
+use crate::run_dir::RunDir;
+use crate::run_history::{EventKind, RunHistory};
+use anyhow::Context as _;
+use daisy_core::protocol::messages::TaskSnapshot;
+use serde::Serialize;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+/// Everything `status` reports (`status --json` prints this).
+#[derive(Debug, Serialize)]
+pub struct RunStatus {
+    pub run_dir: PathBuf,
+    pub pipeline: String,
+    pub pipeline_file: PathBuf,
+    pub state: RunState,
+    /// A driver answered: `live` holds what it said.
+    pub running: bool,
+    pub tasks: Vec<TaskStatus>,
+    pub last_run: Option<LastRun>,
+    pub live: Option<LiveStatus>,
+    /// Problems that did not stop `status` (damaged lines of
+    /// events.jsonl, a driver that did not answer).
+    pub warnings: Vec<String>,
+}
+
+/// The run's state as the exit code tells it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RunState {
+    /// Every block is done (exit 0).
+    Finished,
+    /// Some blocks failed for good or are orphaned (exit 1).
+    Failed,
+    /// Blocks remain and none failed: running, stopped or left (exit 3).
+    Incomplete,
+}
+
+impl RunState {
+    pub fn exit_code(self) -> ExitCode {
+        match self {
+            RunState::Finished => ExitCode::SUCCESS,
+            RunState::Failed => ExitCode::FAILURE,
+            RunState::Incomplete => ExitCode::from(3),
+        }
+    }
+}
+
+/// One task, from its done marker and the last run's events.
+#[derive(Debug, Serialize)]
+pub struct TaskStatus {
+    pub id: String,
+    pub total: u64,
+    pub done: u64,
+    pub failed: u64,
+    pub orphaned: u64,
+    pub remaining: u64,
+    /// Why the last run abandoned the task, if it did.
+    pub abandoned: Option<String>,
+    /// The failed blocks, by block id.
+    pub failed_blocks: Vec<FailedBlock>,
+}
+
+/// A block that failed for good in the last run.
+#[derive(Debug, Serialize)]
+pub struct FailedBlock {
+    pub block_id: u64,
+    /// Failed attempts in the last run.
+    pub attempts: u32,
+    /// The error of the last attempt.
+    pub error: String,
+    /// The worker of the last attempt (none in a `--serial` run).
+    pub worker_id: Option<u64>,
+    /// Where that attempt's user code wrote its stderr, if the file exists.
+    pub log: Option<PathBuf>,
+}
+
+/// The last run as events.jsonl tells it.
+#[derive(Debug, Serialize)]
+pub struct LastRun {
+    /// Unix seconds.
+    pub started: f64,
+    /// `distributed` or `serial`.
+    pub mode: String,
+    pub retry_failed: bool,
+    /// How it ended; `None` while it runs, or if its driver was killed.
+    pub finished: Option<RunEnding>,
+    pub workers: Vec<WorkerStatus>,
+}
+
+#[derive(Debug, Serialize)]
+pub struct RunEnding {
+    /// Every block completed.
+    pub completed: bool,
+    pub seconds: f64,
+}
+
+/// One worker of the last run.
+#[derive(Debug, Serialize)]
+pub struct WorkerStatus {
+    pub task: String,
+    pub worker_id: u64,
+    /// The job it was submitted as (launched workers).
+    pub job: Option<String>,
+    pub host: Option<String>,
+    pub pid: Option<u32>,
+    pub by_hand: bool,
+    pub end: WorkerEnd,
+    /// Why it ended (lost, failed start), as recorded.
+    pub why: Option<String>,
+}
+
+/// How a worker ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum WorkerEnd {
+    /// Left after being told to stop, or drained.
+    Clean,
+    /// Crashed, killed, went silent, or its connection broke.
+    Lost,
+    /// Never connected: its job ended first or submitting it failed.
+    FailedStart,
+    /// No end recorded and the driver is running: still at work.
+    Running,
+    /// No end recorded and no driver running: the driver stopped first
+    /// (killed, or it cancelled the job at its end).
+    Unrecorded,
+}
+
+/// What the running driver said.
+#[derive(Debug, Serialize)]
+pub struct LiveStatus {
+    /// Seconds since the run started.
+    pub seconds: f64,
+    /// Blocks completed per second recently, all tasks together.
+    pub blocks_per_s: f64,
+    /// Seconds until every task is through at that pace.
+    pub eta_s: Option<f64>,
+    /// The driver's snapshot of each task (docs/protocol.md, `snapshot`).
+    pub tasks: Vec<TaskSnapshot>,
+}
+
+/// Where `status` gets the pipeline: `--pipeline FILE`, else the copy the
+/// last run recorded in the run directory.
+pub fn load_pipeline(run_dir: &RunDir, file: Option<&Path>) -> anyhow::Result<Pipeline> {
+    match file {
+        Some(file) => Ok(Pipeline::load(file)?),
+        None => run_dir.load_recorded_pipeline().context(
+            "runs before pipeline.json existed need the pipeline file: pass --pipeline FILE",
+        ),
+    }
+}
+
+/// The status of the run in `run_dir`, live if its driver answers.
+pub fn status(run_dir: &RunDir, pipeline_file: Option<&Path>) -> anyhow::Result<RunStatus> {
+    if !run_dir.path().is_dir() {
+        anyhow::bail!("run directory {} does not exist", run_dir.path().display());
+    }
+    let pipeline = load_pipeline(run_dir, pipeline_file)?;
+    let (history, mut warnings) = read_history(run_dir)?;
+    let analysis = offline::analyse(&pipeline, run_dir, &history)?;
+    warnings.extend(analysis.warnings);
+    let live = live_status(run_dir, &history, &mut warnings);
+    let last_run = offline::last_run(&history, live.is_some());
+    Ok(RunStatus {
+        run_dir: run_dir.path().to_path_buf(),
+        pipeline: pipeline.name.clone(),
+        pipeline_file: pipeline.path.clone(),
+        state: state_of(&analysis.tasks),
+        running: live.is_some(),
+        tasks: analysis.tasks,
+        last_run,
+        live,
+        warnings,
+    })
+}
+
+/// The running driver's view, if the last run has not finished and its
+/// driver answers; a driver that does not answer is a warning.
+fn live_status(
+    run_dir: &RunDir,
+    history: &RunHistory,
+    warnings: &mut Vec<String>,
+) -> Option<LiveStatus> {
+    let last_run = history.last_run();
+    let finished = last_run
+        .iter()
+        .any(|e| matches!(e.kind, EventKind::RunFinished { .. }));
+    if last_run.is_empty() || finished {
+        return None;
+    }
+    match live::snapshot(&run_dir.context_file()) {
+        Ok(snapshot) => Some(LiveStatus::from(snapshot)),
+        Err(error) => {
+            warnings.push(format!(
+                "the last run did not finish and its driver does not answer \
+                 (killed or crashed?): {error:#}"
+            ));
+            None
+        }
+    }
+}
+
+/// The events of the run directory; none (with a warning) if it has no
+/// events.jsonl, as a daisy 2.0 run directory holding only done markers.
+fn read_history(run_dir: &RunDir) -> anyhow::Result<(RunHistory, Vec<String>)> {
+    let path = run_dir.events();
+    if !path.exists() {
+        let warning = format!(
+            "{} does not exist: no run recorded events here",
+            path.display()
+        );
+        return Ok((RunHistory::default(), vec![warning]));
+    }
+    let history = RunHistory::read(&path)?;
+    let warnings = history.warnings();
+    Ok((history, warnings))
+}
+
+fn state_of(tasks: &[TaskStatus]) -> RunState {
+    if tasks.iter().any(|t| t.failed + t.orphaned > 0) {
+        RunState::Failed
+    } else if tasks.iter().all(|t| t.done == t.total) {
+        RunState::Finished
+    } else {
+        RunState::Incomplete
+    }
+}
+
+impl From<daisy_core::protocol::messages::RunSnapshot> for LiveStatus {
+    fn from(snapshot: daisy_core::protocol::messages::RunSnapshot) -> Self {
+        let blocks_per_s: f64 = snapshot.tasks.iter().map(|t| t.blocks_per_s).sum();
+        let unresolved: u64 = snapshot.tasks.iter().map(|t| t.counters.unresolved()).sum();
+        Self {
+            seconds: snapshot.seconds,
+            blocks_per_s,
+            eta_s: (blocks_per_s > 0.0).then(|| unresolved as f64 / blocks_per_s),
+            tasks: snapshot.tasks,
+        }
+    }
+}
+
+impl RunStatus {
+    /// The human-readable status.
+    pub fn render(&self) -> String {
+        render::render(self)
+    }
+}

@@ -1,0 +1,376 @@
+//! Status from the run directory alone: done markers (read-only) for
+//! done blocks, the last run's events for failures, abandoned tasks and
+//! workers, the dependency graph for orphans. `run --retry-failed` asks
+//! the same question ("which blocks failed, and which wait for them?"),
+//! so it is answered here once.
+
+use super::{FailedBlock, LastRun, RunEnding, TaskStatus, WorkerEnd, WorkerStatus};
+use crate::done_marker::DoneMarker;
+use crate::pipeline::Pipeline;
+use crate::run_dir::RunDir;
+use crate::run_history::{EventKind, HistoryEvent, RunHistory};
+use anyhow::Context as _;
+use daisy_core::{Block, BlockId, DependencyGraph, TaskIdx};
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::path::PathBuf;
+
+/// The numbers per task, and what did not add up.
+pub(super) struct Analysis {
+    pub tasks: Vec<TaskStatus>,
+    pub warnings: Vec<String>,
+}
+
+/// What `run --retry-failed` may run: the blocks that failed for good in
+/// the last run and the blocks that wait for them, none of them done.
+#[derive(Debug, Default)]
+pub struct RetryBlocks {
+    pub blocks: HashSet<BlockId>,
+    pub failed: u64,
+    pub orphaned: u64,
+}
+
+/// The last failure of a block in the last run.
+struct Failure {
+    attempts: u32,
+    error: String,
+    worker_id: Option<u64>,
+    for_good: bool,
+}
+
+/// What the run directory says, per task (indexed like the pipeline).
+struct Findings {
+    graph: DependencyGraph,
+    markers: Vec<Option<DoneMarker>>,
+    /// Blocks that failed for good in the last run and are not done.
+    failed: Vec<BTreeMap<u64, Failure>>,
+    /// Blocks not done that wait for a failed block, or belong to a task
+    /// the last run abandoned.
+    orphaned: Vec<HashSet<u64>>,
+    abandoned: Vec<Option<String>>,
+    warnings: Vec<String>,
+}
+
+impl Findings {
+    fn is_done(&self, block: &Block) -> bool {
+        self.markers[block.id.task.index()]
+            .as_ref()
+            .is_some_and(|m| m.is_done(block))
+    }
+
+    fn done_count(&self, task: TaskIdx) -> u64 {
+        self.markers[task.index()]
+            .as_ref()
+            .map_or(0, DoneMarker::count_done)
+    }
+}
+
+pub(super) fn analyse(
+    pipeline: &Pipeline,
+    run_dir: &RunDir,
+    history: &RunHistory,
+) -> anyhow::Result<Analysis> {
+    let findings = find(pipeline, run_dir, history)?;
+    let tasks = findings
+        .graph
+        .task_indices()
+        .map(|task| task_status(&findings, run_dir, task))
+        .collect();
+    Ok(Analysis {
+        tasks,
+        warnings: findings.warnings,
+    })
+}
+
+/// The blocks `run --retry-failed` runs for `pipeline` in `run_dir`.
+pub fn blocks_to_retry(pipeline: &Pipeline, run_dir: &RunDir) -> anyhow::Result<RetryBlocks> {
+    let path = run_dir.events();
+    let history = match path.exists() {
+        true => RunHistory::read(&path)?,
+        false => RunHistory::default(),
+    };
+    let findings = find(pipeline, run_dir, &history)?;
+    let mut retry = RetryBlocks::default();
+    for task in findings.graph.task_indices() {
+        let ids = |spatial: &u64| BlockId {
+            task,
+            spatial: *spatial,
+        };
+        let failed = &findings.failed[task.index()];
+        let orphaned = &findings.orphaned[task.index()];
+        retry.failed += failed.len() as u64;
+        retry.orphaned += orphaned.len() as u64;
+        retry.blocks.extend(failed.keys().map(ids));
+        retry.blocks.extend(orphaned.iter().map(ids));
+    }
+    Ok(retry)
+}
+
+fn find(pipeline: &Pipeline, run_dir: &RunDir, history: &RunHistory) -> anyhow::Result<Findings> {
+    let graph = pipeline.graph();
+    let markers = pipeline
+        .tasks
+        .iter()
+        .map(|t| DoneMarker::open_existing(&run_dir.done_marker(&t.spec.id), &t.spec))
+        .collect::<Result<Vec<_>, _>>()
+        .context("reading the done markers")?;
+    let tasks = graph.num_tasks();
+    let mut findings = Findings {
+        markers,
+        failed: (0..tasks).map(|_| BTreeMap::new()).collect(),
+        orphaned: vec![HashSet::new(); tasks],
+        abandoned: vec![None; tasks],
+        warnings: Vec::new(),
+        graph,
+    };
+    read_last_run(&mut findings, history.last_run());
+    let failed_blocks = keep_failed_not_done(&mut findings);
+    orphan_downstream(&mut findings, failed_blocks);
+    orphan_abandoned_tasks(&mut findings);
+    Ok(findings)
+}
+
+/// Failures (the last per block) and abandoned tasks of the last run; a
+/// block done later in the run is no failure.
+fn read_last_run(findings: &mut Findings, events: &[HistoryEvent]) {
+    let mut unknown_tasks = HashSet::new();
+    for event in events {
+        let (task, kind) = match &event.kind {
+            EventKind::BlockFailed { task, .. }
+            | EventKind::BlockDone { task, .. }
+            | EventKind::TaskAbandoned { task, .. } => (task, &event.kind),
+            _ => continue,
+        };
+        let Some(index) = findings.graph.task_index(task) else {
+            unknown_tasks.insert(task.clone());
+            continue;
+        };
+        let failed = &mut findings.failed[index.index()];
+        match kind {
+            EventKind::BlockFailed {
+                block_id,
+                worker_id,
+                error,
+                for_good,
+                ..
+            } => {
+                let failure = failed.entry(*block_id).or_insert(Failure {
+                    attempts: 0,
+                    error: String::new(),
+                    worker_id: None,
+                    for_good: false,
+                });
+                failure.attempts += 1;
+                failure.error.clone_from(error);
+                failure.worker_id = *worker_id;
+                failure.for_good = *for_good;
+            }
+            EventKind::BlockDone { block_id, .. } => {
+                failed.remove(block_id);
+            }
+            EventKind::TaskAbandoned { why, .. } => {
+                findings.abandoned[index.index()] = Some(why.clone());
+            }
+            _ => {}
+        }
+    }
+    for task in unknown_tasks {
+        findings.warnings.push(format!(
+            "events.jsonl names task {task:?}, which the pipeline does not have (was it renamed?)"
+        ));
+    }
+}
+
+/// Keeps the failures that were for good and whose block is not done
+/// (its marker may have been set after the event, e.g. by a later run of
+/// daisy 2.0); returns their blocks.
+fn keep_failed_not_done(findings: &mut Findings) -> Vec<Block> {
+    let mut blocks = Vec::new();
+    for task in findings.graph.task_indices() {
+        findings.failed[task.index()].retain(|_, f| f.for_good);
+        if findings.failed[task.index()].is_empty() {
+            continue;
+        }
+        let failed = &findings.failed[task.index()];
+        let not_done: Vec<Block> = findings
+            .graph
+            .task_graph(task)
+            .all_blocks()
+            .filter(|b| failed.contains_key(&b.id.spatial) && !findings.is_done(b))
+            .collect();
+        let kept: HashSet<u64> = not_done.iter().map(|b| b.id.spatial).collect();
+        findings.failed[task.index()].retain(|id, _| kept.contains(id));
+        blocks.extend(not_done);
+    }
+    blocks
+}
+
+/// Every block downstream of a failed block, transitively, that is not
+/// done. Done blocks are passed through: what waits for them may also
+/// wait for the failed block.
+fn orphan_downstream(findings: &mut Findings, failed: Vec<Block>) {
+    let mut seen: HashSet<BlockId> = failed.iter().map(|b| b.id).collect();
+    let mut to_visit: Vec<Block> = failed
+        .iter()
+        .flat_map(|b| findings.graph.downstream(b))
+        .collect();
+    while let Some(block) = to_visit.pop() {
+        if !seen.insert(block.id) {
+            continue;
+        }
+        if !findings.is_done(&block) {
+            findings.orphaned[block.id.task.index()].insert(block.id.spatial);
+        }
+        to_visit.extend(findings.graph.downstream(&block));
+    }
+}
+
+/// A task the last run abandoned had its remaining blocks orphaned.
+fn orphan_abandoned_tasks(findings: &mut Findings) {
+    for task in findings.graph.task_indices() {
+        if findings.abandoned[task.index()].is_none() {
+            continue;
+        }
+        let rest: Vec<u64> = findings
+            .graph
+            .task_graph(task)
+            .all_blocks()
+            .filter(|b| !findings.is_done(b))
+            .map(|b| b.id.spatial)
+            .filter(|id| !findings.failed[task.index()].contains_key(id))
+            .collect();
+        findings.orphaned[task.index()].extend(rest);
+    }
+}
+
+fn task_status(findings: &Findings, run_dir: &RunDir, task: TaskIdx) -> TaskStatus {
+    let id = findings.graph.task(task).id.clone();
+    let total = findings.graph.task_graph(task).num_blocks();
+    let done = findings.done_count(task);
+    let failed_blocks: Vec<FailedBlock> = findings.failed[task.index()]
+        .iter()
+        .map(|(&block_id, f)| FailedBlock {
+            block_id,
+            attempts: f.attempts,
+            error: f.error.clone(),
+            worker_id: f.worker_id,
+            log: user_log(run_dir, &id, f.worker_id),
+        })
+        .collect();
+    let failed = failed_blocks.len() as u64;
+    let orphaned = findings.orphaned[task.index()].len() as u64;
+    TaskStatus {
+        remaining: total.saturating_sub(done + failed + orphaned),
+        abandoned: findings.abandoned[task.index()].clone(),
+        id,
+        total,
+        done,
+        failed,
+        orphaned,
+        failed_blocks,
+    }
+}
+
+/// The stderr file of the user code a worker ran (`worker-<id>-user.err`,
+/// as daisy-worker names it), or of a `--serial` run (`serial.err`).
+fn user_log(run_dir: &RunDir, task: &str, worker_id: Option<u64>) -> Option<PathBuf> {
+    let name = match worker_id {
+        Some(id) => format!("worker-{id}-user.err"),
+        None => "serial.err".to_string(),
+    };
+    Some(run_dir.task_logs(task).join(name)).filter(|path| path.exists())
+}
+
+/// The last run's start, end and workers.
+pub(super) fn last_run(history: &RunHistory, running: bool) -> Option<LastRun> {
+    let events = history.last_run();
+    let EventKind::RunStarted {
+        mode, retry_failed, ..
+    } = &events.first()?.kind
+    else {
+        return None;
+    };
+    let finished = events.iter().find_map(|e| match e.kind {
+        EventKind::RunFinished { completed, seconds } => Some(RunEnding { completed, seconds }),
+        _ => None,
+    });
+    Some(LastRun {
+        started: events[0].time,
+        mode: mode.clone(),
+        retry_failed: *retry_failed,
+        finished,
+        workers: workers(events, running),
+    })
+}
+
+/// The workers of a run, by worker id, with how each ended.
+fn workers(events: &[HistoryEvent], running: bool) -> Vec<WorkerStatus> {
+    let mut workers: HashMap<u64, WorkerStatus> = HashMap::new();
+    let no_end = if running {
+        WorkerEnd::Running
+    } else {
+        WorkerEnd::Unrecorded
+    };
+    fn entry<'a>(
+        workers: &'a mut HashMap<u64, WorkerStatus>,
+        task: &str,
+        worker_id: u64,
+        no_end: WorkerEnd,
+    ) -> &'a mut WorkerStatus {
+        workers.entry(worker_id).or_insert_with(|| WorkerStatus {
+            task: task.to_string(),
+            worker_id,
+            job: None,
+            host: None,
+            pid: None,
+            by_hand: false,
+            end: no_end,
+            why: None,
+        })
+    }
+    for event in events {
+        match &event.kind {
+            EventKind::WorkerSubmitted {
+                task,
+                worker_id,
+                job,
+            } => entry(&mut workers, task, *worker_id, no_end).job = Some(job.clone()),
+            EventKind::WorkerConnected {
+                task,
+                worker_id,
+                host,
+                pid,
+                by_hand,
+            } => {
+                let worker = entry(&mut workers, task, *worker_id, no_end);
+                (worker.host, worker.pid) = (Some(host.clone()), Some(*pid));
+                worker.by_hand = *by_hand;
+            }
+            EventKind::WorkerStartFailed {
+                task,
+                worker_id,
+                error,
+            } => {
+                let worker = entry(&mut workers, task, *worker_id, no_end);
+                (worker.end, worker.why) = (WorkerEnd::FailedStart, Some(error.clone()));
+            }
+            EventKind::WorkerGone {
+                task,
+                worker_id,
+                clean,
+                why,
+            } => {
+                let worker = entry(&mut workers, task, *worker_id, no_end);
+                worker.end = if *clean {
+                    WorkerEnd::Clean
+                } else {
+                    WorkerEnd::Lost
+                };
+                worker.why = Some(why.clone());
+            }
+            _ => {}
+        }
+    }
+    let mut workers: Vec<WorkerStatus> = workers.into_values().collect();
+    workers.sort_by_key(|w| w.worker_id);
+    workers
+}

@@ -1,0 +1,319 @@
+//! `daisy-driver status`, `run --retry-failed` and `--reset` on runs made
+//! here: blocks that fail, a driver killed part-way, a driver still
+//! running. Status numbers are checked against the done markers' bytes
+//! and events.jsonl; retries against the events of the retry run.
+
+use crate::util::*;
+use serde_json::Value;
+use std::collections::BTreeSet;
+use std::path::Path;
+use std::process::Stdio;
+
+/// Task "a" (40 blocks) fails blocks 3 and 5 until `fixed` exists and
+/// sleeps a little per block; task "b" reads what "a" writes, block for
+/// block; task "c" is unrelated.
+fn pipeline(name: &str) -> String {
+    let flaky = "if [ ! -e fixed ] && ([ {block_id} = 3 ] || [ {block_id} = 5 ]); then echo broken {block_id} >&2; exit 1; fi; sleep 0.1";
+    format!(
+        "name = \"{name}\"\n{}{}{}",
+        task("a", 40, flaky, "max_retries = 0\nmax_workers = 2"),
+        task("b", 40, "true", "upstream = [\"a\"]"),
+        task("c", 5, "true", ""),
+    )
+}
+
+/// `status --json RUN_DIR`: the parsed output and the exit code.
+fn status_json(dir: &TestDir, run_dir: &str) -> (Value, i32) {
+    let mut command = dir.driver(&["status", "--json", run_dir]);
+    let output = run(&mut command);
+    let json = serde_json::from_slice(&output.stdout).unwrap_or_else(|e| {
+        panic!(
+            "status --json is not JSON: {e}\n{}",
+            describe(&command, &output)
+        )
+    });
+    (json, output.status.code().unwrap())
+}
+
+/// The blocks set in a 1-D task's done marker, read from its bytes.
+fn marker_done(run_dir: &Path, task: &str) -> BTreeSet<u64> {
+    let bytes = std::fs::read(run_dir.join("done").join(task).join("c/0")).unwrap_or_default();
+    (0..bytes.len() as u64)
+        .filter(|&i| bytes[i as usize] != 0)
+        .collect()
+}
+
+fn task_status<'a>(status: &'a Value, task: &str) -> &'a Value {
+    status["tasks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|t| t["id"] == task)
+        .unwrap_or_else(|| panic!("no task {task} in {status:#}"))
+}
+
+fn ids(values: &Value, key: &str) -> BTreeSet<u64> {
+    values
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v[key].as_u64().unwrap())
+        .collect()
+}
+
+/// The events after the last `run_started`.
+fn last_run_events(run_dir: &Path) -> Vec<Value> {
+    let events = events(run_dir);
+    let start = events
+        .iter()
+        .rposition(|e| e["event"] == "run_started")
+        .unwrap();
+    events[start..].to_vec()
+}
+
+fn worker_pids(run_dir: &Path) -> Vec<i32> {
+    events(run_dir)
+        .iter()
+        .filter(|e| e["event"] == "worker_connected")
+        .filter_map(|e| e["pid"].as_i64())
+        .map(|pid| pid as i32)
+        .collect()
+}
+
+#[test]
+fn status_of_a_killed_run_with_failures_matches_markers_and_events_and_retry_failed_runs_exactly_those(
+) {
+    let dir = TestDir::new();
+    dir.write("p.toml", &pipeline("killed"));
+    let run_dir = dir.join("daisy_run/killed");
+    let driver = ChildGuard::spawn(&mut dir.driver(&["run", "p.toml"]));
+    wait_until("both bad blocks failed and 10 blocks are done", || {
+        let events = events(&run_dir);
+        let failed = events
+            .iter()
+            .filter(|e| e["event"] == "block_failed" && e["for_good"] == true)
+            .count();
+        failed == 2 && event_blocks(&events, "block_done", "a").len() >= 10
+    });
+    drop(driver); // kill -9, part-way
+    for pid in worker_pids(&run_dir) {
+        wait_until("the workers notice and exit", || !process_alive(pid));
+    }
+
+    let (status, code) = status_json(&dir, "daisy_run/killed");
+    assert_eq!(code, 1, "failed: {status:#}");
+    assert_eq!(status["state"], "failed");
+    assert_eq!(status["running"], false);
+    assert!(status["last_run"]["finished"].is_null(), "{status:#}");
+    let events = events(&run_dir);
+    let (a, b) = (task_status(&status, "a"), task_status(&status, "b"));
+    let done_a = marker_done(&run_dir, "a");
+    let done_b = marker_done(&run_dir, "b");
+    assert_eq!(a["done"], done_a.len() as u64, "the marker is the truth");
+    assert_eq!(b["done"], done_b.len() as u64);
+    for (task, done) in [("a", &done_a), ("b", &done_b)] {
+        let logged: BTreeSet<u64> = event_blocks(&events, "block_done", task)
+            .into_iter()
+            .collect();
+        assert!(
+            logged.is_subset(done),
+            "every block_done line is in the marker"
+        );
+    }
+    let failed: BTreeSet<u64> = events
+        .iter()
+        .filter(|e| e["event"] == "block_failed" && e["for_good"] == true)
+        .map(|e| e["block_id"].as_u64().unwrap())
+        .collect();
+    assert_eq!(failed, BTreeSet::from([3, 5]));
+    assert_eq!(ids(&a["failed_blocks"], "block_id"), failed);
+    let bad = &a["failed_blocks"][0];
+    assert!(bad["error"].as_str().unwrap().contains("broken 3"), "{bad}");
+    let log = bad["log"].as_str().expect("the failed attempt's log");
+    assert!(std::fs::read_to_string(dir.join(log))
+        .unwrap()
+        .contains("broken 3"));
+    // b's block k reads what a's block k writes: b's 3 and 5 are orphans.
+    assert_eq!(
+        (a["orphaned"].as_u64(), b["orphaned"].as_u64()),
+        (Some(0), Some(2))
+    );
+    for t in [a, b] {
+        let sum = ["done", "failed", "orphaned", "remaining"]
+            .iter()
+            .map(|k| t[k].as_u64().unwrap())
+            .sum::<u64>();
+        assert_eq!(sum, t["total"].as_u64().unwrap(), "{t}");
+    }
+    assert!(a["remaining"].as_u64().unwrap() > 0, "killed part-way");
+    let text = run_fails(&mut dir.driver(&["status", "daisy_run/killed"]), 1);
+    assert!(text.contains("driver killed or crashed?"), "{text}");
+    assert!(text.contains("block 3 (1 attempts"), "{text}");
+
+    // Retry: exactly the failed blocks and their orphans run.
+    dir.write("fixed", "");
+    let out = run_fails(&mut dir.driver(&["run", "p.toml", "--retry-failed"]), 3);
+    assert!(
+        out.contains("left for a later run without --retry-failed"),
+        "{out}"
+    );
+    let retry = last_run_events(&run_dir);
+    assert_eq!(retry[0]["retry_failed"], true);
+    let ran = |task: &str| -> BTreeSet<u64> {
+        ["block_done", "block_failed"]
+            .iter()
+            .flat_map(|kind| event_blocks(&retry, kind, task))
+            .collect()
+    };
+    assert_eq!(ran("a"), BTreeSet::from([3, 5]));
+    assert_eq!(ran("b"), BTreeSet::from([3, 5]));
+    assert!(ran("c").is_empty());
+    let (status, code) = status_json(&dir, "daisy_run/killed");
+    assert_eq!((code, &status["state"]), (3, &Value::from("incomplete")));
+    assert_eq!(status["last_run"]["retry_failed"], true);
+
+    // A plain run does what was left.
+    run_ok(&mut dir.driver(&["run", "p.toml"]));
+    let (status, code) = status_json(&dir, "daisy_run/killed");
+    assert_eq!(
+        (code, &status["state"]),
+        (0, &Value::from("finished")),
+        "{status:#}"
+    );
+}
+
+#[test]
+fn live_status_shows_the_running_drivers_workers_and_blocks_in_flight() {
+    let dir = TestDir::new();
+    // Block 5 takes long: it is in flight while status looks.
+    let slow = "if [ {block_id} = 5 ]; then sleep 60; fi";
+    dir.write(
+        "live.toml",
+        &format!(
+            "name = \"live\"\n{}",
+            task("t", 10, slow, "max_workers = 2")
+        ),
+    );
+    let run_dir = dir.join("daisy_run/live");
+    let driver = ChildGuard::spawn(&mut dir.driver(&["run", "live.toml"]));
+    wait_until("every block but 5 is done", || {
+        event_blocks(&events(&run_dir), "block_done", "t").len() == 9
+    });
+    let (status, code) = status_json(&dir, "daisy_run/live");
+    assert_eq!(code, 3, "incomplete while it runs: {status:#}");
+    assert_eq!(status["running"], true);
+    let live = &status["live"]["tasks"][0];
+    assert_eq!(live["task_id"], "t");
+    assert_eq!(live["counters"]["processing"], 1);
+    assert!(
+        live["workers"]["connected"].as_u64().unwrap() >= 1,
+        "{live}"
+    );
+    let in_flight = live["in_flight"].as_array().unwrap();
+    assert_eq!(in_flight.len(), 1, "{live}");
+    assert_eq!(in_flight[0]["block_id"], 5);
+    assert!(in_flight[0]["seconds"].as_f64().unwrap() >= 0.0);
+    assert!(
+        live["blocks_per_s"].as_f64().unwrap() > 0.0,
+        "9 blocks just now"
+    );
+    assert!(live["eta_s"].as_f64().is_some(), "{live}");
+    let running: Vec<&Value> = status["last_run"]["workers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|w| w["end"] == "running")
+        .collect();
+    assert!(!running.is_empty(), "{status:#}");
+    let text = run_fails(&mut dir.driver(&["status", "daisy_run/live"]), 3);
+    assert!(text.contains("driver running"), "{text}");
+    assert!(text.contains("block 5 on worker"), "{text}");
+
+    let pid = nix::unistd::Pid::from_raw(driver.0.id() as i32);
+    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM).unwrap();
+    assert_eq!(driver.wait_for_exit().code(), Some(130));
+    let (status, code) = status_json(&dir, "daisy_run/live");
+    assert_eq!((code, status["running"].as_bool()), (3, Some(false)));
+    assert_eq!(task_status(&status, "t")["remaining"], 1);
+}
+
+#[test]
+fn retry_failed_in_a_serial_run_reruns_only_failed_blocks_and_their_orphans() {
+    let dir = TestDir::new();
+    dir.write("s.toml", &pipeline("serial"));
+    let run_dir = dir.join("daisy_run/serial");
+    run_fails(&mut dir.driver(&["run", "--serial", "s.toml"]), 1);
+    let (status, _) = status_json(&dir, "daisy_run/serial");
+    let bad = &task_status(&status, "a")["failed_blocks"][0];
+    assert!(bad["worker_id"].is_null(), "{bad}");
+    assert!(bad["log"].as_str().unwrap().ends_with("logs/a/serial.err"));
+    dir.write("fixed", "");
+    run_ok(&mut dir.driver(&["run", "--serial", "--retry-failed", "s.toml"]));
+    let retry = last_run_events(&run_dir);
+    for task in ["a", "b"] {
+        assert_eq!(event_blocks(&retry, "block_done", task), [3, 5], "{task}");
+    }
+    assert!(event_blocks(&retry, "block_done", "c").is_empty());
+    let (status, code) = status_json(&dir, "daisy_run/serial");
+    assert_eq!((code, &status["state"]), (0, &Value::from("finished")));
+}
+
+#[test]
+fn reset_deletes_a_task_and_its_downstream_markers_and_asks_first() {
+    let dir = TestDir::new();
+    dir.write("fixed", "");
+    dir.write("r.toml", &pipeline("reset"));
+    let run_dir = dir.join("daisy_run/reset");
+    run_ok(&mut dir.driver(&["run", "--serial", "r.toml"]));
+    let mut no_terminal = dir.driver(&["reset", "r.toml", "a"]);
+    no_terminal.stdin(Stdio::null());
+    let out = run_fails(&mut no_terminal, 2);
+    assert!(out.contains("without --yes"), "{out}");
+    assert!(
+        out.contains("done/a") && out.contains("done/b") && !out.contains("done/c"),
+        "{out}"
+    );
+    assert_eq!(marker_done(&run_dir, "a").len(), 40, "nothing deleted");
+    run_fails(&mut dir.driver(&["reset", "r.toml", "nope"]), 2);
+
+    let out = run_ok(&mut dir.driver(&["run", "--serial", "r.toml", "--reset", "b", "--yes"]));
+    let rerun = last_run_events(&run_dir);
+    assert_eq!(event_blocks(&rerun, "block_done", "b").len(), 40, "{out}");
+    assert!(event_blocks(&rerun, "block_done", "a").is_empty());
+
+    run_ok(&mut dir.driver(&["reset", "r.toml", "a", "--yes"]));
+    assert!(!run_dir.join("done/a").exists() && !run_dir.join("done/b").exists());
+    assert_eq!(marker_done(&run_dir, "c").len(), 5, "unrelated task kept");
+}
+
+#[test]
+fn status_survives_bad_input_and_names_what_is_wrong() {
+    let dir = TestDir::new();
+    let out = run_fails(&mut dir.driver(&["status", "no/such/dir"]), 2);
+    assert!(out.contains("no/such/dir"), "{out}");
+    dir.write("fixed", "");
+    dir.write("ok.toml", &pipeline("ok"));
+    run_ok(&mut dir.driver(&["run", "--serial", "ok.toml"]));
+    let events = dir.join("daisy_run/ok/events.jsonl");
+    let mut text = std::fs::read_to_string(&events).unwrap();
+    text.insert_str(0, "{ garbage\n");
+    text.push_str(r#"{"time": 1, "event": "block_do"#); // torn by a crash
+    std::fs::write(&events, text).unwrap();
+    let (status, code) = status_json(&dir, "daisy_run/ok");
+    assert_eq!((code, &status["state"]), (0, &Value::from("finished")));
+    let warnings = status["warnings"].to_string();
+    assert!(warnings.contains("events.jsonl line 1"), "{warnings}");
+    std::fs::remove_file(dir.join("daisy_run/ok/pipeline.json")).unwrap();
+    let out = run_fails(&mut dir.driver(&["status", "daisy_run/ok"]), 2);
+    assert!(out.contains("--pipeline"), "{out}");
+    let (status, code) = {
+        let mut command =
+            dir.driver(&["status", "--json", "--pipeline", "ok.toml", "daisy_run/ok"]);
+        let output = run(&mut command);
+        (
+            serde_json::from_slice::<Value>(&output.stdout).unwrap(),
+            output.status.code().unwrap(),
+        )
+    };
+    assert_eq!((code, &status["state"]), (0, &Value::from("finished")));
+}
