@@ -92,6 +92,15 @@ pub enum EventKind {
         host: String,
         pid: u32,
         by_hand: bool,
+        /// Back after its job was requeued.
+        #[serde(default)]
+        requeued: bool,
+    },
+    /// The driver let an idle worker go (`idle_timeout`).
+    WorkerReleased {
+        task: String,
+        worker_id: u64,
+        why: String,
     },
     /// The worker takes no more blocks (walltime, SIGTERM, preemption).
     WorkerDraining {
@@ -294,6 +303,12 @@ mod tests {
                 host: "h",
                 pid: 7,
                 by_hand: false,
+                requeued: true,
+            },
+            Event::WorkerReleased {
+                task: "t",
+                worker_id: 1,
+                why: "idle",
             },
             Event::WorkerDraining {
                 task: "t",

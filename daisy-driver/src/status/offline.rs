@@ -340,9 +340,12 @@ fn workers(events: &[HistoryEvent], running: bool) -> Vec<WorkerStatus> {
                 host,
                 pid,
                 by_hand,
+                ..
             } => {
+                // Also a requeued job connecting again: running anew.
                 let worker = entry(&mut workers, task, *worker_id, no_end);
                 (worker.host, worker.pid) = (Some(host.clone()), Some(*pid));
+                (worker.end, worker.why) = (no_end, None);
                 worker.by_hand = *by_hand;
             }
             EventKind::WorkerStartFailed {
