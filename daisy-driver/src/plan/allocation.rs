@@ -1,0 +1,286 @@
+//! The allocation over time: which task gets how many workers, phase by
+//! phase, as tasks drain. A deterministic simulation with the driver's own
+//! rules, not a prediction of timing: tasks are served in file order, each
+//! wants [`worker_demand`] workers and gets what the [`Budget`] has left,
+//! and worker ids are handed out from 1 in that order, as `Slots` does.
+//!
+//! - Phase 1 is the run's first round of submissions: what is runnable is
+//!   what the driver's first tick finds (the caller asks the real
+//!   scheduler, blocks done in an earlier run skipped).
+//! - A phase ends when the running task with the fewest rounds of blocks
+//!   left (blocks left / workers) is done, every block taking the same
+//!   time; the workers of a done task leave and its budget share goes to
+//!   the tasks served next.
+//! - A task whose upstream tasks are all done has its first level ready.
+//!
+//! Two simplifications, said in the user guide: a task waits until its
+//! upstream tasks are done (a run starts its workers as soon as its first
+//! blocks are ready), and keeps the workers it got (a run may add some as
+//! later levels of a task become ready, up to `max_workers`).
+
+use crate::budget::{worker_demand, Budget};
+use crate::pipeline::Pipeline;
+use daisy_core::{DependencyGraph, TaskIdx};
+use serde::Serialize;
+use std::collections::BTreeMap;
+
+/// One phase: from the end of some task(s) to the end of the next.
+#[derive(Debug, Serialize)]
+pub struct Phase {
+    /// The tasks whose end began this phase; none for the first.
+    pub after: Vec<String>,
+    /// Every task not done yet.
+    pub tasks: Vec<PhaseTask>,
+    /// What the running workers take from the budget.
+    pub budget_used: BTreeMap<String, u64>,
+}
+
+/// A task during a phase.
+#[derive(Debug, Serialize)]
+pub struct PhaseTask {
+    pub id: String,
+    /// Blocks left to run when the phase begins.
+    pub blocks_left: u64,
+    #[serde(flatten)]
+    pub state: TaskState,
+}
+
+#[derive(Debug, PartialEq, Eq, Serialize)]
+#[serde(tag = "state", rename_all = "snake_case")]
+pub enum TaskState {
+    /// `workers` run; `started` are those submitted as the phase begins.
+    Running {
+        workers: u32,
+        started: Option<WorkerIds>,
+    },
+    /// Nothing of it is ready before these upstream tasks are done.
+    WaitsForUpstream { upstream: Vec<String> },
+    /// Ready, but tasks served before it hold the budget.
+    WaitsForBudget,
+    /// `max_workers = 0`: only workers started by hand serve it.
+    ByHand,
+}
+
+/// The worker ids of one submission (one job array on a cluster).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+pub struct WorkerIds {
+    pub first: u64,
+    pub last: u64,
+}
+
+/// One submission of the simulated run.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Grant {
+    pub task: TaskIdx,
+    /// 1-based, as shown.
+    pub phase: usize,
+    pub workers: WorkerIds,
+}
+
+/// The phases of a run, and every submission made in them.
+#[derive(Debug)]
+pub struct Allocation {
+    pub phases: Vec<Phase>,
+    pub grants: Vec<Grant>,
+}
+
+/// Simulates a run of `pipeline` with `blocks_left` per task, of which
+/// `runnable_at_start` are ready when it starts.
+pub fn simulate(
+    pipeline: &Pipeline,
+    graph: &DependencyGraph,
+    blocks_left: Vec<u64>,
+    runnable_at_start: &[u64],
+) -> Allocation {
+    let mut run = Simulation {
+        pipeline,
+        graph,
+        budget: Budget::new(pipeline.resources.clone()),
+        next_worker: 1,
+        workers: vec![0; blocks_left.len()],
+        blocks_left,
+        grants: Vec::new(),
+    };
+    let mut phases = Vec::new();
+    let mut after = Vec::new();
+    while !run.all_done() {
+        let started = run.start_workers(phases.len() + 1, |task| match phases.is_empty() {
+            true => runnable_at_start[task.index()],
+            false => first_level_blocks(graph, task),
+        });
+        phases.push(run.phase(after, &started));
+        after = run.finish_next();
+        if after.is_empty() {
+            break;
+        }
+    }
+    Allocation {
+        phases,
+        grants: run.grants,
+    }
+}
+
+/// Blocks of `task`'s first level: what is ready once its upstream tasks
+/// are done.
+fn first_level_blocks(graph: &DependencyGraph, task: TaskIdx) -> u64 {
+    let task_graph = graph.task_graph(task);
+    match task_graph.num_levels() {
+        0 => 0,
+        _ => task_graph.num_level_blocks(0),
+    }
+}
+
+struct Simulation<'a> {
+    pipeline: &'a Pipeline,
+    graph: &'a DependencyGraph,
+    budget: Budget,
+    next_worker: u64,
+    blocks_left: Vec<u64>,
+    workers: Vec<u32>,
+    grants: Vec<Grant>,
+}
+
+impl Simulation<'_> {
+    fn tasks(&self) -> impl Iterator<Item = TaskIdx> + '_ {
+        self.graph.task_indices()
+    }
+
+    fn is_done(&self, task: TaskIdx) -> bool {
+        self.blocks_left[task.index()] == 0
+    }
+
+    fn all_done(&self) -> bool {
+        self.tasks().all(|task| self.is_done(task))
+    }
+
+    fn upstream_left(&self, task: TaskIdx) -> Vec<TaskIdx> {
+        let spec = &self.pipeline.tasks[task.index()].spec;
+        let left = spec.upstream.iter().filter(|&&up| !self.is_done(up));
+        left.copied().collect()
+    }
+
+    /// The driver's `start_workers` for every task not done, in file order,
+    /// with `runnable` blocks each (none while upstream tasks are left,
+    /// after the first phase); returns the workers started per task.
+    fn start_workers(
+        &mut self,
+        phase: usize,
+        runnable: impl Fn(TaskIdx) -> u64,
+    ) -> Vec<Option<WorkerIds>> {
+        let mut started = vec![None; self.workers.len()];
+        for task in self.tasks().collect::<Vec<_>>() {
+            if self.is_done(task) || (phase > 1 && !self.upstream_left(task).is_empty()) {
+                continue;
+            }
+            let config = &self.pipeline.tasks[task.index()];
+            let ready = runnable(task).min(self.blocks_left[task.index()]);
+            let wanted =
+                worker_demand(ready, config.max_workers).saturating_sub(self.workers[task.index()]);
+            let granted = self.budget.allocate_up_to(&config.requires, wanted);
+            if granted == 0 {
+                continue;
+            }
+            let workers = WorkerIds {
+                first: self.next_worker,
+                last: self.next_worker + u64::from(granted) - 1,
+            };
+            self.next_worker += u64::from(granted);
+            self.workers[task.index()] += granted;
+            self.grants.push(Grant {
+                task,
+                phase,
+                workers,
+            });
+            started[task.index()] = Some(workers);
+        }
+        started
+    }
+
+    fn phase(&self, after: Vec<String>, started: &[Option<WorkerIds>]) -> Phase {
+        let tasks = self
+            .tasks()
+            .filter(|&task| !self.is_done(task))
+            .map(|task| PhaseTask {
+                id: self.id(task).to_string(),
+                blocks_left: self.blocks_left[task.index()],
+                state: self.state(task, started[task.index()]),
+            })
+            .collect();
+        Phase {
+            after,
+            tasks,
+            budget_used: self.budget.used().clone(),
+        }
+    }
+
+    fn state(&self, task: TaskIdx, started: Option<WorkerIds>) -> TaskState {
+        let workers = self.workers[task.index()];
+        let upstream = self.upstream_left(task);
+        if workers > 0 {
+            TaskState::Running { workers, started }
+        } else if self.pipeline.tasks[task.index()].max_workers == 0 {
+            TaskState::ByHand
+        } else if !upstream.is_empty() {
+            let upstream = upstream.iter().map(|&up| self.id(up).to_string());
+            TaskState::WaitsForUpstream {
+                upstream: upstream.collect(),
+            }
+        } else {
+            TaskState::WaitsForBudget
+        }
+    }
+
+    fn id(&self, task: TaskIdx) -> &str {
+        &self.pipeline.tasks[task.index()].spec.id
+    }
+
+    /// Ends the phase: the running tasks with the fewest rounds left finish
+    /// (or, with none running, the tasks served by hand), the others run
+    /// as many rounds. Returns the tasks that finished.
+    fn finish_next(&mut self) -> Vec<String> {
+        let can_finish: Vec<TaskIdx> = self
+            .tasks()
+            .filter(|&task| !self.is_done(task) && self.upstream_left(task).is_empty())
+            .collect();
+        let rounds_left = |task: TaskIdx| {
+            let workers = u64::from(self.workers[task.index()]);
+            (workers > 0).then(|| self.blocks_left[task.index()].div_ceil(workers))
+        };
+        let Some(rounds) = can_finish.iter().filter_map(|&t| rounds_left(t)).min() else {
+            return self.finish_by_hand(&can_finish);
+        };
+        let mut finished = Vec::new();
+        for task in can_finish {
+            let workers = self.workers[task.index()];
+            let left = &mut self.blocks_left[task.index()];
+            *left = left.saturating_sub(rounds * u64::from(workers));
+            if *left == 0 {
+                self.end_workers(task);
+                finished.push(self.id(task).to_string());
+            }
+        }
+        finished
+    }
+
+    /// With nothing launched running, the tasks served by hand are assumed
+    /// to be done next (by whoever starts their workers).
+    fn finish_by_hand(&mut self, can_finish: &[TaskIdx]) -> Vec<String> {
+        let by_hand = can_finish
+            .iter()
+            .filter(|&&task| self.pipeline.tasks[task.index()].max_workers == 0);
+        let mut finished = Vec::new();
+        for &task in by_hand {
+            self.blocks_left[task.index()] = 0;
+            finished.push(self.id(task).to_string());
+        }
+        finished
+    }
+
+    /// A done task's workers leave; their budget share returns.
+    fn end_workers(&mut self, task: TaskIdx) {
+        let requires = &self.pipeline.tasks[task.index()].requires;
+        for _ in 0..std::mem::take(&mut self.workers[task.index()]) {
+            self.budget.release(requires);
+        }
+    }
+}
