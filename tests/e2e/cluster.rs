@@ -9,7 +9,7 @@ use std::path::PathBuf;
 use std::process::Command;
 
 /// True if a SLURM answers; otherwise skips loudly (or fails under CI).
-fn slurm_is_up(test: &str) -> bool {
+pub(crate) fn slurm_is_up(test: &str) -> bool {
     let up = Command::new("sinfo")
         .arg("-h")
         .output()
@@ -86,7 +86,7 @@ fn wait_until_gone(jobs: &[String]) {
     });
 }
 
-fn cluster_driver(dir: &TestDir, pipeline: &str) -> Command {
+pub(crate) fn cluster_driver(dir: &TestDir, pipeline: &str) -> Command {
     let mut driver = dir.driver(&["run", pipeline]);
     driver.env("DAISY_POLL_INTERVAL", "1s");
     driver
