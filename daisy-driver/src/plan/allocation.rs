@@ -284,3 +284,76 @@ impl Simulation<'_> {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::pipeline::tests::task;
+    use std::path::Path;
+
+    fn simulated(toml: &str, blocks_left: Vec<u64>, runnable: &[u64]) -> Vec<Phase> {
+        let toml = format!("name = \"p\"\n{toml}");
+        let pipeline = Pipeline::from_str(&toml, Path::new("test.toml")).unwrap();
+        simulate(&pipeline, &pipeline.graph(), blocks_left, runnable).phases
+    }
+
+    fn states(phase: &Phase) -> Vec<(&str, &TaskState)> {
+        phase
+            .tasks
+            .iter()
+            .map(|t| (t.id.as_str(), &t.state))
+            .collect()
+    }
+
+    fn running(workers: u32, first: u64, last: u64) -> TaskState {
+        let started = Some(WorkerIds { first, last });
+        TaskState::Running { workers, started }
+    }
+
+    #[test]
+    fn a_task_waits_for_the_budget_until_the_one_served_first_is_done() {
+        let toml = [
+            "[resources]\ncpu = 2\n".to_string(),
+            task("big", "requires = { cpu = 2 }\nmax_workers = 1"),
+            task("small", "requires = { cpu = 1 }\nmax_workers = 4"),
+        ]
+        .concat();
+        let phases = simulated(&toml, vec![10, 10], &[10, 10]);
+        assert_eq!(phases.len(), 2);
+        let phase_1 = [
+            ("big", &running(1, 1, 1)),
+            ("small", &TaskState::WaitsForBudget),
+        ];
+        assert_eq!(states(&phases[0]), phase_1);
+        assert_eq!(phases[1].after, ["big"]);
+        assert_eq!(states(&phases[1]), [("small", &running(2, 2, 3))]);
+    }
+
+    #[test]
+    fn tasks_served_by_hand_come_before_their_downstream_tasks() {
+        let toml = [
+            task("manual", "max_workers = 0"),
+            task("after", "upstream = [\"manual\"]\nmax_workers = 2"),
+        ]
+        .concat();
+        let phases = simulated(&toml, vec![10, 10], &[10, 0]);
+        let waits = TaskState::WaitsForUpstream {
+            upstream: vec!["manual".into()],
+        };
+        let phase_1 = [("manual", &TaskState::ByHand), ("after", &waits)];
+        assert_eq!(states(&phases[0]), phase_1);
+        assert_eq!(states(&phases[1]), [("after", &running(2, 1, 2))]);
+    }
+
+    #[test]
+    fn tasks_done_in_an_earlier_run_are_left_out_and_free_their_downstream() {
+        let toml = [
+            task("done", "max_workers = 2"),
+            task("next", "upstream = [\"done\"]\nmax_workers = 2"),
+        ]
+        .concat();
+        let phases = simulated(&toml, vec![0, 10], &[0, 10]);
+        assert_eq!(phases.len(), 1);
+        assert_eq!(states(&phases[0]), [("next", &running(2, 1, 2))]);
+    }
+}
