@@ -49,9 +49,14 @@ pub struct PhaseTask {
 #[serde(tag = "state", rename_all = "snake_case")]
 pub enum TaskState {
     /// `workers` run; `started` are those submitted as the phase begins.
+    /// A task of several levels may get more as its later levels become
+    /// ready: up to `more_later_up_to` once its widest level is (budget
+    /// permitting); the simulation counts only `workers`.
     Running {
         workers: u32,
         started: Option<WorkerIds>,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        more_later_up_to: Option<u32>,
     },
     /// Nothing of it is ready before these upstream tasks are done.
     WaitsForUpstream { upstream: Vec<String> },
@@ -130,6 +135,16 @@ fn first_level_blocks(graph: &DependencyGraph, task: TaskIdx) -> u64 {
     }
 }
 
+/// Blocks of `task`'s largest level: the most that can be ready at once.
+fn widest_level_blocks(graph: &DependencyGraph, task: TaskIdx) -> u64 {
+    let task_graph = graph.task_graph(task);
+    let levels = 0..task_graph.num_levels();
+    levels
+        .map(|level| task_graph.num_level_blocks(level))
+        .max()
+        .unwrap_or(0)
+}
+
 struct Simulation<'a> {
     pipeline: &'a Pipeline,
     graph: &'a DependencyGraph,
@@ -206,10 +221,11 @@ impl Simulation<'_> {
                 state: self.state(task, started[task.index()]),
             })
             .collect();
+        let used = self.budget.used().iter().filter(|(_, &amount)| amount > 0);
         Phase {
             after,
             tasks,
-            budget_used: self.budget.used().clone(),
+            budget_used: used.map(|(key, &amount)| (key.clone(), amount)).collect(),
         }
     }
 
@@ -217,7 +233,11 @@ impl Simulation<'_> {
         let workers = self.workers[task.index()];
         let upstream = self.upstream_left(task);
         if workers > 0 {
-            TaskState::Running { workers, started }
+            TaskState::Running {
+                workers,
+                started,
+                more_later_up_to: self.more_workers_later(task),
+            }
         } else if self.pipeline.tasks[task.index()].max_workers == 0 {
             TaskState::ByHand
         } else if !upstream.is_empty() {
@@ -228,6 +248,18 @@ impl Simulation<'_> {
         } else {
             TaskState::WaitsForBudget
         }
+    }
+
+    /// The demand of `task` once its widest level is ready, if a later
+    /// level is wider than its first.
+    fn more_workers_later(&self, task: TaskIdx) -> Option<u32> {
+        let (left, max_workers) = (
+            self.blocks_left[task.index()],
+            self.pipeline.tasks[task.index()].max_workers,
+        );
+        let first = worker_demand(first_level_blocks(self.graph, task).min(left), max_workers);
+        let widest = worker_demand(widest_level_blocks(self.graph, task).min(left), max_workers);
+        (widest > first).then_some(widest)
     }
 
     fn id(&self, task: TaskIdx) -> &str {
@@ -306,8 +338,11 @@ mod tests {
     }
 
     fn running(workers: u32, first: u64, last: u64) -> TaskState {
-        let started = Some(WorkerIds { first, last });
-        TaskState::Running { workers, started }
+        TaskState::Running {
+            workers,
+            started: Some(WorkerIds { first, last }),
+            more_later_up_to: None,
+        }
     }
 
     #[test]

@@ -137,17 +137,21 @@ fn render_phase(out: &mut String, number: usize, phase: &Phase, width: usize) {
 
 fn state(state: &TaskState) -> String {
     match state {
-        TaskState::Running { workers, started } => {
+        TaskState::Running {
+            workers,
+            started,
+            more_later_up_to,
+        } => {
             let plural = if *workers == 1 { "worker" } else { "workers" };
-            match started {
-                Some(WorkerIds { first, last }) => {
-                    format!(
-                        "{workers} {plural}, starts {}",
-                        self::workers(*first, *last)
-                    )
-                }
-                None => format!("{workers} {plural}"),
+            let mut text = format!("{workers} {plural}");
+            if let Some(WorkerIds { first, last }) = started {
+                text += &format!(", starts {}", self::workers(*first, *last));
             }
+            if let Some(up_to) = more_later_up_to {
+                text +=
+                    &format!(" (up to {up_to} as later levels become ready, budget permitting)");
+            }
+            text
         }
         TaskState::WaitsForUpstream { upstream } => format!("waits for {}", upstream.join(", ")),
         TaskState::WaitsForBudget => "waits for the budget".to_string(),
