@@ -1,5 +1,6 @@
-//! The global resource budget (`[resources]`) and what running workers
-//! take from it.
+//! The global resource budget (`[resources]`), what running workers take
+//! from it, and how many workers a task asks for: the rules the driver
+//! starts workers by and `plan` simulates.
 //!
 //! Every start of a worker must first `try_allocate` the task's
 //! `requires`; the share comes back with `release` when the worker's slot
@@ -37,6 +38,14 @@ impl Budget {
         fits
     }
 
+    /// Takes up to `wanted` shares of `requires`, as many as fit, and says
+    /// how many it took.
+    pub fn allocate_up_to(&mut self, requires: &BTreeMap<String, u64>, wanted: u32) -> u32 {
+        (0..wanted)
+            .take_while(|_| self.try_allocate(requires))
+            .count() as u32
+    }
+
     /// Gives back what an earlier `try_allocate` took.
     pub fn release(&mut self, requires: &BTreeMap<String, u64>) {
         for (key, &need) in requires {
@@ -50,6 +59,12 @@ impl Budget {
     pub fn used(&self) -> &BTreeMap<String, u64> {
         &self.used
     }
+}
+
+/// Workers a task wants with `runnable` blocks (ready or being processed):
+/// one per block, up to `max_workers`. More would only wait for blocks.
+pub fn worker_demand(runnable: u64, max_workers: u32) -> u32 {
+    runnable.min(u64::from(max_workers)) as u32
 }
 
 #[cfg(test)]
@@ -84,5 +99,25 @@ mod tests {
             !budget.try_allocate(&map(&[("fpga", 1)])),
             "an unknown key has none"
         );
+    }
+
+    #[test]
+    fn allocate_up_to_takes_what_fits_and_no_more() {
+        let mut budget = Budget::new(map(&[("gpu", 3)]));
+        assert_eq!(budget.allocate_up_to(&map(&[("gpu", 1)]), 2), 2);
+        assert_eq!(budget.allocate_up_to(&map(&[("gpu", 1)]), 5), 1);
+        assert_eq!(budget.used(), &map(&[("gpu", 3)]));
+        assert_eq!(
+            budget.allocate_up_to(&BTreeMap::new(), 4),
+            4,
+            "free workers"
+        );
+    }
+
+    #[test]
+    fn demand_is_one_worker_per_runnable_block_up_to_max_workers() {
+        assert_eq!(worker_demand(3, 8), 3);
+        assert_eq!(worker_demand(1_000_000, 8), 8);
+        assert_eq!(worker_demand(5, 0), 0, "hand-launched tasks");
     }
 }

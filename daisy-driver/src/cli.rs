@@ -5,6 +5,7 @@ use crate::driver::RunOptions;
 use crate::launch::LaunchSettings;
 use crate::pipeline::Pipeline;
 use crate::plan::plan;
+use crate::plan::scripts::WorkerProgram;
 use crate::run_dir::RunDir;
 use anyhow::Context;
 use clap::{Args, Parser, Subcommand};
@@ -30,8 +31,9 @@ pub struct Cli {
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Show what a run would do, without doing it: blocks, levels, blocks
-    /// already done, workers per task under the budget. Exits non-zero with
-    /// every problem listed if the pipeline file is invalid.
+    /// already done, the workers each task gets phase by phase as tasks
+    /// drain, the job scripts a run would submit (with --scripts), and every
+    /// problem that would stop a run; exits non-zero if there is one.
     Plan(PlanOpts),
     /// Run a pipeline: serve blocks over TCP to workers started through the
     /// launcher (and to workers started by hand). Finished blocks are
@@ -76,9 +78,18 @@ pub struct PipelineOpts {
 pub struct PlanOpts {
     #[command(flatten)]
     pub pipeline: PipelineOpts,
-    /// Print the plan as JSON (for scripts).
+    /// Print the plan as JSON (for scripts); it holds the job scripts too.
     #[arg(long)]
     pub json: bool,
+    /// Also print the job script (or, for the local launcher, the command
+    /// lines) of each task's first submission, byte for byte what a run
+    /// started from the same directory submits.
+    #[arg(long)]
+    pub scripts: bool,
+    /// The daisy-worker binary launched workers would run, as for `run`
+    /// [default: beside daisy-driver, else on PATH].
+    #[arg(long, env = "DAISY_WORKER_BIN")]
+    pub worker_bin: Option<PathBuf>,
 }
 
 #[derive(Debug, Args)]
@@ -179,14 +190,19 @@ fn load(opts: &PipelineOpts) -> anyhow::Result<(Pipeline, RunDir)> {
 
 fn command_plan(opts: PlanOpts) -> anyhow::Result<ExitCode> {
     let (pipeline, run_dir) = load(&opts.pipeline)?;
-    let plan = plan(&pipeline, &run_dir);
+    let (program, program_args) = worker_program(opts.worker_bin.as_deref())?;
+    let worker = WorkerProgram {
+        path: &program,
+        args: &program_args,
+    };
+    let plan = plan(&pipeline, &run_dir, worker);
     if opts.json {
         println!(
             "{}",
             serde_json::to_string_pretty(&plan).context("encoding the plan")?
         );
     } else {
-        print!("{}", plan.render());
+        print!("{}", plan.render(opts.scripts));
     }
     Ok(if plan.is_runnable() {
         ExitCode::SUCCESS

@@ -1,11 +1,17 @@
 //! From the pipeline's `[launcher]` to a running `Launcher` backend, and
-//! from a task's launcher options to what a job script needs.
+//! from a task's configuration to the request that starts one of its
+//! workers (built here for both the run and `plan`, so that the job
+//! scripts `plan` shows are the ones a run submits).
 
-use crate::pipeline::{LauncherConfig, LauncherKind};
+use crate::pipeline::{LauncherConfig, LauncherKind, TaskConfig};
+use crate::run_dir::RunDir;
 use anyhow::Context as _;
+use daisy_core::walltime::parse_slurm_time;
 use launchers::{
     BsubLauncher, ClusterOptions, Launcher, LocalLauncher, SbatchLauncher, SlurmrestdLauncher,
+    WorkerRequest,
 };
+use std::path::Path;
 use std::time::Duration;
 
 /// How often cluster backends ask the scheduler for job states.
@@ -42,7 +48,7 @@ pub fn launcher(
 }
 
 /// A task's launcher options as the job script needs them.
-pub fn cluster_options(config: &LauncherConfig) -> ClusterOptions {
+fn cluster_options(config: &LauncherConfig) -> ClusterOptions {
     ClusterOptions {
         partition: config.partition.clone(),
         account: config.account.clone(),
@@ -52,5 +58,42 @@ pub fn cluster_options(config: &LauncherConfig) -> ClusterOptions {
         directives: config.directives.clone(),
         setup: config.setup.clone(),
         max_array_parallel: config.max_array_parallel,
+    }
+}
+
+/// Tells a launched worker its job's walltime (daisy-worker's
+/// `--walltime`), so it stops taking blocks before the job is killed.
+const WALLTIME_ENV: &str = "DAISY_WALLTIME";
+
+/// The request that starts worker `worker_id` of `task`: `program` with
+/// `program_args`, then the worker's log directory; `env` holds what the
+/// worker must not get on its command line (`DAISY_CONTEXT`, the token),
+/// to which the task's walltime is added.
+pub fn worker_request(
+    task: &TaskConfig,
+    worker_id: u64,
+    run_dir: &RunDir,
+    program: &Path,
+    program_args: &[String],
+    mut env: Vec<(String, String)>,
+) -> WorkerRequest {
+    let log_dir = run_dir.task_logs(&task.spec.id);
+    if let Some(walltime) = task.launcher.time.as_deref().and_then(parse_slurm_time) {
+        env.push((WALLTIME_ENV.to_string(), format!("{}s", walltime.as_secs())));
+    }
+    WorkerRequest {
+        task_id: task.spec.id.clone(),
+        worker_id,
+        program: program.to_path_buf(),
+        args: [
+            program_args,
+            &["--log-dir".to_string(), log_dir.display().to_string()],
+        ]
+        .concat(),
+        env,
+        working_dir: std::env::current_dir().unwrap_or_else(|_| ".".into()),
+        log_dir,
+        requires: task.requires.clone(),
+        cluster: cluster_options(&task.launcher),
     }
 }

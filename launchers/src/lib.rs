@@ -26,17 +26,22 @@ mod slurmrestd;
 mod template;
 mod worker_program;
 
-pub use bsub::{BsubLauncher, LsfCalls, BSUB_PLACEHOLDERS, BUILTIN_BSUB_TEMPLATE, LSF_COMMANDS};
+pub use bsub::{
+    job_script as bsub_job_script, BsubLauncher, LsfCalls, BSUB_PLACEHOLDERS,
+    BUILTIN_BSUB_TEMPLATE, LSF_COMMANDS,
+};
 pub use cluster::ClusterOptions;
-pub use local::{LocalLauncher, DEFAULT_GRACE};
+pub use local::{command_line as local_command_line, LocalLauncher, DEFAULT_GRACE};
 pub use sbatch::{
-    SbatchLauncher, SchedulerCalls, BUILTIN_WORKER_TEMPLATE, DEFAULT_COMMAND_TIMEOUT,
-    DEFAULT_POLL_INTERVAL, DEFAULT_RETRY_DELAYS, MAX_BACKOFF, PLACEHOLDERS, SLURM_COMMANDS,
+    job_script as sbatch_job_script, SbatchLauncher, SchedulerCalls, BUILTIN_WORKER_TEMPLATE,
+    DEFAULT_COMMAND_TIMEOUT, DEFAULT_POLL_INTERVAL, DEFAULT_RETRY_DELAYS, MAX_BACKOFF,
+    PLACEHOLDERS, SLURM_COMMANDS,
 };
 pub use slurmrestd::{
-    SlurmrestdCalls, SlurmrestdConfigError, SlurmrestdLauncher, DEFAULT_SLURMRESTD_URL,
-    FORWARDED_ENV, SLURMRESTD_REQUEST_TIMEOUT,
+    job_script as slurmrestd_job_script, SlurmrestdCalls, SlurmrestdConfigError,
+    SlurmrestdLauncher, DEFAULT_SLURMRESTD_URL, FORWARDED_ENV, SLURMRESTD_REQUEST_TIMEOUT,
 };
+pub use template::JobScript;
 pub use worker_program::{find_worker_program, DAISY_WORKER_BIN, WORKER_PROGRAM_NAME};
 
 use std::collections::BTreeMap;

@@ -19,7 +19,7 @@
 use std::collections::BTreeMap;
 use std::fs::{File, OpenOptions};
 use std::os::unix::process::{CommandExt, ExitStatusExt};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
 
@@ -27,6 +27,7 @@ use nix::sys::signal::{killpg, Signal};
 use nix::sys::wait::{waitid, Id, WaitPidFlag, WaitStatus};
 use nix::unistd::Pid;
 
+use crate::template;
 use crate::{JobEnd, JobId, LaunchError, Launcher, WorkerRequest};
 
 /// How long cancelled workers get between SIGTERM and SIGKILL: enough for
@@ -171,7 +172,7 @@ fn open_logs(log_dir: &Path, worker_id: u64) -> Result<(File, File), LaunchError
         source,
     })?;
     let open = |extension: &str| {
-        let path = log_dir.join(format!("worker-{worker_id}.{extension}"));
+        let path = log_file(log_dir, worker_id, extension);
         OpenOptions::new()
             .create(true)
             .append(true)
@@ -179,6 +180,28 @@ fn open_logs(log_dir: &Path, worker_id: u64) -> Result<(File, File), LaunchError
             .map_err(|source| LaunchError::Log { path, source })
     };
     Ok((open("out")?, open("err")?))
+}
+
+/// `<log_dir>/worker-<id>.<extension>`.
+fn log_file(log_dir: &Path, worker_id: u64, extension: &str) -> PathBuf {
+    log_dir.join(format!("worker-{worker_id}.{extension}"))
+}
+
+/// What `start` runs for `request`, as one shell line for people to read
+/// (`daisy-driver plan`): the worker command and where its output goes.
+/// It runs in `working_dir` with `env` added; neither is shown, since the
+/// environment holds the run token.
+pub fn command_line(request: &WorkerRequest) -> String {
+    let log = |extension| {
+        let path = log_file(&request.log_dir, request.worker_id, extension);
+        template::shell_quote(&path.display().to_string())
+    };
+    format!(
+        "{} >> {} 2>> {}",
+        template::worker_command(request),
+        log("out"),
+        log("err")
+    )
 }
 
 fn job_id(child: &Child) -> JobId {

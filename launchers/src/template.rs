@@ -12,9 +12,34 @@
 //! anything is submitted.
 
 use std::collections::BTreeMap;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use crate::{LaunchError, TemplateProblem, WorkerRequest};
+
+/// A rendered job script and the file it is kept in, beside the task's
+/// logs: what a cluster backend submits for a group of workers, and what
+/// `daisy-driver plan` shows without submitting.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct JobScript {
+    /// `<log_dir>/worker-<first>-<last>.<sbatch|bsub>`.
+    pub path: PathBuf,
+    pub text: String,
+}
+
+impl JobScript {
+    /// Keeps the script in its file (creating the log directory), just
+    /// before it is submitted.
+    pub(crate) fn write(&self) -> Result<(), LaunchError> {
+        let error = |source| LaunchError::Script {
+            path: self.path.clone(),
+            source,
+        };
+        if let Some(dir) = self.path.parent() {
+            std::fs::create_dir_all(dir).map_err(error)?;
+        }
+        std::fs::write(&self.path, &self.text).map_err(error)
+    }
+}
 
 /// Placeholder values by name; `None` leaves out the lines using it. The
 /// keys are every name the template may use.

@@ -6,6 +6,7 @@ mod cluster;
 mod distributed;
 mod failures;
 mod plan;
+mod plan_cluster;
 mod preemption;
 mod protocol;
 mod python_worker;

@@ -107,3 +107,118 @@ max_retries = 0
     assert_eq!(plan["tasks"][0]["done_blocks"], 6);
     assert_eq!(plan["tasks"][0]["remaining_blocks"], 4);
 }
+
+/// Budget cpu = 4: "a" (8 blocks) gets 3 workers and "c" (2 blocks) the
+/// last cpu; "b" waits for "a". "c" is done first (2 rounds against 3),
+/// yet its cpu goes to nobody: "a" wants no more workers for its last 2
+/// blocks. When "a" is done, "b" gets all 4.
+const DRAINING: &str = r#"
+name = "p"
+[resources]
+cpu = 4
+"#;
+
+fn draining_pipeline() -> String {
+    [
+        DRAINING.to_string(),
+        task("a", 8, "true", "max_workers = 3\nrequires = { cpu = 1 }"),
+        task(
+            "b",
+            4,
+            "true",
+            "max_workers = 4\nrequires = { cpu = 1 }\nupstream = [\"a\"]",
+        ),
+        task("c", 2, "true", "max_workers = 2\nrequires = { cpu = 1 }"),
+    ]
+    .concat()
+}
+
+#[test]
+fn plan_simulates_the_allocation_as_tasks_drain() {
+    let dir = TestDir::new();
+    dir.write("p.toml", &draining_pipeline());
+    let json = run_ok(&mut dir.driver(&["plan", "p.toml", "--json"]));
+    let plan: serde_json::Value = serde_json::from_str(&json).unwrap();
+    let phases = plan["phases"].as_array().unwrap();
+    let summary: Vec<String> = phases
+        .iter()
+        .map(|phase| {
+            let tasks: Vec<String> = phase["tasks"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|t| format!("{}:{}:{}", t["id"], t["state"], t["workers"]))
+                .collect();
+            format!("after {} -> {}", phase["after"], tasks.join(" "))
+        })
+        .collect();
+    assert_eq!(
+        summary,
+        [
+            r#"after [] -> "a":"running":3 "b":"waits_for_upstream":null "c":"running":1"#,
+            r#"after ["c"] -> "a":"running":3 "b":"waits_for_upstream":null"#,
+            r#"after ["a"] -> "b":"running":4"#,
+        ],
+        "{json}"
+    );
+    assert_eq!(phases[1]["tasks"][0]["blocks_left"], 2, "a ran 2 rounds");
+    let started = |phase: usize, task: usize| phases[phase]["tasks"][task]["started"].clone();
+    assert_eq!(started(0, 0), serde_json::json!({"first": 1, "last": 3}));
+    assert_eq!(started(0, 2), serde_json::json!({"first": 4, "last": 4}));
+    assert_eq!(started(2, 0), serde_json::json!({"first": 5, "last": 8}));
+
+    let text = run_ok(&mut dir.driver(&["plan", "p.toml"]));
+    for line in [
+        "phase 1, at start (budget in use {cpu: 4})",
+        "    a  3 workers, starts workers 1-3; 8 blocks left",
+        "    b  waits for a; 4 blocks left",
+        "    c  1 worker, starts worker 4; 2 blocks left",
+        "phase 3, after a is done (budget in use {cpu: 4})",
+        "task \"b\", workers 5-8 (phase 3): 4 local processes",
+    ] {
+        assert!(text.contains(line), "missing {line:?} in:\n{text}");
+    }
+    assert!(!dir.join("daisy_run").exists(), "planning creates nothing");
+}
+
+#[test]
+fn plan_prints_the_local_command_lines_of_each_first_submission() {
+    let dir = TestDir::new();
+    dir.write("p.toml", &draining_pipeline());
+    let text = run_ok(&mut dir.driver(&["plan", "p.toml", "--scripts"]));
+    let worker = worker_program().display().to_string();
+    let header = "--- command lines for task \"c\" (worker 4), run in the driver's \
+                  working directory with DAISY_CONTEXT set ---\n";
+    let command = format!(
+        "{worker} --log-dir daisy_run/p/logs/c >> daisy_run/p/logs/c/worker-4.out \
+         2>> daisy_run/p/logs/c/worker-4.err\n"
+    );
+    assert!(
+        text.contains(&format!("{header}{command}")),
+        "missing\n{header}{command}in:\n{text}"
+    );
+}
+
+#[test]
+fn plan_lists_script_and_launcher_problems_and_exits_non_zero() {
+    let dir = TestDir::new();
+    dir.write("worker.sbatch", "#!/bin/sh\n#SBATCH --time={{walltime}}\n");
+    let pipeline = draining_pipeline().replace(
+        "[resources]",
+        "[launcher]\nkind = \"sbatch\"\ntemplate = \"worker.sbatch\"\n[resources]",
+    );
+    dir.write("p.toml", &pipeline);
+    let no_sbatch = dir.join("empty-path");
+    std::fs::create_dir(&no_sbatch).unwrap();
+    let mut plan = dir.driver(&["plan", "p.toml"]);
+    plan.env("PATH", &no_sbatch);
+    let out = run_fails(&mut plan, 1);
+    for expected in [
+        "problem: task \"a\": job template",
+        "problem: task \"c\": job template",
+        "unknown placeholder {{walltime}}",
+        "problem: the pipeline's launcher is sbatch: cannot find sbatch",
+    ] {
+        assert!(out.contains(expected), "missing {expected:?} in:\n{out}");
+    }
+}

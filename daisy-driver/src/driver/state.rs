@@ -4,11 +4,11 @@
 
 use super::launcher_thread::{LauncherEvent, LauncherThread};
 use super::RunOptions;
-use crate::budget::Budget;
+use crate::budget::{worker_demand, Budget};
 use crate::connection::{ConnEvent, ConnId};
 use crate::done_marker::DoneMarker;
 use crate::events::{Event, EventLog};
-use crate::launch::cluster_options;
+use crate::launch;
 use crate::pipeline::{Pipeline, TaskConfig, UserCommand};
 use crate::progress::{Progress, TaskProgress};
 use crate::recent_rate::RecentRate;
@@ -22,7 +22,6 @@ use daisy_core::protocol::{
     BlockResult, CodeKind, FromDriver, Hello, Role, TaskCode, ToDriver, Welcome, WireBlock,
 };
 use daisy_core::scheduler::Released;
-use daisy_core::walltime::parse_slurm_time;
 use daisy_core::{BlockId, BlockOutcome, Scheduler, TaskIdx};
 use launchers::WorkerRequest;
 use std::collections::{BTreeSet, HashMap};
@@ -34,10 +33,6 @@ use tokio::sync::{mpsc, oneshot};
 /// driver takes it back (the worker's own timeout, its SIGTERM grace and
 /// the report should all fit in it).
 const RECLAIM_MARGIN: Duration = Duration::from_secs(10);
-
-/// Tells a launched worker its job's walltime (daisy-worker's
-/// `--walltime`), so it stops taking blocks before the job is killed.
-const WALLTIME_ENV: &str = "DAISY_WALLTIME";
 
 /// The most blocks handed out in one `Blocks` message.
 const MAX_BATCH: u32 = 1024;
@@ -851,46 +846,43 @@ impl Driver {
     /// job array on a cluster); the slots hold their budget share from now.
     fn start_workers(&mut self) {
         for task in self.scheduler.graph().task_indices().collect::<Vec<_>>() {
-            let mut requests = Vec::new();
-            while self.wants_worker(task, requests.len() as u32) {
-                if !self
-                    .budget
-                    .try_allocate(&self.pipeline.tasks[task.index()].requires)
-                {
-                    break;
-                }
-                let slot = self.slots.next_id();
-                self.slots.submitting(slot, task);
-                requests.push(self.worker_request(task, slot));
-            }
+            let wanted = self.workers_wanted(task);
+            let requires = &self.pipeline.tasks[task.index()].requires;
+            let granted = self.budget.allocate_up_to(requires, wanted);
+            let requests: Vec<WorkerRequest> = (0..granted)
+                .map(|_| {
+                    let slot = self.slots.next_id();
+                    self.slots.submitting(slot, task);
+                    self.worker_request(task, slot)
+                })
+                .collect();
             if !requests.is_empty() {
                 self.launcher.start(requests);
             }
         }
     }
 
-    /// A task gets another worker while it has blocks to run beyond its
-    /// live workers (and the `pending` ones about to be started), up to
-    /// `max_workers`, and its restart budget is not used up. Blocks done in
-    /// an earlier run are skipped first, so a resumed run starts no worker
-    /// for work that is done.
-    fn wants_worker(&mut self, task: TaskIdx, pending: u32) -> bool {
+    /// How many more workers a task wants: its [`worker_demand`] beyond its
+    /// live workers, none once its restart budget is used up. Blocks done
+    /// in an earlier run are skipped first, so a resumed run starts no
+    /// worker for work that is done.
+    fn workers_wanted(&mut self, task: TaskIdx) -> u32 {
         let config = &self.pipeline.tasks[task.index()];
         if self.scheduler.is_abandoned(task)
             || self.slots.unclean_exits(task) > config.max_worker_restarts
         {
-            return false;
+            return 0;
         }
         let marker = &self.markers[task.index()];
         if !self
             .scheduler
             .has_runnable(task, &mut |b| marker.is_done(b))
         {
-            return false;
+            return 0;
         }
         let c = self.scheduler.counters(task);
-        let demand = (c.ready + c.processing).min(config.max_workers as u64);
-        ((self.slots.live(task) + pending) as u64) < demand
+        worker_demand(c.ready + c.processing, config.max_workers)
+            .saturating_sub(self.slots.live(task))
     }
 
     pub fn on_launcher_event(&mut self, event: LauncherEvent) {
@@ -957,26 +949,14 @@ impl Driver {
             worker_id: Some(slot),
             ..self.context.clone()
         };
-        let log_dir = self.run_dir.task_logs(&config.spec.id);
-        let mut env = vec![(CONTEXT_ENV.to_string(), context.to_json())];
-        if let Some(walltime) = config.launcher.time.as_deref().and_then(parse_slurm_time) {
-            env.push((WALLTIME_ENV.to_string(), format!("{}s", walltime.as_secs())));
-        }
-        WorkerRequest {
-            task_id: config.spec.id.clone(),
-            worker_id: slot,
-            program: self.options.worker_program.clone(),
-            args: [
-                &self.options.worker_args[..],
-                &["--log-dir".to_string(), log_dir.display().to_string()],
-            ]
-            .concat(),
-            env,
-            working_dir: std::env::current_dir().unwrap_or_else(|_| ".".into()),
-            log_dir,
-            requires: config.requires.clone(),
-            cluster: cluster_options(&config.launcher),
-        }
+        launch::worker_request(
+            config,
+            slot,
+            &self.run_dir,
+            &self.options.worker_program,
+            &self.options.worker_args,
+            vec![(CONTEXT_ENV.to_string(), context.to_json())],
+        )
     }
 
     /// Records tasks that just got done. Runs after every release, so it

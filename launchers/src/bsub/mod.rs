@@ -51,7 +51,9 @@ use bjobs::{Element, ElementState, StatesReport};
 use commands::{Attempt, Invocation, LsfCommands, Output};
 
 pub use commands::COMMANDS as LSF_COMMANDS;
-pub use script::{BUILTIN_TEMPLATE as BUILTIN_BSUB_TEMPLATE, PLACEHOLDERS as BSUB_PLACEHOLDERS};
+pub use script::{
+    job_script, BUILTIN_TEMPLATE as BUILTIN_BSUB_TEMPLATE, PLACEHOLDERS as BSUB_PLACEHOLDERS,
+};
 
 /// How many LSF calls of each kind the launcher made, retries included,
 /// so tests (and curious users) can see that N workers cost one
@@ -151,11 +153,10 @@ impl BsubLauncher {
 
     /// Submits one group of workers as one array and records its elements.
     fn submit_group(&mut self, group: &[WorkerRequest]) -> Result<u64, LaunchError> {
-        let (first, last) = (&group[0], &group[group.len() - 1]);
-        let script = script::script_for(group)?;
-        let path = script::script_path(&first.log_dir, first.worker_id, last.worker_id);
-        write_script(&first.log_dir, &path, &script)?;
-        let job = self.bsub(first, &path)?;
+        let first = &group[0];
+        let script = script::job_script(group)?;
+        script.write()?;
+        let job = self.bsub(first, &script.path)?;
         for (request, index) in group.iter().zip(1..) {
             self.jobs.insert(request.worker_id, Element { job, index });
         }
@@ -416,15 +417,6 @@ fn end_of(
             })
         }
     }
-}
-
-fn write_script(log_dir: &Path, path: &Path, script: &str) -> Result<(), LaunchError> {
-    let error = |source| LaunchError::Script {
-        path: path.to_path_buf(),
-        source,
-    };
-    std::fs::create_dir_all(log_dir).map_err(error)?;
-    std::fs::write(path, script).map_err(error)
 }
 
 #[cfg(test)]

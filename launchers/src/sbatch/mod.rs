@@ -61,7 +61,7 @@ use commands::{Failure, Invocation, SlurmCommands};
 use squeue::Record;
 
 pub use commands::COMMANDS as SLURM_COMMANDS;
-pub use script::{BUILTIN_TEMPLATE as BUILTIN_WORKER_TEMPLATE, PLACEHOLDERS};
+pub use script::{job_script, BUILTIN_TEMPLATE as BUILTIN_WORKER_TEMPLATE, PLACEHOLDERS};
 
 /// How often the driver should poll SLURM: often enough to notice a
 /// failed start within a minute, rarely enough not to load slurmctld.
@@ -232,11 +232,10 @@ impl SbatchLauncher {
 
     /// Submits one group of workers as one array and records its elements.
     fn submit_group(&mut self, group: &[WorkerRequest]) -> Result<String, LaunchError> {
-        let (first, last) = (&group[0], &group[group.len() - 1]);
-        let script = script::script_for(group)?;
-        let path = script::script_path(&first.log_dir, first.worker_id, last.worker_id);
-        write_script(&first.log_dir, &path, &script)?;
-        let array = self.sbatch(first, &path, group.len())?;
+        let first = &group[0];
+        let script = script::job_script(group)?;
+        script.write()?;
+        let array = self.sbatch(first, &script.path, group.len())?;
         // The last element of an array to start keeps the array's id, so
         // the only element of an array of one is known by it from the start.
         let only = (group.len() == 1).then(|| array.clone());
@@ -643,15 +642,6 @@ fn scancel_ids<'a>(
 /// (every job older than MinJobAge): nothing is listed, not an error.
 fn invalid_job_id(failure: &Failure) -> bool {
     matches!(failure, Failure::Exited { stderr, .. } if stderr.contains("Invalid job id specified"))
-}
-
-pub(crate) fn write_script(log_dir: &Path, path: &Path, script: &str) -> Result<(), LaunchError> {
-    let error = |source| LaunchError::Script {
-        path: path.to_path_buf(),
-        source,
-    };
-    std::fs::create_dir_all(log_dir).map_err(error)?;
-    std::fs::write(path, script).map_err(error)
 }
 
 /// The error for a failed sbatch: SLURM's message, and whether retrying

@@ -7,7 +7,7 @@
 
 use std::path::{Path, PathBuf};
 
-use crate::template::{self, Values};
+use crate::template::{self, JobScript, Values};
 use crate::{LaunchError, WorkerRequest};
 
 /// The built-in template (`slurm-templates/worker.sbatch`), compiled in so
@@ -39,6 +39,16 @@ pub const PLACEHOLDERS: &[&str] = &[
     "setup",
     "worker_command",
 ];
+
+/// What the sbatch backend submits for a group of workers of one task
+/// (consecutive ids), and where it keeps it.
+pub fn job_script(group: &[WorkerRequest]) -> Result<JobScript, LaunchError> {
+    let (first, last) = (&group[0], &group[group.len() - 1]);
+    Ok(JobScript {
+        path: script_path(&first.log_dir, first.worker_id, last.worker_id),
+        text: script_for(group)?,
+    })
+}
 
 /// The script for a group of workers of one task (consecutive ids, the
 /// first one's options and command), from its template.

@@ -73,9 +73,10 @@ use std::time::Duration;
 
 use crate::arrays::{self, ArrayBackend};
 use crate::sbatch::squeue::{self, Record};
-use crate::sbatch::{self, script, Backoff, DEFAULT_POLL_INTERVAL, DEFAULT_RETRY_DELAYS};
+use crate::sbatch::{script, Backoff, DEFAULT_POLL_INTERVAL, DEFAULT_RETRY_DELAYS};
+use crate::template::JobScript;
 use crate::{JobEnd, JobId, LaunchError, Launcher, WorkerRequest};
-use api::{errno, JobSubmission};
+use api::{errno, JobProperties, JobSubmission};
 use client::{Failure, RestClient};
 
 /// Where slurmrestd is looked for when `SLURMRESTD_URL` is not set.
@@ -243,17 +244,15 @@ impl SlurmrestdLauncher {
 
     /// Submits one group of workers as one array and records its elements.
     fn submit_group(&mut self, group: &[WorkerRequest]) -> Result<String, LaunchError> {
-        let (first, last) = (&group[0], &group[group.len() - 1]);
-        let script = script::script_for(group)?;
-        let path = script::script_path(&first.log_dir, first.worker_id, last.worker_id);
-        sbatch::write_script(&first.log_dir, &path, &script)?;
-        let job = job::job_for(group, &script, &self.base_env).map_err(|problem| {
-            LaunchError::Submit {
-                stderr: format!("{}: {problem}", path.display()),
-                permanent: true,
-            }
-        })?;
-        let array = self.submit(&JobSubmission { script, job })?.to_string();
+        let first = &group[0];
+        let script = script::job_script(group)?;
+        script.write()?;
+        let job = job_properties(group, &script, &self.base_env)?;
+        let submission = JobSubmission {
+            script: script.text,
+            job,
+        };
+        let array = self.submit(&submission)?.to_string();
         for (index, request) in group.iter().enumerate() {
             let element = Element {
                 array: array.clone(),
@@ -460,6 +459,28 @@ fn retrying<T>(
             (result, _) => return result,
         }
     }
+}
+
+/// What the slurmrestd backend submits for a group of workers of one task:
+/// the sbatch backend's script, kept under the same name. A directive
+/// slurmrestd cannot express is refused, as a submission would refuse it.
+pub fn job_script(group: &[WorkerRequest]) -> Result<JobScript, LaunchError> {
+    let script = script::job_script(group)?;
+    job_properties(group, &script, &[])?;
+    Ok(script)
+}
+
+/// The REST job properties of a group (its script's directives
+/// translated), refused naming the script's file when one cannot be.
+fn job_properties(
+    group: &[WorkerRequest],
+    script: &JobScript,
+    base_env: &[(String, String)],
+) -> Result<JobProperties, LaunchError> {
+    job::job_for(group, &script.text, base_env).map_err(|problem| LaunchError::Submit {
+        stderr: format!("{}: {problem}", script.path.display()),
+        permanent: true,
+    })
 }
 
 /// The launch error for a failed submission.
