@@ -214,7 +214,7 @@ fn a_hung_worker_is_declared_lost_and_its_block_runs_elsewhere() {
 fn a_block_that_hangs_past_its_timeout_and_ignores_sigterm_is_killed_and_retried() {
     let dir = TestDir::new();
     // Block 3 hangs the first time only (a marker file remembers).
-    let command = "if [ {block_id} = 3 ] && [ ! -e hung-once ]; then touch hung-once; trap '' TERM; sleep 600; fi; echo {block_id} >> ran.txt";
+    let command = "if [ {block_id} = 3 ] && [ ! -e hung-once ]; then touch hung-once; trap '' TERM; sleep 600 & echo $! > hung.pid; wait; fi; echo {block_id} >> ran.txt";
     let pipeline = format!(
         "name = \"slow\"\n{}",
         task("t", 6, command, "timeout = \"1s\"")
@@ -232,11 +232,8 @@ fn a_block_that_hangs_past_its_timeout_and_ignores_sigterm_is_killed_and_retried
     );
     assert_eq!(timed_out["for_good"], false, "and was retried");
     assert_eq!(event_blocks(&events, "block_done", "t").len(), 6, "{out}");
-    let pids = std::process::Command::new("pgrep")
-        .args(["-f", "sleep 600"])
-        .output()
-        .unwrap();
-    assert!(pids.stdout.is_empty(), "no hanging process is left behind");
+    let hung: i32 = dir.read("hung.pid").trim().parse().unwrap();
+    assert!(!process_alive(hung), "no hanging process is left behind");
 }
 
 #[test]

@@ -548,14 +548,24 @@ sys.exit(3)
 import signal, subprocess, sys
 signal.signal(signal.SIGTERM, signal.SIG_IGN)
 child = subprocess.Popen(["sleep", "30"])
+print("thinking", file=sys.stderr, flush=True)
 open("{}", "w").write(str(child.pid))
-print("thinking", file=sys.stderr)
 sys.stdin.readline()
 signal.pause()
 "#,
             pid_file.display()
         );
         let mut worker = start(dir.path(), &script);
+        // The timeout is for the block, not for Python's start on a busy
+        // machine: wait until the script got as far as the block.
+        let started = Instant::now();
+        while !pid_file.exists() {
+            assert!(
+                started.elapsed() < Duration::from_secs(30),
+                "the script never started"
+            );
+            std::thread::sleep(Duration::from_millis(10));
+        }
         let failure = worker
             .run(&block(1), Some(Duration::from_millis(500)))
             .unwrap_err();
