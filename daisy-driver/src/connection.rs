@@ -329,6 +329,7 @@ fn kind(message: &ToDriver) -> &'static str {
         ToDriver::Heartbeat => "heartbeat",
         ToDriver::Draining { .. } => "draining",
         ToDriver::ReturnBlocks { .. } => "return_blocks",
+        ToDriver::CannotServe { .. } => "cannot_serve",
         ToDriver::GetSnapshot => "get_snapshot",
     }
 }

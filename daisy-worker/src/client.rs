@@ -232,6 +232,11 @@ impl Client {
         self.connection.send(ToDriver::Draining { reason }).await
     }
 
+    /// Tells the driver this worker cannot run the task's code and leaves.
+    pub async fn cannot_serve(&mut self, reason: String) -> Result<(), ClientError> {
+        self.connection.send(ToDriver::CannotServe { reason }).await
+    }
+
     /// Gives blocks back unrun (the worker drains); the driver queues
     /// them again without counting a failed attempt.
     pub async fn return_blocks(

@@ -128,7 +128,7 @@ fn blocks_per_request(code: &TaskCode) -> u32 {
 /// before hanging up.
 async fn refuse_code(mut client: Client, task: String, reason: String) -> RunError {
     let said = client
-        .draining(format!("its code cannot run: {reason}"))
+        .cannot_serve(format!("its code cannot run: {reason}"))
         .await;
     if let Err(e) = said.and(client.close().await) {
         tracing::debug!("could not tell the driver: {e}");

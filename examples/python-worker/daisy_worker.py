@@ -275,7 +275,7 @@ def main():
     try:  # check the code before taking blocks: a typo fails once, not once per block
         check_code(welcome["code"], task)
     except ValueError as e:
-        conn.send({"type": "draining", "reason": f"its code cannot run: {e}"}); log(e); return 1
+        conn.send({"type": "cannot_serve", "reason": f"its code cannot run: {e}"}); log(e); return 1
     try:
         return serve(conn, welcome, args.batch)
     finally:

@@ -133,7 +133,21 @@ fn bad_input_is_refused_with_a_reason_and_the_run_completes() {
         refusal(&mut worker).contains("not held"),
         "a duplicate release is refused"
     );
+    let unheld = ToDriver::ReturnBlocks {
+        block_ids: vec![998],
+        reason: "test".into(),
+    };
+    send(&mut worker, &unheld);
+    assert!(refusal(&mut worker)
+        .contains("block 998 is not held by this worker, so it cannot be returned"));
     drop(worker);
+
+    let mut refusing = connect(&context);
+    send(&mut refusing, &hello(&context.token, "slow"));
+    assert!(matches!(receive(&mut refusing), FromDriver::Welcome(_)));
+    let reason = "its code cannot run: a test".to_string();
+    send(&mut refusing, &ToDriver::CannotServe { reason });
+    drop(refusing);
 
     let status = driver.wait_for_exit();
     assert!(status.success(), "the run completed: {status:?}");
@@ -148,8 +162,13 @@ fn bad_input_is_refused_with_a_reason_and_the_run_completes() {
             .iter()
             .filter(|e| e["event"] == "request_refused")
             .count(),
-        2
+        3
     );
+    let gone = events
+        .iter()
+        .find(|e| e["event"] == "worker_gone" && e["why"] == "its code cannot run: a test")
+        .expect("the worker that cannot serve is gone, saying why");
+    assert_eq!(gone["clean"], false, "an unclean exit: {gone}");
     assert_eq!(
         event_blocks(&events, "block_done", "slow").len(),
         30,

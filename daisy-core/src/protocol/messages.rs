@@ -172,6 +172,12 @@ pub enum ToDriver {
     Draining {
         reason: String,
     },
+    /// The worker cannot run the task's code (an unknown placeholder, a
+    /// worker of another release) and leaves: an unclean exit, so a task
+    /// whose workers all refuse is abandoned rather than restarted forever.
+    CannotServe {
+        reason: String,
+    },
     /// Gives back blocks the worker holds without having run them to the
     /// end (it drains: walltime, SIGTERM, preemption). They go back to the
     /// queue and do not count as failed attempts.

@@ -51,6 +51,8 @@ struct Conn {
     /// Since when the worker has waited for blocks, if it does.
     idle_since: Option<Instant>,
     draining: bool,
+    /// Why the worker cannot run its task's code, if it said so.
+    cannot_serve: Option<String>,
 }
 
 impl Conn {
@@ -262,6 +264,7 @@ impl Driver {
             wants: None,
             idle_since: None,
             draining: false,
+            cannot_serve: None,
         };
         self.conns.insert(conn, observer);
         self.welcome(0, None)
@@ -314,6 +317,7 @@ impl Driver {
             wants: None,
             idle_since: None,
             draining: false,
+            cannot_serve: None,
         };
         self.conns.insert(conn, worker);
         Ok(self.welcome(slot, Some(task_code(self.config(task)))))
@@ -326,6 +330,12 @@ impl Driver {
             ToDriver::Draining { reason } => self.on_draining(conn, &reason),
             ToDriver::ReturnBlocks { block_ids, reason } => {
                 self.on_return(conn, &block_ids, &reason)
+            }
+            ToDriver::CannotServe { reason } => {
+                if let Some(c) = self.conns.get_mut(&conn) {
+                    tracing::warn!(worker_id = c.slot, "the worker cannot serve: {reason}");
+                    c.cannot_serve = Some(reason);
+                }
             }
             ToDriver::GetSnapshot => self.on_snapshot_request(conn),
             ToDriver::Hello(_) | ToDriver::Heartbeat => {}
@@ -657,7 +667,8 @@ impl Driver {
         }
         // A draining worker leaving is no failure, even if its job's end
         // killed it before it said goodbye (its blocks were returned above).
-        let clean = clean || c.draining;
+        let clean = (clean || c.draining) && c.cannot_serve.is_none();
+        let why = c.cannot_serve.as_deref().unwrap_or(why);
         let how = if clean {
             Gone::Clean
         } else {

@@ -391,8 +391,8 @@ async fn a_silent_driver_during_a_block_ends_the_run() {
 async fn code_that_cannot_run_is_refused_and_the_driver_told_why() {
     let dir = tempfile::tempdir().unwrap();
     let mut started = start(sh("echo {blok_id}"), dir.path(), 10.0, 3).await;
-    let ToDriver::Draining { reason } = started.conn.recv().await else {
-        panic!("expected Draining");
+    let ToDriver::CannotServe { reason } = started.conn.recv().await else {
+        panic!("expected CannotServe");
     };
     assert!(reason.contains("unknown placeholder {blok_id}"), "{reason}");
     started.conn.expect_closed().await;
