@@ -2,6 +2,7 @@
 //! real files. One test binary (as in ripgrep); `util` holds the harness.
 
 mod batching;
+mod chaos;
 mod cluster;
 mod distributed;
 mod failures;
@@ -9,6 +10,7 @@ mod plan;
 mod plan_cluster;
 mod preemption;
 mod protocol;
+mod proxy;
 mod python_worker;
 mod resources;
 mod restarts;

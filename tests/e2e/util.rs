@@ -1,15 +1,41 @@
 //! Test harness: a temporary directory per test, the real binary run in
 //! it, and failure messages that show the command, its directory and its
 //! output.
+//!
+//! Every process of a test (the driver, its workers, their user code)
+//! runs in the test's directory, so the directory is how a test finds
+//! them: [`processes_in`] lists what is still running there, and
+//! dropping the [`TestDir`] kills it, so that a failed test leaves
+//! nothing behind. What a run must end with, whatever went wrong during
+//! it, is checked by [`assert_each_block_done_once`] and friends.
 
+use daisy_driver::done_marker::DoneMarker;
+use daisy_driver::pipeline::Pipeline;
+use std::collections::{BTreeMap, BTreeSet};
+use std::fs::File;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
-/// A temporary working directory for one test, removed afterwards.
+/// How long processes get to go away once nothing should be left.
+const SETTLE: Duration = Duration::from_secs(10);
+
+/// A temporary working directory for one test, removed afterwards; every
+/// process still running in it is killed first.
 pub struct TestDir {
     dir: tempfile::TempDir,
+}
+
+impl Drop for TestDir {
+    fn drop(&mut self) {
+        for (pid, _) in processes_in(self.path()) {
+            let _ = nix::sys::signal::kill(
+                nix::unistd::Pid::from_raw(pid),
+                nix::sys::signal::Signal::SIGKILL,
+            );
+        }
+    }
 }
 
 impl TestDir {
@@ -136,25 +162,40 @@ pub struct ChildGuard(pub Child);
 impl ChildGuard {
     pub fn spawn(command: &mut Command) -> Self {
         command.stdout(Stdio::null()).stderr(Stdio::null());
+        Self::start(command)
+    }
+
+    /// As [`ChildGuard::spawn`], with stdout and stderr going to `log`.
+    pub fn spawn_logged(command: &mut Command, log: &Path) -> Self {
+        let out = File::create(log).expect("creating a log file");
+        let err = out.try_clone().expect("duplicating a file handle");
+        command.stdout(out).stderr(err);
+        Self::start(command)
+    }
+
+    fn start(command: &mut Command) -> Self {
         Self(
             command
                 .spawn()
                 .unwrap_or_else(|e| panic!("cannot start {command:?}: {e}")),
         )
     }
-}
 
-impl ChildGuard {
     /// Waits (at most two minutes) for the process to exit by itself.
-    pub fn wait_for_exit(mut self) -> std::process::ExitStatus {
-        let deadline = Instant::now() + Duration::from_secs(120);
+    pub fn wait_for_exit(self) -> std::process::ExitStatus {
+        self.wait_for_exit_within(Duration::from_secs(120))
+    }
+
+    /// Waits at most `limit` for the process to exit by itself.
+    pub fn wait_for_exit_within(mut self, limit: Duration) -> std::process::ExitStatus {
+        let deadline = Instant::now() + limit;
         loop {
             if let Some(status) = self.0.try_wait().expect("waiting for a child") {
                 return status;
             }
             assert!(
                 Instant::now() < deadline,
-                "the process did not exit in time"
+                "the process did not exit within {limit:?}"
             );
             std::thread::sleep(Duration::from_millis(20));
         }
@@ -182,11 +223,67 @@ impl Drop for ChildGuard {
 }
 
 /// Waits (at most a minute) until `condition` holds.
-pub fn wait_until(what: &str, mut condition: impl FnMut() -> bool) {
-    let deadline = Instant::now() + Duration::from_secs(60);
+pub fn wait_until(what: &str, condition: impl FnMut() -> bool) {
+    wait_within(what, Duration::from_secs(60), condition)
+}
+
+/// Waits at most `limit` until `condition` holds.
+pub fn wait_within(what: &str, limit: Duration, mut condition: impl FnMut() -> bool) {
+    let deadline = Instant::now() + limit;
     while !condition() {
-        assert!(Instant::now() < deadline, "timed out waiting until {what}");
+        assert!(
+            Instant::now() < deadline,
+            "timed out waiting {limit:?} until {what}"
+        );
         std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// The live processes (zombies excluded) working in `dir` or below, with
+/// their command lines: a test's driver, workers and user code all do,
+/// and nothing else does.
+pub fn processes_in(dir: &Path) -> Vec<(i32, String)> {
+    let dir = dir.canonicalize().unwrap_or_else(|_| dir.to_path_buf());
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    entries
+        .filter_map(|entry| entry.ok()?.file_name().to_str()?.parse::<i32>().ok())
+        .filter(|pid| {
+            std::fs::read_link(format!("/proc/{pid}/cwd")).is_ok_and(|cwd| cwd.starts_with(&dir))
+        })
+        .filter(|pid| process_alive(*pid))
+        .map(|pid| (pid, command_line(pid)))
+        .collect()
+}
+
+/// A process's arguments joined by spaces ("" once it is gone).
+pub fn command_line(pid: i32) -> String {
+    std::fs::read(format!("/proc/{pid}/cmdline"))
+        .map(|raw| {
+            raw.split(|&b| b == 0)
+                .filter(|arg| !arg.is_empty())
+                .map(|arg| String::from_utf8_lossy(arg).into_owned())
+                .collect::<Vec<_>>()
+                .join(" ")
+        })
+        .unwrap_or_default()
+}
+
+/// Nothing of the test is left running in `dir` (given a few seconds to
+/// go away: a user process killed with its worker dies asynchronously).
+pub fn assert_no_process_left_in(dir: &Path) {
+    let deadline = Instant::now() + SETTLE;
+    loop {
+        let left = processes_in(dir);
+        if left.is_empty() {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "processes left behind after {SETTLE:?}: {left:#?}"
+        );
+        std::thread::sleep(Duration::from_millis(50));
     }
 }
 
@@ -222,4 +319,100 @@ block_command = ["sh", "-c", "{command}"]
 {extra}
 "#
     )
+}
+
+/// The ids of the blocks of `task` that its done marker in `run_dir`
+/// records as done, and how many blocks the task has. Read with the
+/// driver's own code, given the pipeline file the run used.
+pub fn marked_done(pipeline: &Path, run_dir: &Path, task: &str) -> (BTreeSet<u64>, u64) {
+    let pipeline = Pipeline::load(pipeline).expect("a valid pipeline file");
+    let graph = pipeline.graph();
+    let index = graph.task_index(task).expect("a task of the pipeline");
+    let spec = &pipeline.tasks[index.index()].spec;
+    let marker = DoneMarker::open_existing(&run_dir.join("done").join(task), spec)
+        .expect("a readable done marker");
+    let blocks = graph.task_graph(index);
+    let done = blocks
+        .all_blocks()
+        .filter(|block| marker.as_ref().is_some_and(|m| m.is_done(block)))
+        .map(|block| block.id.spatial)
+        .collect();
+    (done, blocks.num_blocks())
+}
+
+/// Every one of the `total` blocks of `task` ended done exactly once: the
+/// done marker has them all, and `events.jsonl` (across every run in
+/// `run_dir`) has exactly one `block_done` line for each.
+pub fn assert_each_block_done_once(pipeline: &Path, run_dir: &Path, task: &str, total: u64) {
+    let logged = assert_all_marked_and_none_logged_twice(pipeline, run_dir, task, total);
+    assert_eq!(
+        logged, total,
+        "task {task}: a block_done line for each of the {total} blocks"
+    );
+}
+
+/// As [`assert_each_block_done_once`] for runs that include a `kill -9`
+/// of the driver, which loses the `block_done` lines buffered since its
+/// last tick: the markers are the truth, so every block is marked done,
+/// and no block has two `block_done` lines (none was counted twice).
+pub fn assert_each_block_done_once_across_kills(
+    pipeline: &Path,
+    run_dir: &Path,
+    task: &str,
+    total: u64,
+) {
+    assert_all_marked_and_none_logged_twice(pipeline, run_dir, task, total);
+}
+
+/// Returns how many blocks have a `block_done` line.
+fn assert_all_marked_and_none_logged_twice(
+    pipeline: &Path,
+    run_dir: &Path,
+    task: &str,
+    total: u64,
+) -> u64 {
+    let (done, blocks) = marked_done(pipeline, run_dir, task);
+    assert_eq!(blocks, total, "task {task} has {total} blocks");
+    assert_eq!(
+        done.len() as u64,
+        total,
+        "task {task}: every block is marked done"
+    );
+    let mut lines: BTreeMap<u64, usize> = BTreeMap::new();
+    for id in event_blocks(&events(run_dir), "block_done", task) {
+        *lines.entry(id).or_default() += 1;
+    }
+    let twice: Vec<(&u64, &usize)> = lines.iter().filter(|(_, &n)| n > 1).collect();
+    assert!(
+        twice.is_empty(),
+        "task {task}: blocks with several block_done lines (block, lines): {twice:?}"
+    );
+    let unknown: Vec<&u64> = lines.keys().filter(|id| !done.contains(id)).collect();
+    assert!(
+        unknown.is_empty(),
+        "task {task}: block_done lines for blocks not marked done: {unknown:?}"
+    );
+    lines.len() as u64
+}
+
+/// The counters of the last `task_done` event of `task` (the last run's).
+pub fn task_done_counters(run_dir: &Path, task: &str) -> serde_json::Value {
+    events(run_dir)
+        .iter()
+        .rev()
+        .find(|e| e["event"] == "task_done" && e["task"] == task)
+        .map(|e| e["counters"].clone())
+        .unwrap_or_else(|| panic!("no task_done event for {task} in {}", run_dir.display()))
+}
+
+/// The last run of `task` completed all `total` blocks and none failed or
+/// was orphaned.
+pub fn assert_completed_without_failures(run_dir: &Path, task: &str, total: u64) {
+    let counters = task_done_counters(run_dir, task);
+    let counted = |name: &str| counters[name].as_u64();
+    assert_eq!(
+        (counted("completed"), counted("failed"), counted("orphaned")),
+        (Some(total), Some(0), Some(0)),
+        "task {task}: completed, failed, orphaned in {counters}"
+    );
 }
