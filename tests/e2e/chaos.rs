@@ -113,7 +113,7 @@ fn chaos_workers_killed_at_random_lose_no_block_and_count_none_twice() {
         "name = \"chaos\"\n{}",
         task("t", BLOCKS as u32, command, extra)
     );
-    let file = dir.write("chaos.toml", &pipeline);
+    dir.write("chaos.toml", &pipeline);
     let run_dir = dir.join("daisy_run/chaos");
     let started = Instant::now();
     let driver = ChildGuard::spawn_logged(
@@ -130,7 +130,7 @@ fn chaos_workers_killed_at_random_lose_no_block_and_count_none_twice() {
         victims.len() >= KILLS / 2,
         "the run should outlast most of the kills: {victims:?}"
     );
-    assert_each_block_done_once(&file, &run_dir, "t", BLOCKS);
+    assert_each_block_done_once(&run_dir, "t", BLOCKS);
     assert_completed_without_failures(&run_dir, "t", BLOCKS);
     let events = events(&run_dir);
     let lost = events
@@ -179,7 +179,7 @@ fn chaos_a_worker_cut_off_from_its_driver_exits_and_its_block_runs_elsewhere() {
         "name = \"cut\"\n{}",
         task("t", 4, command, "max_workers = 0")
     );
-    let file = dir.write("cut.toml", &pipeline);
+    dir.write("cut.toml", &pipeline);
     let run_dir = dir.join("daisy_run/cut");
     let heartbeat = ["--heartbeat-interval", "300ms", "--heartbeat-misses", "2"];
     let mut driver = dir.driver(&["run", "cut.toml"]);
@@ -232,7 +232,7 @@ fn chaos_a_worker_cut_off_from_its_driver_exits_and_its_block_runs_elsewhere() {
     let _rescuer = ChildGuard::spawn(&mut dir.worker(&args));
     let status = driver.wait_for_exit();
     assert!(status.success(), "{status:?}");
-    assert_each_block_done_once(&file, &run_dir, "t", 4);
+    assert_each_block_done_once(&run_dir, "t", 4);
     assert_completed_without_failures(&run_dir, "t", 4);
     assert_no_process_left_in(dir.path());
 }
@@ -246,11 +246,14 @@ fn chaos_a_killed_driver_leaves_no_process_and_a_rerun_resumes_counting_each_blo
         "name = \"killed\"\n{}",
         task("t", BLOCKS as u32, "sleep 0.3", "max_workers = 3")
     );
-    let file = dir.write("killed.toml", &pipeline);
+    dir.write("killed.toml", &pipeline);
     let run_dir = dir.join("daisy_run/killed");
     let driver = ChildGuard::spawn(&mut dir.driver(&["run", "killed.toml"]));
+    wait_until("the driver listens", || {
+        run_dir.join("context.json").exists()
+    });
     wait_until("10 blocks are done", || {
-        marked_done(&file, &run_dir, "t").0.len() >= 10
+        marked_done(&run_dir, "t").0.len() >= 10
     });
     let running: BTreeSet<i32> = processes_in(dir.path())
         .into_iter()
@@ -271,7 +274,7 @@ fn chaos_a_killed_driver_leaves_no_process_and_a_rerun_resumes_counting_each_blo
         running.len(),
         killed_at.elapsed().as_secs_f64()
     );
-    let (done_before, _) = marked_done(&file, &run_dir, "t");
+    let (done_before, _) = marked_done(&run_dir, "t");
     assert!((done_before.len() as u64) < BLOCKS, "killed mid-run");
 
     let out = run_ok(&mut dir.driver(&["run", "killed.toml"]));
@@ -293,7 +296,7 @@ fn chaos_a_killed_driver_leaves_no_process_and_a_rerun_resumes_counting_each_blo
         BLOCKS - done_before.len() as u64,
         "the rerun ran the rest: {out}"
     );
-    assert_each_block_done_once_across_kills(&file, &run_dir, "t", BLOCKS);
+    assert_each_block_done_once_across_kills(&run_dir, "t", BLOCKS);
     assert_completed_without_failures(&run_dir, "t", BLOCKS);
     assert_no_process_left_in(dir.path());
 }

@@ -173,7 +173,7 @@ fn a_hung_worker_is_declared_lost_and_its_block_runs_elsewhere() {
             "max_workers = 2"
         )
     );
-    let file = dir.write("hung.toml", &pipeline);
+    dir.write("hung.toml", &pipeline);
     let driver = ChildGuard::spawn(&mut dir.driver(&["run", "hung.toml"]));
     let run_dir = dir.join("daisy_run/hung");
     let first_worker = || {
@@ -198,7 +198,7 @@ fn a_hung_worker_is_declared_lost_and_its_block_runs_elsewhere() {
         silent["why"].as_str().unwrap().contains("no message"),
         "{silent}"
     );
-    assert_each_block_done_once(&file, &run_dir, "t", 20);
+    assert_each_block_done_once(&run_dir, "t", 20);
     assert_completed_without_failures(&run_dir, "t", 20);
     assert!(!process_alive(pid.as_raw()), "the hung worker was ended");
     assert_no_process_left_in(dir.path());
@@ -213,7 +213,7 @@ fn a_block_that_hangs_past_its_timeout_and_ignores_sigterm_is_killed_and_retried
         "name = \"slow\"\n{}",
         task("t", 6, command, "timeout = \"1s\"")
     );
-    let file = dir.write("slow.toml", &pipeline);
+    dir.write("slow.toml", &pipeline);
     run_ok(&mut dir.driver(&["run", "slow.toml"]));
     let run_dir = dir.join("daisy_run/slow");
     let events = events(&run_dir);
@@ -226,7 +226,7 @@ fn a_block_that_hangs_past_its_timeout_and_ignores_sigterm_is_killed_and_retried
         "{timed_out}"
     );
     assert_eq!(timed_out["for_good"], false, "and was retried");
-    assert_each_block_done_once(&file, &run_dir, "t", 6);
+    assert_each_block_done_once(&run_dir, "t", 6);
     assert_completed_without_failures(&run_dir, "t", 6);
     let hung: i32 = dir.read("hung.pid").trim().parse().unwrap();
     assert!(!process_alive(hung), "no hanging process is left behind");

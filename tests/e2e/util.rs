@@ -10,7 +10,7 @@
 //! it, is checked by [`assert_each_block_done_once`] and friends.
 
 use daisy_driver::done_marker::DoneMarker;
-use daisy_driver::pipeline::Pipeline;
+use daisy_driver::run_dir::RunDir;
 use std::collections::{BTreeMap, BTreeSet};
 use std::fs::File;
 use std::path::{Path, PathBuf};
@@ -323,9 +323,11 @@ block_command = ["sh", "-c", "{command}"]
 
 /// The ids of the blocks of `task` that its done marker in `run_dir`
 /// records as done, and how many blocks the task has. Read with the
-/// driver's own code, given the pipeline file the run used.
-pub fn marked_done(pipeline: &Path, run_dir: &Path, task: &str) -> (BTreeSet<u64>, u64) {
-    let pipeline = Pipeline::load(pipeline).expect("a valid pipeline file");
+/// driver's own code, from the pipeline the run recorded.
+pub fn marked_done(run_dir: &Path, task: &str) -> (BTreeSet<u64>, u64) {
+    let pipeline = RunDir::new(Some(run_dir), "")
+        .load_recorded_pipeline()
+        .unwrap_or_else(|e| panic!("{e:#}"));
     let graph = pipeline.graph();
     let index = graph.task_index(task).expect("a task of the pipeline");
     let spec = &pipeline.tasks[index.index()].spec;
@@ -343,8 +345,8 @@ pub fn marked_done(pipeline: &Path, run_dir: &Path, task: &str) -> (BTreeSet<u64
 /// Every one of the `total` blocks of `task` ended done exactly once: the
 /// done marker has them all, and `events.jsonl` (across every run in
 /// `run_dir`) has exactly one `block_done` line for each.
-pub fn assert_each_block_done_once(pipeline: &Path, run_dir: &Path, task: &str, total: u64) {
-    let logged = assert_all_marked_and_none_logged_twice(pipeline, run_dir, task, total);
+pub fn assert_each_block_done_once(run_dir: &Path, task: &str, total: u64) {
+    let logged = assert_all_marked_and_none_logged_twice(run_dir, task, total);
     assert_eq!(
         logged, total,
         "task {task}: a block_done line for each of the {total} blocks"
@@ -355,23 +357,13 @@ pub fn assert_each_block_done_once(pipeline: &Path, run_dir: &Path, task: &str, 
 /// of the driver, which loses the `block_done` lines buffered since its
 /// last tick: the markers are the truth, so every block is marked done,
 /// and no block has two `block_done` lines (none was counted twice).
-pub fn assert_each_block_done_once_across_kills(
-    pipeline: &Path,
-    run_dir: &Path,
-    task: &str,
-    total: u64,
-) {
-    assert_all_marked_and_none_logged_twice(pipeline, run_dir, task, total);
+pub fn assert_each_block_done_once_across_kills(run_dir: &Path, task: &str, total: u64) {
+    assert_all_marked_and_none_logged_twice(run_dir, task, total);
 }
 
 /// Returns how many blocks have a `block_done` line.
-fn assert_all_marked_and_none_logged_twice(
-    pipeline: &Path,
-    run_dir: &Path,
-    task: &str,
-    total: u64,
-) -> u64 {
-    let (done, blocks) = marked_done(pipeline, run_dir, task);
+fn assert_all_marked_and_none_logged_twice(run_dir: &Path, task: &str, total: u64) -> u64 {
+    let (done, blocks) = marked_done(run_dir, task);
     assert_eq!(blocks, total, "task {task} has {total} blocks");
     assert_eq!(
         done.len() as u64,
