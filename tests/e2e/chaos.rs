@@ -278,12 +278,7 @@ fn chaos_a_killed_driver_leaves_no_process_and_a_rerun_resumes_counting_each_blo
     assert!((done_before.len() as u64) < BLOCKS, "killed mid-run");
 
     let out = run_ok(&mut dir.driver(&["run", "killed.toml"]));
-    let events = events(&run_dir);
-    let rerun_start = events
-        .iter()
-        .rposition(|e| e["event"] == "run_started")
-        .unwrap();
-    let rerun: BTreeSet<u64> = event_blocks(&events[rerun_start..], "block_done", "t")
+    let rerun: BTreeSet<u64> = event_blocks(&last_run_events(&run_dir), "block_done", "t")
         .into_iter()
         .collect();
     assert!(

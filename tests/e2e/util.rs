@@ -295,6 +295,16 @@ pub fn events(run_dir: &Path) -> Vec<serde_json::Value> {
         .collect()
 }
 
+/// The events of the last run in `run_dir`: from its `run_started` on.
+pub fn last_run_events(run_dir: &Path) -> Vec<serde_json::Value> {
+    let events = events(run_dir);
+    let start = events
+        .iter()
+        .rposition(|e| e["event"] == "run_started")
+        .unwrap_or_else(|| panic!("no run_started in {}", run_dir.display()));
+    events[start..].to_vec()
+}
+
 /// The ids of the blocks of `task` with an event of kind `event`.
 pub fn event_blocks(events: &[serde_json::Value], event: &str, task: &str) -> Vec<u64> {
     events
