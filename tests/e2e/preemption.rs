@@ -14,15 +14,10 @@ use std::process::Command;
 
 /// Asserts what every drain must leave: each block done exactly once,
 /// none failed, every worker gone cleanly, the run complete.
-fn assert_drained_cleanly(run_dir: &Path, task: &str, blocks: usize) {
+fn assert_drained_cleanly(run_dir: &Path, task: &str, blocks: u64) {
+    assert_each_block_done_once(run_dir, task, blocks);
+    assert_completed_without_failures(run_dir, task, blocks);
     let events = events(run_dir);
-    let done = event_blocks(&events, "block_done", task);
-    let distinct: std::collections::BTreeSet<u64> = done.iter().copied().collect();
-    assert_eq!(
-        (done.len(), distinct.len()),
-        (blocks, blocks),
-        "every block done exactly once"
-    );
     let failed = event_blocks(&events, "block_failed", task);
     assert!(failed.is_empty(), "no block counted failed: {failed:?}");
     let unclean: Vec<_> = events
@@ -36,15 +31,6 @@ fn assert_drained_cleanly(run_dir: &Path, task: &str, blocks: usize) {
 
 fn count(events: &[serde_json::Value], event: &str) -> usize {
     events.iter().filter(|e| e["event"] == event).count()
-}
-
-/// The pids of the workers connected so far.
-fn worker_pids(run_dir: &Path) -> Vec<i32> {
-    events(run_dir)
-        .iter()
-        .filter(|e| e["event"] == "worker_connected")
-        .filter_map(|e| e["pid"].as_i64().map(|pid| pid as i32))
-        .collect()
 }
 
 #[test]

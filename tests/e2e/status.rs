@@ -6,7 +6,6 @@
 use crate::util::*;
 use serde_json::Value;
 use std::collections::BTreeSet;
-use std::path::Path;
 use std::process::Stdio;
 
 /// Task "a" (40 blocks) fails blocks 3 and 5 until `fixed` exists and
@@ -35,14 +34,6 @@ fn status_json(dir: &TestDir, run_dir: &str) -> (Value, i32) {
     (json, output.status.code().unwrap())
 }
 
-/// The blocks set in a 1-D task's done marker, read from its bytes.
-fn marker_done(run_dir: &Path, task: &str) -> BTreeSet<u64> {
-    let bytes = std::fs::read(run_dir.join("done").join(task).join("c/0")).unwrap_or_default();
-    (0..bytes.len() as u64)
-        .filter(|&i| bytes[i as usize] != 0)
-        .collect()
-}
-
 fn task_status<'a>(status: &'a Value, task: &str) -> &'a Value {
     status["tasks"]
         .as_array()
@@ -58,25 +49,6 @@ fn ids(values: &Value, key: &str) -> BTreeSet<u64> {
         .unwrap()
         .iter()
         .map(|v| v[key].as_u64().unwrap())
-        .collect()
-}
-
-/// The events after the last `run_started`.
-fn last_run_events(run_dir: &Path) -> Vec<Value> {
-    let events = events(run_dir);
-    let start = events
-        .iter()
-        .rposition(|e| e["event"] == "run_started")
-        .unwrap();
-    events[start..].to_vec()
-}
-
-fn worker_pids(run_dir: &Path) -> Vec<i32> {
-    events(run_dir)
-        .iter()
-        .filter(|e| e["event"] == "worker_connected")
-        .filter_map(|e| e["pid"].as_i64())
-        .map(|pid| pid as i32)
         .collect()
 }
 
@@ -107,8 +79,8 @@ fn status_of_a_killed_run_with_failures_matches_markers_and_events_and_retry_fai
     assert!(status["last_run"]["finished"].is_null(), "{status:#}");
     let events = events(&run_dir);
     let (a, b) = (task_status(&status, "a"), task_status(&status, "b"));
-    let done_a = marker_done(&run_dir, "a");
-    let done_b = marker_done(&run_dir, "b");
+    let done_a = marked_done(&run_dir, "a").0;
+    let done_b = marked_done(&run_dir, "b").0;
     assert_eq!(a["done"], done_a.len() as u64, "the marker is the truth");
     assert_eq!(b["done"], done_b.len() as u64);
     for (task, done) in [("a", &done_a), ("b", &done_b)] {
@@ -273,7 +245,7 @@ fn reset_deletes_a_task_and_its_downstream_markers_and_asks_first() {
         out.contains("done/a") && out.contains("done/b") && !out.contains("done/c"),
         "{out}"
     );
-    assert_eq!(marker_done(&run_dir, "a").len(), 40, "nothing deleted");
+    assert_eq!(marked_done(&run_dir, "a").0.len(), 40, "nothing deleted");
     run_fails(&mut dir.driver(&["reset", "r.toml", "nope"]), 2);
 
     let out = run_ok(&mut dir.driver(&["run", "--serial", "r.toml", "--reset", "b", "--yes"]));
@@ -283,7 +255,7 @@ fn reset_deletes_a_task_and_its_downstream_markers_and_asks_first() {
 
     run_ok(&mut dir.driver(&["reset", "r.toml", "a", "--yes"]));
     assert!(!run_dir.join("done/a").exists() && !run_dir.join("done/b").exists());
-    assert_eq!(marker_done(&run_dir, "c").len(), 5, "unrelated task kept");
+    assert_eq!(marked_done(&run_dir, "c").0.len(), 5, "unrelated task kept");
 }
 
 #[test]

@@ -305,6 +305,15 @@ pub fn last_run_events(run_dir: &Path) -> Vec<serde_json::Value> {
     events[start..].to_vec()
 }
 
+/// The pids of the workers connected so far.
+pub fn worker_pids(run_dir: &Path) -> Vec<i32> {
+    events(run_dir)
+        .iter()
+        .filter(|e| e["event"] == "worker_connected")
+        .filter_map(|e| e["pid"].as_i64().map(|pid| pid as i32))
+        .collect()
+}
+
 /// The ids of the blocks of `task` with an event of kind `event`.
 pub fn event_blocks(events: &[serde_json::Value], event: &str, task: &str) -> Vec<u64> {
     events

@@ -43,7 +43,6 @@ struct Conn {
     role: Role,
     task: TaskIdx,
     slot: SlotId,
-    /// Spatial ids of the blocks this worker holds.
     /// Spatial ids of the blocks this worker holds, and since when.
     held: HashMap<u64, Instant>,
     /// Set by `AcquireBlocks` until blocks (or Shutdown) are sent.
