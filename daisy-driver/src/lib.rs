@@ -17,6 +17,7 @@
 //! - [`run_context`]: token, advertised addresses, `context.json`.
 //! - [`progress`], [`summary`]: what the user sees during and after a run.
 //! - [`recent_rate`]: blocks per second now, for live status.
+//! - [`report`]: `daisy-driver report`, a run drawn from its run directory.
 //! - [`serial_run`]: `daisy-driver run --serial`, blocks one at a time in
 //!   process (debugging, small jobs).
 //! - [`status`]: `daisy-driver status`, offline and live.
@@ -35,6 +36,7 @@ pub mod progress;
 pub mod recent_rate;
 pub mod reset;
 pub mod retry;
+pub mod report;
 pub mod run_context;
 pub mod run_dir;
 pub mod run_history;
