@@ -10,6 +10,7 @@ mod plan_cluster;
 mod preemption;
 mod protocol;
 mod python_worker;
+mod report;
 mod resources;
 mod restarts;
 mod retries;

@@ -7,8 +7,12 @@ use super::model::{Outcome, RunModel};
 use super::svg::{self, human_seconds, task_colour, tick_label, ticks, Chart, Rect, Svg};
 use super::timeline::{TimeAxis, WIDTH};
 
-/// Time bins of the throughput chart.
-const THROUGHPUT_BINS: usize = 60;
+/// Time bins of the throughput chart: at most this many, and few enough
+/// that a bin holds [`BLOCKS_PER_BIN`] blocks on average, so a short run
+/// is not all spikes.
+const MAX_THROUGHPUT_BINS: usize = 60;
+const MIN_THROUGHPUT_BINS: usize = 5;
+const BLOCKS_PER_BIN: usize = 5;
 const THROUGHPUT_HEIGHT: f64 = 220.0;
 /// Left margin, as the timeline's, so the time axes line up.
 const LEFT: f64 = 150.0;
@@ -37,7 +41,14 @@ pub fn throughput(model: &RunModel, bins: usize) -> Vec<Vec<f64>> {
 
 /// Blocks per second over time, one line per task.
 pub fn render_throughput(model: &RunModel) -> Chart {
-    let rates = throughput(model, THROUGHPUT_BINS);
+    let done: usize = model
+        .workers
+        .iter()
+        .flat_map(|row| &row.bars)
+        .filter(|bar| bar.outcome == Outcome::Done)
+        .count();
+    let bins = (done / BLOCKS_PER_BIN).clamp(MIN_THROUGHPUT_BINS, MAX_THROUGHPUT_BINS);
+    let rates = throughput(model, bins);
     let peak = rates.iter().flatten().copied().fold(0.0, f64::max);
     let top = if peak > 0.0 { peak * 1.1 } else { 1.0 };
     let plot_height = THROUGHPUT_HEIGHT - TOP - BOTTOM;
@@ -51,7 +62,7 @@ pub fn render_throughput(model: &RunModel) -> Chart {
         chart.text(LEFT - 6.0, y(tick) + 4.0, "end", &tick_label(tick));
     }
     chart.text(LEFT - 40.0, TOP + plot_height / 2.0, "end", "blocks/s");
-    let bin_seconds = model.span.max(1e-3) / THROUGHPUT_BINS as f64;
+    let bin_seconds = model.span.max(1e-3) / bins as f64;
     for (task, task_rates) in rates.iter().enumerate() {
         let mut points = Vec::with_capacity(2 * task_rates.len());
         for (bin, rate) in task_rates.iter().enumerate() {
@@ -198,7 +209,7 @@ mod tests {
         let chart = render_throughput(&model).svg;
         assert_eq!(chart.matches("<polyline").count(), 1);
         assert!(
-            chart.contains("a: peak 6.7 blocks/s (bins of 150 ms)"),
+            chart.contains("a: peak 0.6 blocks/s (bins of 1.8 s)"),
             "{chart}"
         );
     }

@@ -13,13 +13,13 @@ const LINE: f64 = 18.0;
 const GAP: f64 = 14.0;
 /// x of each table column's right edge (the task column is left-aligned).
 const COLUMN_ENDS: [f64; 10] = [
-    0.0, 230.0, 320.0, 400.0, 460.0, 540.0, 610.0, 690.0, 850.0, 930.0,
+    0.0, 230.0, 320.0, 400.0, 460.0, 540.0, 610.0, 690.0, 820.0, 900.0,
 ];
 
 /// The figure.
 pub fn figure(drawings: &Drawings) -> Chart {
     let mut placed: Vec<(f64, f64, &Chart)> = Vec::new();
-    let table_top = MARGIN + LINE * (1 + drawings.facts.len() + drawings.warnings.len()) as f64;
+    let table_top = MARGIN + LINE * (2 + drawings.facts.len() + drawings.warnings.len()) as f64;
     let mut y = table_top + LINE * (drawings.table.len() + 1) as f64 + GAP;
     for chart in [&drawings.timeline, &drawings.throughput] {
         placed.push((0.0, y, chart));
@@ -35,11 +35,9 @@ pub fn figure(drawings: &Drawings) -> Chart {
         height: y,
     };
     svg.rect(page, "#ffffff", None);
-    let mut line_y = MARGIN + 4.0;
-    let lines = std::iter::once(&drawings.title)
-        .chain(&drawings.facts)
-        .chain(&drawings.warnings);
-    for line in lines {
+    svg.heading(MARGIN, MARGIN + 8.0, &drawings.title);
+    let mut line_y = MARGIN + 8.0 + 1.5 * LINE;
+    for line in drawings.facts.iter().chain(&drawings.warnings) {
         svg.text(MARGIN, line_y, "start", line);
         line_y += LINE;
     }

@@ -172,10 +172,11 @@ fn draw(run_dir: &RunDir) -> Result<Drawings, ReportError> {
             .map(|task| slice::render(states, task))
             .collect()
     });
+    let table = table::rows(&model, states.as_ref());
     Ok(Drawings {
         title: format!("daisy run report: {}", model.pipeline),
-        facts: facts(&model, run_dir),
-        table: table::rows(&model, states.as_ref()),
+        facts: facts(&model, &table, run_dir),
+        table,
         timeline: timeline::render(&model),
         throughput: charts::render_throughput(&model),
         histograms: charts::render_histograms(&model),
@@ -184,14 +185,17 @@ fn draw(run_dir: &RunDir) -> Result<Drawings, ReportError> {
     })
 }
 
-fn facts(model: &RunModel, run_dir: &RunDir) -> Vec<String> {
+fn facts(model: &RunModel, table: &[SummaryRow], run_dir: &RunDir) -> Vec<String> {
     let started = Duration::try_from_secs_f64(model.started)
         .map(|since| humantime::format_rfc3339_seconds(UNIX_EPOCH + since).to_string())
         .unwrap_or_else(|_| "at an unknown time".to_string());
+    let failed: u64 = table.iter().map(|row| row.failed).sum();
+    let orphaned: u64 = table.iter().filter_map(|row| row.orphaned).sum();
     let state = match model.finished {
-        Some(true) => "finished, every block completed",
-        Some(false) => "finished with blocks failed or orphaned, or interrupted",
-        None => "no run_finished event: still running, or the driver crashed",
+        Some(true) if failed + orphaned == 0 => "finished, every block completed".to_string(),
+        Some(true) => format!("finished; {failed} blocks failed, {orphaned} orphaned"),
+        Some(false) => "stopped before every block was processed (interrupted)".to_string(),
+        None => "no run_finished event: still running, or the driver crashed".to_string(),
     };
     let mut facts = vec![
         format!("run directory {}", run_dir.path().display()),

@@ -149,6 +149,15 @@ impl Svg {
         );
     }
 
+    /// A bold, larger line of text at (`x`, `y`).
+    pub fn heading(&mut self, x: f64, y: f64, text: &str) {
+        let _ = write!(
+            self.out,
+            r#"<text x="{x:.1}" y="{y:.1}" font-size="16" font-weight="bold">{}</text>"#,
+            Escaped(text)
+        );
+    }
+
     fn close_with_title(&mut self, title: Option<&str>, element: &str) {
         match title {
             Some(title) => {
