@@ -1,8 +1,10 @@
 //! `daisy-driver report RUN_DIR`: a run drawn from its run directory, for
 //! finished, crashed and running runs alike.
 //!
-//! It reads `events.jsonl` (the last run in it), the recorded pipeline
-//! (`pipeline.json`, for the task geometry) and the done markers, and
+//! It reads `events.jsonl` (the last run in it, through
+//! [`crate::run_history`]), the recorded pipeline (`pipeline.json`, for
+//! the task geometry) and the done markers (block states as `status`
+//! finds them, [`crate::status::findings`]), and
 //! draws: a timeline of the workers, blocks per second per task, block run
 //! times, the execution summary, and a slice of each task's done markers.
 //! Output is a self-contained HTML page (inline SVG and CSS, nothing
@@ -11,18 +13,14 @@
 //! cells), so a run of millions of blocks gives a page of a few MB at most.
 //!
 //! # Layout
-//! - [`events_reader`]: `events.jsonl` back into typed events.
 //! - [`model`]: worker rows, block bars and per-task activity.
-//! - [`block_states`]: done / failed / orphaned / pending per block.
 //! - [`svg`]: SVG primitives and shared colours.
 //! - [`timeline`], [`charts`], [`slice`], [`table`]: the pictures and the
 //!   summary table.
 //! - [`html`], [`figure`]: the page and the single-SVG figure.
 //! - [`png`]: the figure rendered to PNG by headless Chromium.
 
-mod block_states;
 mod charts;
-mod events_reader;
 mod figure;
 mod html;
 mod model;
@@ -35,7 +33,8 @@ mod timeline;
 pub use png::PngError;
 
 use crate::run_dir::RunDir;
-use block_states::BlockStates;
+use crate::run_history::{HistoryError, RunHistory};
+use crate::status::{findings, TaskStatus};
 use model::RunModel;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, UNIX_EPOCH};
@@ -70,12 +69,8 @@ pub enum ReportError {
     NoRunDir(PathBuf),
     #[error("{0} does not exist: no run has used this run directory yet")]
     NoEvents(PathBuf),
-    #[error("reading {path}")]
-    Read {
-        path: PathBuf,
-        #[source]
-        source: std::io::Error,
-    },
+    #[error(transparent)]
+    Read(HistoryError),
     #[error("writing {path}")]
     Write {
         path: PathBuf,
@@ -136,21 +131,11 @@ fn draw(run_dir: &RunDir) -> Result<Drawings, ReportError> {
         return Err(ReportError::NoRunDir(run_dir.path().to_path_buf()));
     }
     let events = run_dir.events();
-    let history = events_reader::read_last_run(&events).map_err(|source| match source.kind() {
-        std::io::ErrorKind::NotFound => ReportError::NoEvents(events.clone()),
-        _ => ReportError::Read {
-            path: events.clone(),
-            source,
-        },
-    })?;
-    let mut warnings = Vec::new();
-    if history.bad_lines > 0 {
-        warnings.push(format!(
-            "{} lines of {} are not events (corrupt or cut off) and were skipped",
-            history.bad_lines,
-            events.display()
-        ));
+    if !events.exists() {
+        return Err(ReportError::NoEvents(events));
     }
+    let history = RunHistory::read(&events).map_err(ReportError::Read)?;
+    let mut warnings = lines_skipped(&history);
     let pipeline = run_dir
         .load_recorded_pipeline()
         .map_err(|error| warnings.push(format!("no done-marker pictures: {error:#}")))
@@ -160,19 +145,26 @@ fn draw(run_dir: &RunDir) -> Result<Drawings, ReportError> {
         .flat_map(|p| p.tasks.iter().map(|t| t.spec.id.clone()))
         .collect();
     let model = RunModel::build(&history, &task_order);
-    let states = pipeline.as_ref().and_then(|pipeline| {
-        BlockStates::load(pipeline, run_dir, &model)
-            .map_err(|error| warnings.push(format!("no done-marker pictures: {error}")))
+    let findings = pipeline.as_ref().and_then(|pipeline| {
+        findings(pipeline, run_dir, &history)
+            .map_err(|error| warnings.push(format!("no done-marker pictures: {error:#}")))
             .ok()
     });
-    let slices = states.as_ref().map_or_else(Vec::new, |states| {
-        states
-            .graph()
-            .task_indices()
-            .map(|task| slice::render(states, task))
+    let statuses: Vec<TaskStatus> = findings.as_ref().map_or_else(Vec::new, |findings| {
+        warnings.extend(findings.warnings().iter().cloned());
+        let tasks = findings.graph().task_indices();
+        tasks
+            .map(|task| findings.task_status(run_dir, task))
             .collect()
     });
-    let table = table::rows(&model, states.as_ref());
+    let slices = findings.as_ref().map_or_else(Vec::new, |findings| {
+        let tasks = findings.graph().task_indices();
+        tasks
+            .zip(&statuses)
+            .map(|(task, status)| slice::render(findings, status, task))
+            .collect()
+    });
+    let table = table::rows(&model, &statuses);
     Ok(Drawings {
         title: format!("daisy run report: {}", model.pipeline),
         facts: facts(&model, &table, run_dir),
@@ -183,6 +175,19 @@ fn draw(run_dir: &RunDir) -> Result<Drawings, ReportError> {
         slices,
         warnings,
     })
+}
+
+/// Most skipped lines named one by one; a badly damaged file gets a count.
+const SKIPPED_LINES_NAMED: usize = 5;
+
+fn lines_skipped(history: &RunHistory) -> Vec<String> {
+    let mut warnings = history.warnings();
+    if warnings.len() > SKIPPED_LINES_NAMED {
+        let more = warnings.len() - SKIPPED_LINES_NAMED;
+        warnings.truncate(SKIPPED_LINES_NAMED);
+        warnings.push(format!("... and {more} more lines that are not events"));
+    }
+    warnings
 }
 
 fn facts(model: &RunModel, table: &[SummaryRow], run_dir: &RunDir) -> Vec<String> {

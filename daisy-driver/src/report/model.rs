@@ -9,9 +9,9 @@
 //! Nothing here needs the run to have finished: a crashed or running run
 //! simply has rows without an end.
 
-use super::events_reader::{EventKind, RecordedEvent, RunHistory};
+use crate::run_history::{EventKind, HistoryEvent, RunHistory};
 use daisy_core::TaskCounters;
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 
 /// How one attempt at a block ended.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
@@ -71,8 +71,8 @@ pub struct TaskActivity {
     pub counters: Option<TaskCounters>,
     /// Blocks that succeeded in this run.
     pub blocks_done: u64,
-    /// Spatial ids of the blocks that failed for good.
-    pub failed_for_good: BTreeSet<u64>,
+    /// Attempts that failed for good (one per block).
+    pub failed_for_good: u64,
     pub workers: u32,
     /// Unclean worker exits (lost workers, failed starts).
     pub restarts: u32,
@@ -95,20 +95,20 @@ pub struct RunModel {
     pub tasks: Vec<TaskActivity>,
     /// Ordered by task, then worker id.
     pub workers: Vec<WorkerRow>,
-    pub bad_lines: usize,
+    /// Runs before the last one in the same run directory (resumes).
     pub earlier_runs: usize,
 }
 
 impl RunModel {
-    /// The model of `history`; tasks come in `task_order` (the pipeline's,
-    /// when known), then in order of appearance.
+    /// The model of the last run in `history`; tasks come in `task_order`
+    /// (the pipeline's, when known), then in order of appearance.
     pub fn build(history: &RunHistory, task_order: &[String]) -> Self {
-        let started = history.events.first().map_or(0.0, |e| e.time);
+        let events = history.last_run();
+        let started = events.first().map_or(0.0, |e| e.time);
         let mut builder = Builder {
             model: RunModel {
                 started,
-                bad_lines: history.bad_lines,
-                earlier_runs: history.earlier_runs,
+                earlier_runs: history.runs().len().saturating_sub(1),
                 ..RunModel::default()
             },
             rows: BTreeMap::new(),
@@ -116,7 +116,7 @@ impl RunModel {
         for id in task_order {
             builder.task(id);
         }
-        for event in &history.events {
+        for event in events {
             builder.on_event(event);
         }
         builder.finish()
@@ -154,11 +154,11 @@ impl Builder {
             })
     }
 
-    fn on_event(&mut self, event: &RecordedEvent) {
+    fn on_event(&mut self, event: &HistoryEvent) {
         let time = event.time - self.model.started;
         self.model.span = self.model.span.max(time);
         match &event.kind {
-            EventKind::RunStarted { pipeline } => self.model.pipeline.clone_from(pipeline),
+            EventKind::RunStarted { pipeline, .. } => self.model.pipeline.clone_from(pipeline),
             EventKind::BlockDone {
                 task,
                 block_id,
@@ -181,7 +181,7 @@ impl Builder {
                 let activity = &mut self.model.tasks[task_index];
                 activity.last_error = Some(error.clone());
                 let outcome = if *for_good {
-                    activity.failed_for_good.insert(*block_id);
+                    activity.failed_for_good += 1;
                     Outcome::FailedForGood
                 } else {
                     Outcome::Retried
@@ -199,7 +199,7 @@ impl Builder {
                 self.model.tasks[task].counters = Some(*counters);
                 self.model.tasks[task].done_at = Some(time);
             }
-            EventKind::TaskAbandoned { task, why } => {
+            EventKind::TaskAbandoned { task, why, .. } => {
                 let task = self.task(task);
                 self.model.tasks[task].abandoned = Some(why.clone());
             }
@@ -212,24 +212,30 @@ impl Builder {
                 row.submitted = Some(time);
                 row.job = Some(job.clone());
             }
-            EventKind::WorkerStartFailed { task, worker_id } => {
+            EventKind::WorkerStartFailed {
+                task, worker_id, ..
+            } => {
                 self.row(task, Some(*worker_id)).gone = Some((time, false));
             }
             EventKind::WorkerConnected {
                 task,
                 worker_id,
                 host,
+                ..
             } => {
                 let row = self.row(task, Some(*worker_id));
-                row.connected = Some(time);
+                // A requeued job connects again as the same worker; its
+                // row began at the first connection.
+                row.connected.get_or_insert(time);
                 row.host = Some(host.clone());
             }
             EventKind::WorkerGone {
                 task,
                 worker_id,
                 clean,
+                ..
             } => self.row(task, Some(*worker_id)).gone = Some((time, *clean)),
-            EventKind::RunFinished { completed } => self.model.finished = Some(*completed),
+            EventKind::RunFinished { completed, .. } => self.model.finished = Some(*completed),
             _ => {}
         }
     }
@@ -282,103 +288,37 @@ impl Builder {
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
-    use crate::report::events_reader::RecordedEvent;
-
-    pub fn at(time: f64, kind: EventKind) -> RecordedEvent {
-        RecordedEvent { time, kind }
-    }
-
-    pub fn done(task: &str, block_id: u64, worker_id: u64, seconds: Option<f64>) -> EventKind {
-        EventKind::BlockDone {
-            task: task.into(),
-            block_id,
-            worker_id: Some(worker_id),
-            seconds,
-        }
-    }
-
-    pub fn failed(task: &str, block_id: u64, worker_id: u64, for_good: bool) -> EventKind {
-        EventKind::BlockFailed {
-            task: task.into(),
-            block_id,
-            worker_id: Some(worker_id),
-            error: "exit status 1".into(),
-            for_good,
-            seconds: Some(1.0),
-        }
-    }
+    use std::path::Path;
 
     /// A run of task "a": worker 1 queued 2 s, ran three blocks (one
-    /// failed for good), left cleanly; worker 2 was lost.
+    /// failed for good), left cleanly; worker 2 was lost. An earlier run
+    /// comes first.
+    pub const SAMPLE_EVENTS: &str = r#"{"time": 50, "event": "run_started", "pipeline": "p", "mode": "distributed"}
+{"time": 100, "event": "run_started", "pipeline": "p", "mode": "distributed"}
+{"time": 100.5, "event": "worker_submitted", "task": "a", "worker_id": 1, "job": "local:11"}
+{"time": 102.5, "event": "worker_connected", "task": "a", "worker_id": 1, "host": "n1", "pid": 11, "by_hand": false}
+{"time": 104.5, "event": "block_done", "task": "a", "block_id": 0, "worker_id": 1, "seconds": 2.0}
+{"time": 106, "event": "block_done", "task": "a", "block_id": 1, "worker_id": 1}
+{"time": 107, "event": "block_failed", "task": "a", "block_id": 2, "worker_id": 1, "error": "exit status 1", "for_good": true, "seconds": 1.0}
+{"time": 107.5, "event": "worker_connected", "task": "a", "worker_id": 2, "host": "n2", "pid": 12, "by_hand": false}
+{"time": 108, "event": "worker_gone", "task": "a", "worker_id": 2, "clean": false, "why": "lost"}
+{"time": 109, "event": "worker_gone", "task": "a", "worker_id": 1, "clean": true, "why": "told to stop"}
+"#;
+
     pub fn sample_history() -> RunHistory {
-        let events = vec![
-            at(
-                100.0,
-                EventKind::RunStarted {
-                    pipeline: "p".into(),
-                },
-            ),
-            at(
-                100.5,
-                EventKind::WorkerSubmitted {
-                    task: "a".into(),
-                    worker_id: 1,
-                    job: "local:11".into(),
-                },
-            ),
-            at(
-                102.5,
-                EventKind::WorkerConnected {
-                    task: "a".into(),
-                    worker_id: 1,
-                    host: "n1".into(),
-                },
-            ),
-            at(104.5, done("a", 0, 1, Some(2.0))),
-            at(106.0, done("a", 1, 1, None)),
-            at(107.0, failed("a", 2, 1, true)),
-            at(
-                107.5,
-                EventKind::WorkerConnected {
-                    task: "a".into(),
-                    worker_id: 2,
-                    host: "n2".into(),
-                },
-            ),
-            at(
-                108.0,
-                EventKind::WorkerGone {
-                    task: "a".into(),
-                    worker_id: 2,
-                    clean: false,
-                },
-            ),
-            at(
-                109.0,
-                EventKind::WorkerGone {
-                    task: "a".into(),
-                    worker_id: 1,
-                    clean: true,
-                },
-            ),
-        ];
-        RunHistory {
-            events,
-            bad_lines: 0,
-            earlier_runs: 0,
-        }
+        RunHistory::parse(Path::new("events.jsonl"), SAMPLE_EVENTS)
     }
 
     #[test]
     fn rows_have_queue_wait_bars_and_ends() {
         let model = RunModel::build(&sample_history(), &["z".to_string()]);
         assert_eq!(model.pipeline, "p");
-        assert_eq!(model.span, 9.0);
+        assert_eq!((model.span, model.earlier_runs), (9.0, 1));
         assert_eq!(model.finished, None, "no run_finished: crashed or running");
         assert_eq!(model.tasks.len(), 2, "the pipeline's task first, then a");
         let a = &model.tasks[1];
         assert_eq!((a.workers, a.restarts, a.blocks_done), (2, 1, 2));
-        assert_eq!(a.failed_for_good, BTreeSet::from([2]));
+        assert_eq!(a.failed_for_good, 1);
         let first = &model.workers[0];
         assert_eq!((first.submitted, first.connected), (Some(0.5), Some(2.5)));
         assert_eq!(first.gone, Some((9.0, true)));

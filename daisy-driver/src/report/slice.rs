@@ -1,6 +1,6 @@
 //! The done markers as a picture: per task, one cell per block of a 2-D
 //! slice through its block grid, coloured done / failed / orphaned /
-//! pending (see [`super::block_states`]).
+//! remaining, the states `status` counts ([`Findings::state`]).
 //!
 //! A 2-D task is shown whole; of a 3-D (or higher) task the slice through
 //! the middle of the leading dimensions, the last two as rows and columns;
@@ -9,8 +9,8 @@
 //! and big pictures merge runs of equal cells in a row into one rectangle,
 //! so the SVG stays small for any number of blocks.
 
-use super::block_states::{BlockState, BlockStates, StateCounts};
 use super::svg::{self, Chart, Rect, Svg};
+use crate::status::{BlockState, Findings, TaskStatus};
 use daisy_core::geometry::BlockGrid;
 use daisy_core::{Coordinate, TaskIdx};
 
@@ -31,7 +31,7 @@ pub fn state_colour(state: BlockState) -> &'static str {
         BlockState::Done => svg::DONE,
         BlockState::Failed => svg::FAILED,
         BlockState::Orphaned => svg::ORPHANED,
-        BlockState::Pending => svg::PENDING,
+        BlockState::Remaining => svg::PENDING,
     }
 }
 
@@ -101,7 +101,7 @@ impl SlicePlan {
 
     /// The most urgent state among the cell's blocks, or `None` if the fit
     /// rule leaves no block there; with the block's id if it is alone.
-    fn cell_state(&self, grid: &BlockGrid, states: &BlockStates, row: i64, col: i64) -> Cell {
+    fn cell_state(&self, grid: &BlockGrid, states: &Findings, row: i64, col: i64) -> Cell {
         let ((r0, r1), (c0, c1)) = self.cell_blocks(row, col);
         let mut cell = Cell::default();
         for r in r0..r1 {
@@ -137,8 +137,8 @@ struct CellRun {
     cell: Cell,
 }
 
-/// The slice picture of task `task`.
-pub fn render(states: &BlockStates, task: TaskIdx) -> Chart {
+/// The slice picture of task `task`, whose numbers are `status`.
+pub fn render(states: &Findings, status: &TaskStatus, task: TaskIdx) -> Chart {
     let graph = states.graph();
     let grid = graph.task_graph(task).grid();
     let plan = SlicePlan::new(grid.total_write.shape().div_ceil(&grid.write_shape));
@@ -170,7 +170,7 @@ pub fn render(states: &BlockStates, task: TaskIdx) -> Chart {
         }
     }
     chart.end_group();
-    draw_legend(&mut chart, &states.counts(task), height - 8.0);
+    draw_legend(&mut chart, status, height - 8.0);
     chart.finish()
 }
 
@@ -178,7 +178,7 @@ pub fn render(states: &BlockStates, task: TaskIdx) -> Chart {
 fn row_runs(
     plan: &SlicePlan,
     grid: &BlockGrid,
-    states: &BlockStates,
+    states: &Findings,
     row: i64,
     merge: bool,
 ) -> Vec<CellRun> {
@@ -252,9 +252,15 @@ fn downsampling_note(plan: &SlicePlan) -> String {
     }
 }
 
-fn draw_legend(chart: &mut Svg, counts: &StateCounts, y: f64) {
+fn draw_legend(chart: &mut Svg, status: &TaskStatus, y: f64) {
     let mut x = MARGIN;
-    for state in BlockState::ALL {
+    let counts = [
+        (BlockState::Done, status.done),
+        (BlockState::Failed, status.failed),
+        (BlockState::Orphaned, status.orphaned),
+        (BlockState::Remaining, status.remaining),
+    ];
+    for (state, count) in counts {
         let swatch = Rect {
             x,
             y: y - 9.0,
@@ -262,7 +268,7 @@ fn draw_legend(chart: &mut Svg, counts: &StateCounts, y: f64) {
             height: 10.0,
         };
         chart.rect(swatch, state_colour(state), None);
-        let label = format!("{} {}", state.label(), counts.of(state));
+        let label = format!("{} {count}", state.label());
         chart.text(x + 14.0, y, "start", &label);
         x += 28.0 + 6.5 * label.len() as f64;
     }
@@ -271,7 +277,51 @@ fn draw_legend(chart: &mut Svg, counts: &StateCounts, y: f64) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::report::block_states::tests::{one_failure, with_failures};
+    use crate::pipeline::Pipeline;
+    use crate::run_dir::RunDir;
+    use crate::run_history::RunHistory;
+    use std::path::Path;
+
+    /// `paint`: 4 × 4 blocks of 10; `smooth` reads 5 voxels of context
+    /// around each of its 4 × 4 blocks (so up to 9 paint blocks).
+    const TWO_TASKS: &str = r#"
+        name = "p"
+        [[task]]
+        id = "paint"
+        total_roi = { offset = [0, 0], shape = [40, 40] }
+        read_roi = { offset = [0, 0], shape = [10, 10] }
+        write_roi = { offset = [0, 0], shape = [10, 10] }
+        read_write_conflict = false
+        block_command = ["true"]
+        [[task]]
+        id = "smooth"
+        upstream = ["paint"]
+        total_roi = { offset = [-5, -5], shape = [50, 50] }
+        read_roi = { offset = [0, 0], shape = [20, 20] }
+        write_roi = { offset = [5, 5], shape = [10, 10] }
+        read_write_conflict = false
+        block_command = ["true"]
+    "#;
+
+    /// The pictures of `pipeline`'s tasks in a run directory without done
+    /// markers where `task`'s block `block_id` failed for good.
+    fn pictures(pipeline: &str, task: &str, block_id: u64) -> Vec<String> {
+        let pipeline = Pipeline::from_str(pipeline, Path::new("p.toml")).unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        let run_dir = RunDir::new(Some(dir.path()), "p");
+        let events = format!(
+            "{{\"time\": 1, \"event\": \"run_started\", \"pipeline\": \"p\", \"mode\": \"distributed\"}}\n\
+             {{\"time\": 2, \"event\": \"block_failed\", \"task\": \"{task}\", \"block_id\": {block_id}, \
+             \"error\": \"e\", \"for_good\": true}}\n"
+        );
+        let history = RunHistory::parse(Path::new("events.jsonl"), &events);
+        let findings = crate::status::findings(&pipeline, &run_dir, &history).unwrap();
+        findings
+            .graph()
+            .task_indices()
+            .map(|task| render(&findings, &findings.task_status(&run_dir, task), task).svg)
+            .collect()
+    }
 
     #[test]
     fn big_grids_are_downsampled_to_at_most_256_cells_a_side() {
@@ -287,8 +337,8 @@ mod tests {
 
     #[test]
     fn every_block_is_a_cell_coloured_by_its_state() {
-        let states = one_failure();
-        let paint = render(&states, TaskIdx(0)).svg;
+        let pictures = pictures(TWO_TASKS, "paint", 0);
+        let paint = &pictures[0];
         assert_eq!(
             paint.matches(svg::FAILED).count(),
             2,
@@ -300,28 +350,31 @@ mod tests {
             "{paint}"
         );
         assert!(paint.contains("paint: 4 × 4 blocks"));
-        let smooth = render(&states, TaskIdx(1)).svg;
+        assert!(paint.contains("remaining 15"));
+        // smooth (0, 0), (0, 1), (1, 0) and (1, 1) read paint (0, 0).
+        let smooth = &pictures[1];
         assert!(smooth.contains("orphaned 4"), "{smooth}");
         assert_eq!(smooth.matches(svg::ORPHANED).count(), 5);
+        assert!(smooth.contains("<title>block 4: orphaned (grid index [1, 1])</title>"));
     }
 
     #[test]
     fn a_two_million_block_grid_stays_small() {
-        use daisy_core::{DependencyGraph, Roi, TaskSpec};
-        use std::collections::BTreeSet;
-        let mut spec = TaskSpec::new(
-            "huge",
-            Roi::from_slices(&[0, 0, 0], &[128, 128, 128]),
-            Roi::from_slices(&[0, 0, 0], &[1, 1, 1]),
-            Roi::from_slices(&[0, 0, 0], &[1, 1, 1]),
-        );
-        spec.read_write_conflict = false;
-        let graph = DependencyGraph::new(vec![spec]).unwrap();
-        let states = with_failures(graph, vec![BTreeSet::from([5])]);
-        let picture = render(&states, TaskIdx(0)).svg;
-        // Block 5 lies outside the middle slice: one pending run per row,
-        // and the legend's four swatches.
+        let huge = r#"
+            name = "p"
+            [[task]]
+            id = "huge"
+            total_roi = { offset = [0, 0, 0], shape = [128, 128, 128] }
+            read_roi = { offset = [0, 0, 0], shape = [1, 1, 1] }
+            write_roi = { offset = [0, 0, 0], shape = [1, 1, 1] }
+            read_write_conflict = false
+            block_command = ["true"]
+        "#;
+        let picture = &pictures(huge, "huge", 5)[0];
+        // Block 5 lies outside the middle slice: one run of remaining
+        // blocks per row, and the legend's four swatches.
         assert_eq!(picture.matches("<rect").count(), 128 + 4);
-        assert!(picture.contains("pending 2097151"));
+        assert!(picture.contains("remaining 2097151"));
+        assert!(picture.contains("the slice at index 64 of dimension 0"));
     }
 }

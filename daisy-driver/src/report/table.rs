@@ -1,12 +1,11 @@
 //! The execution summary as a table, with the columns `daisy-driver run`
 //! prints at its end, rebuilt from what the run directory holds: a
-//! finished task's final counters (`task_done`), else the block states
-//! from the done markers, else what the events alone say.
+//! finished task's final counters (`task_done`), else the block counts
+//! `status` finds from the done markers, else what the events alone say.
 
-use super::block_states::BlockStates;
 use super::model::{RunModel, TaskActivity};
 use super::svg::Escaped;
-use daisy_core::TaskIdx;
+use crate::status::TaskStatus;
 use std::fmt::Write as _;
 
 /// One task's row; `None` where the run directory does not tell.
@@ -40,24 +39,24 @@ pub const HEADERS: [&str; 10] = [
     "blocks/s",
 ];
 
-/// The rows of `model`'s tasks; `states` fills in what unfinished tasks'
-/// events lack (its graph's tasks are looked up by id).
-pub fn rows(model: &RunModel, states: Option<&BlockStates>) -> Vec<SummaryRow> {
+/// The rows of `model`'s tasks; `statuses` (found by task id) fill in
+/// what unfinished tasks' events lack.
+pub fn rows(model: &RunModel, statuses: &[TaskStatus]) -> Vec<SummaryRow> {
     model
         .tasks
         .iter()
-        .map(|task| row(model, task, states))
+        .map(|task| row(model, task, statuses.iter().find(|s| s.id == task.id)))
         .collect()
 }
 
-fn row(model: &RunModel, task: &TaskActivity, states: Option<&BlockStates>) -> SummaryRow {
+fn row(model: &RunModel, task: &TaskActivity, status: Option<&TaskStatus>) -> SummaryRow {
     let seconds = task.done_at.unwrap_or(model.span);
     let mut row = SummaryRow {
         task: task.id.clone(),
         blocks: None,
         completed: Some(task.blocks_done),
         skipped: None,
-        failed: task.failed_for_good.len() as u64,
+        failed: task.failed_for_good,
         orphaned: None,
         workers: task.workers,
         restarts: task.restarts,
@@ -65,21 +64,17 @@ fn row(model: &RunModel, task: &TaskActivity, states: Option<&BlockStates>) -> S
         done: task.done_at.is_some(),
         rate: task.blocks_done as f64 / seconds.max(1e-9),
     };
-    let counts = states.and_then(|s| {
-        let index: TaskIdx = s.graph().task_index(&task.id)?;
-        Some((s.graph().task_graph(index).num_blocks(), s.counts(index)))
-    });
     if let Some(c) = task.counters {
         row.blocks = Some(c.total);
         row.completed = Some(c.completed);
         row.skipped = Some(c.skipped);
         row.failed = c.failed;
         row.orphaned = Some(c.orphaned);
-    } else if let Some((total, counts)) = counts {
-        row.blocks = Some(total);
-        row.completed = Some(counts.done);
-        row.failed = counts.failed;
-        row.orphaned = Some(counts.orphaned);
+    } else if let Some(status) = status {
+        row.blocks = Some(status.total);
+        row.completed = Some(status.done);
+        row.failed = status.failed;
+        row.orphaned = Some(status.orphaned);
     }
     row
 }
@@ -134,7 +129,7 @@ mod tests {
     #[test]
     fn an_unfinished_task_shows_what_the_events_say() {
         let model = RunModel::build(&sample_history(), &[]);
-        let rows = rows(&model, None);
+        let rows = rows(&model, &[]);
         assert_eq!(
             rows[0].cells(),
             [
@@ -168,7 +163,7 @@ mod tests {
             orphaned: 2,
             ..Default::default()
         });
-        let cells = rows(&model, None)[0].cells();
+        let cells = rows(&model, &[])[0].cells();
         assert_eq!(cells[1..6], ["10", "7", "5", "1", "2"].map(String::from));
         assert_eq!(cells[8..], ["4.0 s", "0.5"].map(String::from));
     }
