@@ -186,14 +186,13 @@ orange failed and retried, red failed for good; a red tick: worker lost).
 Blocks too short to see are merged, showing the worst outcome among them.
 The done-marker pictures show one cell per block (of the middle slice for
 3-D tasks): done, failed, orphaned (will not run because something it
-depends on failed) or pending. Only the last run in the run directory is
-drawn; done markers include the earlier runs.")]
+depends on failed) or remaining (not run yet, or running), as `status`
+counts them. Only the last run in the run directory is drawn; done
+markers include the earlier runs.")]
 pub struct ReportOpts {
     /// The run directory (the one `run` used, e.g. daisy_run/<name>).
     pub run_dir: PathBuf,
-    /// html: the page; svg: everything in one SVG picture; png: that
-    /// picture as PNG, rendered by headless Chromium (found on PATH or
-    /// through DAISY_CHROMIUM).
+    /// What to write.
     #[arg(long, value_enum, default_value = "html")]
     pub format: ReportFormat,
     /// Where to write [default: <run-dir>/report.<format>].
@@ -352,8 +351,8 @@ fn command_report(opts: ReportOpts) -> anyhow::Result<ExitCode> {
             .path()
             .join(format!("report.{}", opts.format.extension()))
     });
-    let written = report::write(&run_dir, opts.format, &output)
-        .with_context(|| format!("reporting on {}", run_dir.path().display()))?;
+    // The errors name the files at fault.
+    let written = report::write(&run_dir, opts.format, &output)?;
     for warning in &written.warnings {
         eprintln!("daisy-driver: warning: {warning}");
     }

@@ -108,7 +108,11 @@ fn a_corrupt_events_line_is_skipped_with_a_warning_and_a_missing_run_dir_is_name
     let output = run(&mut command);
     assert!(output.status.success(), "{}", describe(&command, &output));
     let stderr = String::from_utf8_lossy(&output.stderr);
-    assert_eq!(stderr.matches("not an event, skipped").count(), 2, "{stderr}");
+    assert_eq!(
+        stderr.matches("not an event, skipped").count(),
+        2,
+        "{stderr}"
+    );
     let out = run_fails(&mut dir.driver(&["report", "no/such/run"]), 2);
     assert!(
         out.contains("run directory no/such/run does not exist"),

@@ -32,6 +32,7 @@ mod timeline;
 
 pub use png::PngError;
 
+use crate::pipeline::Pipeline;
 use crate::run_dir::RunDir;
 use crate::run_history::{HistoryError, RunHistory};
 use crate::status::{findings, TaskStatus};
@@ -48,7 +49,8 @@ pub enum ReportFormat {
     Html,
     /// One SVG picture of everything (for a lab notebook, a slide).
     Svg,
-    /// That picture as PNG (needs Chromium).
+    /// That picture as PNG, rendered by headless Chromium (found on PATH,
+    /// or set DAISY_CHROMIUM).
     Png,
 }
 
@@ -127,14 +129,7 @@ struct Drawings {
 }
 
 fn draw(run_dir: &RunDir) -> Result<Drawings, ReportError> {
-    if !run_dir.path().is_dir() {
-        return Err(ReportError::NoRunDir(run_dir.path().to_path_buf()));
-    }
-    let events = run_dir.events();
-    if !events.exists() {
-        return Err(ReportError::NoEvents(events));
-    }
-    let history = RunHistory::read(&events).map_err(ReportError::Read)?;
+    let history = read_history(run_dir)?;
     let mut warnings = lines_skipped(&history);
     let pipeline = run_dir
         .load_recorded_pipeline()
@@ -145,25 +140,10 @@ fn draw(run_dir: &RunDir) -> Result<Drawings, ReportError> {
         .flat_map(|p| p.tasks.iter().map(|t| t.spec.id.clone()))
         .collect();
     let model = RunModel::build(&history, &task_order);
-    let findings = pipeline.as_ref().and_then(|pipeline| {
-        findings(pipeline, run_dir, &history)
-            .map_err(|error| warnings.push(format!("no done-marker pictures: {error:#}")))
-            .ok()
-    });
-    let statuses: Vec<TaskStatus> = findings.as_ref().map_or_else(Vec::new, |findings| {
-        warnings.extend(findings.warnings().iter().cloned());
-        let tasks = findings.graph().task_indices();
-        tasks
-            .map(|task| findings.task_status(run_dir, task))
-            .collect()
-    });
-    let slices = findings.as_ref().map_or_else(Vec::new, |findings| {
-        let tasks = findings.graph().task_indices();
-        tasks
-            .zip(&statuses)
-            .map(|(task, status)| slice::render(findings, status, task))
-            .collect()
-    });
+    let (statuses, slices) = match &pipeline {
+        Some(pipeline) => done_markers(pipeline, run_dir, &history, &mut warnings),
+        None => (Vec::new(), Vec::new()),
+    };
     let table = table::rows(&model, &statuses);
     Ok(Drawings {
         title: format!("daisy run report: {}", model.pipeline),
@@ -175,6 +155,43 @@ fn draw(run_dir: &RunDir) -> Result<Drawings, ReportError> {
         slices,
         warnings,
     })
+}
+
+fn read_history(run_dir: &RunDir) -> Result<RunHistory, ReportError> {
+    if !run_dir.path().is_dir() {
+        return Err(ReportError::NoRunDir(run_dir.path().to_path_buf()));
+    }
+    let events = run_dir.events();
+    if !events.exists() {
+        return Err(ReportError::NoEvents(events));
+    }
+    RunHistory::read(&events).map_err(ReportError::Read)
+}
+
+/// Each task's block counts and done-marker picture, as `status` finds
+/// them; none (and a warning) if the markers cannot be read.
+fn done_markers(
+    pipeline: &Pipeline,
+    run_dir: &RunDir,
+    history: &RunHistory,
+    warnings: &mut Vec<String>,
+) -> (Vec<TaskStatus>, Vec<Chart>) {
+    let findings = match findings(pipeline, run_dir, history) {
+        Ok(findings) => findings,
+        Err(error) => {
+            warnings.push(format!("no done-marker pictures: {error:#}"));
+            return (Vec::new(), Vec::new());
+        }
+    };
+    warnings.extend(findings.warnings().iter().cloned());
+    let tasks = findings.graph().task_indices();
+    tasks
+        .map(|task| {
+            let status = findings.task_status(run_dir, task);
+            let picture = slice::render(&findings, &status, task);
+            (status, picture)
+        })
+        .unzip()
 }
 
 /// Most skipped lines named one by one; a badly damaged file gets a count.

@@ -31,7 +31,7 @@ pub fn state_colour(state: BlockState) -> &'static str {
         BlockState::Done => svg::DONE,
         BlockState::Failed => svg::FAILED,
         BlockState::Orphaned => svg::ORPHANED,
-        BlockState::Remaining => svg::PENDING,
+        BlockState::Remaining => svg::REMAINING,
     }
 }
 

@@ -16,8 +16,8 @@ pub const RETRIED: &str = "#f0a030";
 pub const FAILED: &str = "#d0342c";
 /// A block that will not run because something upstream failed.
 pub const ORPHANED: &str = "#8e6bb8";
-/// A block not run yet.
-pub const PENDING: &str = "#dddddd";
+/// A block not run yet (or running).
+pub const REMAINING: &str = "#dddddd";
 /// A worker's job waiting in the queue before it connected.
 pub const QUEUED: &str = "#b9cde0";
 /// Axis lines and labels.
