@@ -6,6 +6,7 @@ use crate::launch::LaunchSettings;
 use crate::pipeline::Pipeline;
 use crate::plan::plan;
 use crate::plan::scripts::WorkerProgram;
+use crate::report::{self, ReportFormat};
 use crate::run_dir::RunDir;
 use anyhow::Context;
 use clap::{Args, Parser, Subcommand};
@@ -52,6 +53,12 @@ pub enum Command {
     /// task downstream of it. Lists them and asks first (--yes to skip
     /// the question, required when stdin is not a terminal).
     Reset(ResetOpts),
+    /// Draw a run: a self-contained HTML page (or one SVG or PNG picture)
+    /// with a timeline of the workers, blocks per second per task, block
+    /// run times, the execution summary, and a picture of each task's done
+    /// markers. Works from the run directory alone, for finished, crashed
+    /// and still running runs.
+    Report(ReportOpts),
     /// Run a worker: the same program as `daisy-worker` (see
     /// `daisy-driver worker --help`), built into the driver so that one
     /// binary is enough on a cluster.
@@ -164,6 +171,35 @@ pub struct ResetOpts {
     pub yes: bool,
 }
 
+/// `daisy-driver report`.
+#[derive(Debug, Args)]
+#[command(after_help = "\
+Examples:
+  daisy-driver report daisy_run/demo            # writes daisy_run/demo/report.html
+  daisy-driver report daisy_run/demo --format png -o run.png
+
+The page needs no network: open it in any browser, or mail it. Hover over a
+bar, line or cell for details (block id, run time, counts). The worker
+timeline has one row per worker: its job's wait in the queue (light blue),
+a line while it was connected, its blocks coloured by outcome (green done,
+orange failed and retried, red failed for good; a red tick: worker lost).
+Blocks too short to see are merged, showing the worst outcome among them.
+The done-marker pictures show one cell per block (of the middle slice for
+3-D tasks): done, failed, orphaned (will not run because something it
+depends on failed) or remaining (not run yet, or running), as `status`
+counts them. Only the last run in the run directory is drawn; done
+markers include the earlier runs.")]
+pub struct ReportOpts {
+    /// The run directory (the one `run` used, e.g. daisy_run/<name>).
+    pub run_dir: PathBuf,
+    /// What to write.
+    #[arg(long, value_enum, default_value = "html")]
+    pub format: ReportFormat,
+    /// Where to write [default: <run-dir>/report.<format>].
+    #[arg(short, long)]
+    pub output: Option<PathBuf>,
+}
+
 /// How long launched workers get between SIGTERM and SIGKILL when the run
 /// ends, so that Ctrl-C stops everything within about a second.
 const STOP_GRACE: Duration = Duration::from_millis(500);
@@ -178,6 +214,7 @@ pub fn main(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Run(opts) => command_run(opts),
         Command::Status(opts) => command_status(opts),
         Command::Reset(opts) => command_reset(opts),
+        Command::Report(opts) => command_report(opts),
         Command::Worker { args } => Ok(command_worker(args)),
     }
 }
@@ -305,6 +342,22 @@ fn worker_program(given: Option<&std::path::Path>) -> anyhow::Result<(PathBuf, V
             Ok((driver, vec!["worker".to_string()]))
         }
     }
+}
+
+fn command_report(opts: ReportOpts) -> anyhow::Result<ExitCode> {
+    let run_dir = RunDir::new(Some(&opts.run_dir), "");
+    let output = opts.output.unwrap_or_else(|| {
+        run_dir
+            .path()
+            .join(format!("report.{}", opts.format.extension()))
+    });
+    // The errors name the files at fault.
+    let written = report::write(&run_dir, opts.format, &output)?;
+    for warning in &written.warnings {
+        eprintln!("daisy-driver: warning: {warning}");
+    }
+    println!("{}", written.path.display());
+    Ok(ExitCode::SUCCESS)
 }
 
 fn command_worker(args: Vec<String>) -> ExitCode {

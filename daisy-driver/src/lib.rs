@@ -17,6 +17,7 @@
 //! - [`run_context`]: token, advertised addresses, `context.json`.
 //! - [`progress`], [`summary`]: what the user sees during and after a run.
 //! - [`recent_rate`]: blocks per second now, for live status.
+//! - [`report`]: `daisy-driver report`, a run drawn from its run directory.
 //! - [`serial_run`]: `daisy-driver run --serial`, blocks one at a time in
 //!   process (debugging, small jobs).
 //! - [`status`]: `daisy-driver status`, offline and live.
@@ -33,6 +34,7 @@ pub mod pipeline;
 pub mod plan;
 pub mod progress;
 pub mod recent_rate;
+pub mod report;
 pub mod reset;
 pub mod retry;
 pub mod run_context;

@@ -12,6 +12,7 @@ mod preemption;
 mod protocol;
 mod proxy;
 mod python_worker;
+mod report;
 mod resources;
 mod restarts;
 mod retries;

@@ -18,7 +18,7 @@ mod live;
 mod offline;
 mod render;
 
-pub use offline::{blocks_to_retry, RetryBlocks};
+pub use offline::{blocks_to_retry, findings, BlockState, Findings, RetryBlocks};
 
 use crate::pipeline::Pipeline;
 use crate::run_dir::RunDir;

@@ -2,7 +2,8 @@
 //! done blocks, the last run's events for failures, abandoned tasks and
 //! workers, the dependency graph for orphans. `run --retry-failed` asks
 //! the same question ("which blocks failed, and which wait for them?"),
-//! so it is answered here once.
+//! so it is answered here once, and so does `report`'s picture of the
+//! done markers ([`Findings::state`] per block).
 
 use super::{FailedBlock, LastRun, RunEnding, TaskStatus, WorkerEnd, WorkerStatus};
 use crate::done_marker::DoneMarker;
@@ -37,8 +38,31 @@ struct Failure {
     for_good: bool,
 }
 
+/// What became of a block, as `status` counts it. Ordered by how much it
+/// needs attention, so a picture cell standing for many blocks can show
+/// the most urgent one.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum BlockState {
+    Done,
+    /// Not run yet, ready, running, or waiting for a retry.
+    Remaining,
+    Orphaned,
+    Failed,
+}
+
+impl BlockState {
+    pub fn label(self) -> &'static str {
+        match self {
+            BlockState::Done => "done",
+            BlockState::Remaining => "remaining",
+            BlockState::Orphaned => "orphaned",
+            BlockState::Failed => "failed",
+        }
+    }
+}
+
 /// What the run directory says, per task (indexed like the pipeline).
-struct Findings {
+pub struct Findings {
     graph: DependencyGraph,
     markers: Vec<Option<DoneMarker>>,
     /// Blocks that failed for good in the last run and are not done.
@@ -62,6 +86,34 @@ impl Findings {
             .as_ref()
             .map_or(0, DoneMarker::count_done)
     }
+
+    pub fn graph(&self) -> &DependencyGraph {
+        &self.graph
+    }
+
+    /// What became of `block`.
+    pub fn state(&self, block: &Block) -> BlockState {
+        let task = block.id.task.index();
+        if self.is_done(block) {
+            BlockState::Done
+        } else if self.failed[task].contains_key(&block.id.spatial) {
+            BlockState::Failed
+        } else if self.orphaned[task].contains(&block.id.spatial) {
+            BlockState::Orphaned
+        } else {
+            BlockState::Remaining
+        }
+    }
+
+    /// The numbers of `task`, as `status` shows them.
+    pub fn task_status(&self, run_dir: &RunDir, task: TaskIdx) -> TaskStatus {
+        task_status(self, run_dir, task)
+    }
+
+    /// Things that did not add up (tasks the pipeline lacks).
+    pub fn warnings(&self) -> &[String] {
+        &self.warnings
+    }
 }
 
 pub(super) fn analyse(
@@ -69,7 +121,7 @@ pub(super) fn analyse(
     run_dir: &RunDir,
     history: &RunHistory,
 ) -> anyhow::Result<Analysis> {
-    let findings = find(pipeline, run_dir, history)?;
+    let findings = findings(pipeline, run_dir, history)?;
     let tasks = findings
         .graph
         .task_indices()
@@ -88,7 +140,7 @@ pub fn blocks_to_retry(pipeline: &Pipeline, run_dir: &RunDir) -> anyhow::Result<
         true => RunHistory::read(&path)?,
         false => RunHistory::default(),
     };
-    let findings = find(pipeline, run_dir, &history)?;
+    let findings = findings(pipeline, run_dir, &history)?;
     let mut retry = RetryBlocks::default();
     for task in findings.graph.task_indices() {
         let ids = |spatial: &u64| BlockId {
@@ -105,7 +157,13 @@ pub fn blocks_to_retry(pipeline: &Pipeline, run_dir: &RunDir) -> anyhow::Result<
     Ok(retry)
 }
 
-fn find(pipeline: &Pipeline, run_dir: &RunDir, history: &RunHistory) -> anyhow::Result<Findings> {
+/// Reads the done markers of `pipeline`'s tasks in `run_dir` and finds
+/// the failed and orphaned blocks of the last run in `history`.
+pub fn findings(
+    pipeline: &Pipeline,
+    run_dir: &RunDir,
+    history: &RunHistory,
+) -> anyhow::Result<Findings> {
     let graph = pipeline.graph();
     let markers = pipeline
         .tasks

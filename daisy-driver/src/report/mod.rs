@@ -1,0 +1,237 @@
+//! `daisy-driver report RUN_DIR`: a run drawn from its run directory, for
+//! finished, crashed and running runs alike.
+//!
+//! It reads `events.jsonl` (the last run in it, through
+//! [`crate::run_history`]), the recorded pipeline (`pipeline.json`, for
+//! the task geometry) and the done markers (block states as `status`
+//! finds them, [`crate::status::findings`]), and
+//! draws: a timeline of the workers, blocks per second per task, block run
+//! times, the execution summary, and a slice of each task's done markers.
+//! Output is a self-contained HTML page (inline SVG and CSS, nothing
+//! fetched), one SVG figure, or that figure as PNG (rendered by a headless
+//! Chromium). Every chart aggregates (merged bars, bins, downsampled
+//! cells), so a run of millions of blocks gives a page of a few MB at most.
+//!
+//! # Layout
+//! - [`model`]: worker rows, block bars and per-task activity.
+//! - [`svg`]: SVG primitives and shared colours.
+//! - [`timeline`], [`charts`], [`slice`], [`table`]: the pictures and the
+//!   summary table.
+//! - [`html`], [`figure`]: the page and the single-SVG figure.
+//! - [`png`]: the figure rendered to PNG by headless Chromium.
+
+mod charts;
+mod figure;
+mod html;
+mod model;
+mod png;
+mod slice;
+mod svg;
+mod table;
+mod timeline;
+
+pub use png::PngError;
+
+use crate::pipeline::Pipeline;
+use crate::run_dir::RunDir;
+use crate::run_history::{HistoryError, RunHistory};
+use crate::status::{findings, TaskStatus};
+use model::RunModel;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, UNIX_EPOCH};
+use svg::Chart;
+use table::SummaryRow;
+
+/// What `report` writes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum ReportFormat {
+    /// A self-contained page: open it in any browser, offline.
+    Html,
+    /// One SVG picture of everything (for a lab notebook, a slide).
+    Svg,
+    /// That picture as PNG, rendered by headless Chromium (found on PATH,
+    /// or set DAISY_CHROMIUM).
+    Png,
+}
+
+impl ReportFormat {
+    pub fn extension(self) -> &'static str {
+        match self {
+            ReportFormat::Html => "html",
+            ReportFormat::Svg => "svg",
+            ReportFormat::Png => "png",
+        }
+    }
+}
+
+/// Why no report could be written.
+#[derive(Debug, thiserror::Error)]
+pub enum ReportError {
+    #[error("run directory {0} does not exist")]
+    NoRunDir(PathBuf),
+    #[error("{0} does not exist: no run has used this run directory yet")]
+    NoEvents(PathBuf),
+    #[error(transparent)]
+    Read(HistoryError),
+    #[error("writing {path}")]
+    Write {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error(transparent)]
+    Png(#[from] PngError),
+}
+
+/// What was written, and what the user should know about it.
+#[derive(Debug)]
+pub struct Written {
+    pub path: PathBuf,
+    /// Things the report could not show, and corrupt lines skipped.
+    pub warnings: Vec<String>,
+}
+
+/// Writes the report of the run in `run_dir` to `output` as `format`.
+pub fn write(
+    run_dir: &RunDir,
+    format: ReportFormat,
+    output: &Path,
+) -> Result<Written, ReportError> {
+    let drawings = draw(run_dir)?;
+    let write_file = |path: &Path, text: &str| {
+        std::fs::write(path, text).map_err(|source| ReportError::Write {
+            path: path.to_path_buf(),
+            source,
+        })
+    };
+    match format {
+        ReportFormat::Html => write_file(output, &html::page(&drawings))?,
+        ReportFormat::Svg => write_file(output, &figure::figure(&drawings).svg)?,
+        ReportFormat::Png => png::render_svg(&figure::figure(&drawings), output)?,
+    }
+    Ok(Written {
+        path: output.to_path_buf(),
+        warnings: drawings.warnings,
+    })
+}
+
+/// Everything the report shows, drawn once for any output format.
+struct Drawings {
+    title: String,
+    /// Short facts about the run, one line each.
+    facts: Vec<String>,
+    warnings: Vec<String>,
+    table: Vec<SummaryRow>,
+    timeline: Chart,
+    throughput: Chart,
+    histograms: Vec<Chart>,
+    slices: Vec<Chart>,
+}
+
+fn draw(run_dir: &RunDir) -> Result<Drawings, ReportError> {
+    let history = read_history(run_dir)?;
+    let mut warnings = lines_skipped(&history);
+    let pipeline = run_dir
+        .load_recorded_pipeline()
+        .map_err(|error| warnings.push(format!("no done-marker pictures: {error:#}")))
+        .ok();
+    let task_order: Vec<String> = pipeline
+        .iter()
+        .flat_map(|p| p.tasks.iter().map(|t| t.spec.id.clone()))
+        .collect();
+    let model = RunModel::build(&history, &task_order);
+    let (statuses, slices) = match &pipeline {
+        Some(pipeline) => done_markers(pipeline, run_dir, &history, &mut warnings),
+        None => (Vec::new(), Vec::new()),
+    };
+    let table = table::rows(&model, &statuses);
+    Ok(Drawings {
+        title: format!("daisy run report: {}", model.pipeline),
+        facts: facts(&model, &table, run_dir),
+        table,
+        timeline: timeline::render(&model),
+        throughput: charts::render_throughput(&model),
+        histograms: charts::render_histograms(&model),
+        slices,
+        warnings,
+    })
+}
+
+fn read_history(run_dir: &RunDir) -> Result<RunHistory, ReportError> {
+    if !run_dir.path().is_dir() {
+        return Err(ReportError::NoRunDir(run_dir.path().to_path_buf()));
+    }
+    let events = run_dir.events();
+    if !events.exists() {
+        return Err(ReportError::NoEvents(events));
+    }
+    RunHistory::read(&events).map_err(ReportError::Read)
+}
+
+/// Each task's block counts and done-marker picture, as `status` finds
+/// them; none (and a warning) if the markers cannot be read.
+fn done_markers(
+    pipeline: &Pipeline,
+    run_dir: &RunDir,
+    history: &RunHistory,
+    warnings: &mut Vec<String>,
+) -> (Vec<TaskStatus>, Vec<Chart>) {
+    let findings = match findings(pipeline, run_dir, history) {
+        Ok(findings) => findings,
+        Err(error) => {
+            warnings.push(format!("no done-marker pictures: {error:#}"));
+            return (Vec::new(), Vec::new());
+        }
+    };
+    warnings.extend(findings.warnings().iter().cloned());
+    let tasks = findings.graph().task_indices();
+    tasks
+        .map(|task| {
+            let status = findings.task_status(run_dir, task);
+            let picture = slice::render(&findings, &status, task);
+            (status, picture)
+        })
+        .unzip()
+}
+
+/// Most skipped lines named one by one; a badly damaged file gets a count.
+const SKIPPED_LINES_NAMED: usize = 5;
+
+fn lines_skipped(history: &RunHistory) -> Vec<String> {
+    let mut warnings = history.warnings();
+    if warnings.len() > SKIPPED_LINES_NAMED {
+        let more = warnings.len() - SKIPPED_LINES_NAMED;
+        warnings.truncate(SKIPPED_LINES_NAMED);
+        warnings.push(format!("... and {more} more lines that are not events"));
+    }
+    warnings
+}
+
+fn facts(model: &RunModel, table: &[SummaryRow], run_dir: &RunDir) -> Vec<String> {
+    let started = Duration::try_from_secs_f64(model.started)
+        .map(|since| humantime::format_rfc3339_seconds(UNIX_EPOCH + since).to_string())
+        .unwrap_or_else(|_| "at an unknown time".to_string());
+    let failed: u64 = table.iter().map(|row| row.failed).sum();
+    let orphaned: u64 = table.iter().filter_map(|row| row.orphaned).sum();
+    let state = match model.finished {
+        Some(true) if failed + orphaned == 0 => "finished, every block completed".to_string(),
+        Some(true) => format!("finished; {failed} blocks failed, {orphaned} orphaned"),
+        Some(false) => "stopped before every block was processed (interrupted)".to_string(),
+        None => "no run_finished event: still running, or the driver crashed".to_string(),
+    };
+    let mut facts = vec![
+        format!("run directory {}", run_dir.path().display()),
+        format!(
+            "started {started}, {} of events; {state}",
+            svg::human_seconds(model.span)
+        ),
+        format!("{} workers", model.workers.len()),
+    ];
+    if model.earlier_runs > 0 {
+        facts.push(format!(
+            "the last of {} runs in this run directory (done markers include the earlier ones)",
+            model.earlier_runs + 1
+        ));
+    }
+    facts
+}

@@ -1,0 +1,341 @@
+//! What the report draws, rebuilt from a run's events: one row per worker
+//! with its queue wait and its blocks, and per task what happened to it.
+//!
+//! Times are seconds since the run started (its first event). A block's
+//! bar ends when the driver recorded its result and spans the run time
+//! the worker measured (`seconds`); for events without it (older logs)
+//! the bar starts where the worker's previous block ended, or when the
+//! worker connected, which is what the worker was doing in between.
+//! Nothing here needs the run to have finished: a crashed or running run
+//! simply has rows without an end.
+
+use crate::run_history::{EventKind, HistoryEvent, RunHistory};
+use daisy_core::TaskCounters;
+use std::collections::BTreeMap;
+
+/// How one attempt at a block ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Outcome {
+    Done,
+    /// Failed, to be tried again.
+    Retried,
+    FailedForGood,
+}
+
+impl Outcome {
+    pub fn label(self) -> &'static str {
+        match self {
+            Outcome::Done => "done",
+            Outcome::Retried => "failed, retried",
+            Outcome::FailedForGood => "failed for good",
+        }
+    }
+}
+
+/// One attempt at a block on one worker.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct BlockBar {
+    pub start: f64,
+    pub end: f64,
+    pub outcome: Outcome,
+    pub block_id: u64,
+}
+
+impl BlockBar {
+    pub fn seconds(&self) -> f64 {
+        self.end - self.start
+    }
+}
+
+/// One worker's life: submitted (queued), connected, blocks, gone.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct WorkerRow {
+    /// Index into [`RunModel::tasks`].
+    pub task: usize,
+    /// `None` for blocks the driver ran itself (`run --serial`).
+    pub worker_id: Option<u64>,
+    pub job: Option<String>,
+    pub host: Option<String>,
+    pub submitted: Option<f64>,
+    pub connected: Option<f64>,
+    /// When it went, and whether cleanly.
+    pub gone: Option<(f64, bool)>,
+    pub bars: Vec<BlockBar>,
+}
+
+/// What happened to one task in the run.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct TaskActivity {
+    pub id: String,
+    /// The final counters, if the task finished (`task_done`).
+    pub counters: Option<TaskCounters>,
+    /// Blocks that succeeded in this run.
+    pub blocks_done: u64,
+    /// Attempts that failed for good (one per block).
+    pub failed_for_good: u64,
+    pub workers: u32,
+    /// Unclean worker exits (lost workers, failed starts).
+    pub restarts: u32,
+    pub done_at: Option<f64>,
+    pub abandoned: Option<String>,
+    pub last_error: Option<String>,
+}
+
+/// A run as the report sees it.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct RunModel {
+    pub pipeline: String,
+    /// Unix seconds of the first event.
+    pub started: f64,
+    /// Seconds from the first event to the last.
+    pub span: f64,
+    /// `run_finished`'s `completed`; `None` if the run is still going or
+    /// crashed.
+    pub finished: Option<bool>,
+    pub tasks: Vec<TaskActivity>,
+    /// Ordered by task, then worker id.
+    pub workers: Vec<WorkerRow>,
+    /// Runs before the last one in the same run directory (resumes).
+    pub earlier_runs: usize,
+}
+
+impl RunModel {
+    /// The model of the last run in `history`; tasks come in `task_order`
+    /// (the pipeline's, when known), then in order of appearance.
+    pub fn build(history: &RunHistory, task_order: &[String]) -> Self {
+        let events = history.last_run();
+        let started = events.first().map_or(0.0, |e| e.time);
+        let mut builder = Builder {
+            model: RunModel {
+                started,
+                earlier_runs: history.runs().len().saturating_sub(1),
+                ..RunModel::default()
+            },
+            rows: BTreeMap::new(),
+        };
+        for id in task_order {
+            builder.task(id);
+        }
+        for event in events {
+            builder.on_event(event);
+        }
+        builder.finish()
+    }
+
+    pub fn task_index(&self, id: &str) -> Option<usize> {
+        self.tasks.iter().position(|t| t.id == id)
+    }
+}
+
+struct Builder {
+    model: RunModel,
+    rows: BTreeMap<(usize, Option<u64>), WorkerRow>,
+}
+
+impl Builder {
+    fn task(&mut self, id: &str) -> usize {
+        self.model.task_index(id).unwrap_or_else(|| {
+            self.model.tasks.push(TaskActivity {
+                id: id.to_string(),
+                ..TaskActivity::default()
+            });
+            self.model.tasks.len() - 1
+        })
+    }
+
+    fn row(&mut self, task: &str, worker_id: Option<u64>) -> &mut WorkerRow {
+        let task = self.task(task);
+        self.rows
+            .entry((task, worker_id))
+            .or_insert_with(|| WorkerRow {
+                task,
+                worker_id,
+                ..WorkerRow::default()
+            })
+    }
+
+    fn on_event(&mut self, event: &HistoryEvent) {
+        let time = event.time - self.model.started;
+        self.model.span = self.model.span.max(time);
+        match &event.kind {
+            EventKind::RunStarted { pipeline, .. } => self.model.pipeline.clone_from(pipeline),
+            EventKind::BlockDone {
+                task,
+                block_id,
+                worker_id,
+                seconds,
+            } => {
+                let task_index = self.task(task);
+                self.model.tasks[task_index].blocks_done += 1;
+                self.on_block(task, *worker_id, time, *seconds, Outcome::Done, *block_id);
+            }
+            EventKind::BlockFailed {
+                task,
+                block_id,
+                worker_id,
+                error,
+                for_good,
+                seconds,
+            } => {
+                let task_index = self.task(task);
+                let activity = &mut self.model.tasks[task_index];
+                activity.last_error = Some(error.clone());
+                let outcome = if *for_good {
+                    activity.failed_for_good += 1;
+                    Outcome::FailedForGood
+                } else {
+                    Outcome::Retried
+                };
+                self.on_block(task, *worker_id, time, *seconds, outcome, *block_id);
+            }
+            kind => self.on_task_or_worker(kind, time),
+        }
+    }
+
+    fn on_task_or_worker(&mut self, kind: &EventKind, time: f64) {
+        match kind {
+            EventKind::TaskDone { task, counters } => {
+                let task = self.task(task);
+                self.model.tasks[task].counters = Some(*counters);
+                self.model.tasks[task].done_at = Some(time);
+            }
+            EventKind::TaskAbandoned { task, why, .. } => {
+                let task = self.task(task);
+                self.model.tasks[task].abandoned = Some(why.clone());
+            }
+            EventKind::WorkerSubmitted {
+                task,
+                worker_id,
+                job,
+            } => {
+                let row = self.row(task, Some(*worker_id));
+                row.submitted = Some(time);
+                row.job = Some(job.clone());
+            }
+            EventKind::WorkerStartFailed {
+                task, worker_id, ..
+            } => {
+                self.row(task, Some(*worker_id)).gone = Some((time, false));
+            }
+            EventKind::WorkerConnected {
+                task,
+                worker_id,
+                host,
+                ..
+            } => {
+                let row = self.row(task, Some(*worker_id));
+                // A requeued job connects again as the same worker; its
+                // row began at the first connection.
+                row.connected.get_or_insert(time);
+                row.host = Some(host.clone());
+            }
+            EventKind::WorkerGone {
+                task,
+                worker_id,
+                clean,
+                ..
+            } => self.row(task, Some(*worker_id)).gone = Some((time, *clean)),
+            EventKind::RunFinished { completed, .. } => self.model.finished = Some(*completed),
+            _ => {}
+        }
+    }
+
+    fn on_block(
+        &mut self,
+        task: &str,
+        worker_id: Option<u64>,
+        end: f64,
+        seconds: Option<f64>,
+        outcome: Outcome,
+        block_id: u64,
+    ) {
+        let row = self.row(task, worker_id);
+        let start = match seconds.filter(|s| s.is_finite() && *s >= 0.0) {
+            Some(seconds) => end - seconds,
+            None => row
+                .bars
+                .last()
+                .map(|b| b.end)
+                .or(row.connected)
+                .unwrap_or(end),
+        };
+        row.bars.push(BlockBar {
+            start: start.min(end),
+            end,
+            outcome,
+            block_id,
+        });
+    }
+
+    fn finish(mut self) -> RunModel {
+        for row in self.rows.values_mut() {
+            let task = &mut self.model.tasks[row.task];
+            if row.worker_id.is_some() {
+                task.workers += 1;
+            }
+            if row.gone.is_some_and(|(_, clean)| !clean) {
+                task.restarts += 1;
+            }
+            // Results are recorded in the order they arrive; bars are drawn
+            // by start.
+            row.bars.sort_by(|a, b| a.start.total_cmp(&b.start));
+        }
+        self.model.workers = self.rows.into_values().collect();
+        self.model
+    }
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+    use std::path::Path;
+
+    /// A run of task "a": worker 1 queued 2 s, ran three blocks (one
+    /// failed for good), left cleanly; worker 2 was lost. An earlier run
+    /// comes first.
+    pub const SAMPLE_EVENTS: &str = r#"{"time": 50, "event": "run_started", "pipeline": "p", "mode": "distributed"}
+{"time": 100, "event": "run_started", "pipeline": "p", "mode": "distributed"}
+{"time": 100.5, "event": "worker_submitted", "task": "a", "worker_id": 1, "job": "local:11"}
+{"time": 102.5, "event": "worker_connected", "task": "a", "worker_id": 1, "host": "n1", "pid": 11, "by_hand": false}
+{"time": 104.5, "event": "block_done", "task": "a", "block_id": 0, "worker_id": 1, "seconds": 2.0}
+{"time": 106, "event": "block_done", "task": "a", "block_id": 1, "worker_id": 1}
+{"time": 107, "event": "block_failed", "task": "a", "block_id": 2, "worker_id": 1, "error": "exit status 1", "for_good": true, "seconds": 1.0}
+{"time": 107.5, "event": "worker_connected", "task": "a", "worker_id": 2, "host": "n2", "pid": 12, "by_hand": false}
+{"time": 108, "event": "worker_gone", "task": "a", "worker_id": 2, "clean": false, "why": "lost"}
+{"time": 109, "event": "worker_gone", "task": "a", "worker_id": 1, "clean": true, "why": "told to stop"}
+"#;
+
+    pub fn sample_history() -> RunHistory {
+        RunHistory::parse(Path::new("events.jsonl"), SAMPLE_EVENTS)
+    }
+
+    #[test]
+    fn rows_have_queue_wait_bars_and_ends() {
+        let model = RunModel::build(&sample_history(), &["z".to_string()]);
+        assert_eq!(model.pipeline, "p");
+        assert_eq!((model.span, model.earlier_runs), (9.0, 1));
+        assert_eq!(model.finished, None, "no run_finished: crashed or running");
+        assert_eq!(model.tasks.len(), 2, "the pipeline's task first, then a");
+        let a = &model.tasks[1];
+        assert_eq!((a.workers, a.restarts, a.blocks_done), (2, 1, 2));
+        assert_eq!(a.failed_for_good, 1);
+        let first = &model.workers[0];
+        assert_eq!((first.submitted, first.connected), (Some(0.5), Some(2.5)));
+        assert_eq!(first.gone, Some((9.0, true)));
+        let spans: Vec<(f64, f64, Outcome)> = first
+            .bars
+            .iter()
+            .map(|b| (b.start, b.end, b.outcome))
+            .collect();
+        assert_eq!(
+            spans,
+            vec![
+                (2.5, 4.5, Outcome::Done),
+                (4.5, 6.0, Outcome::Done),
+                (6.0, 7.0, Outcome::FailedForGood)
+            ],
+            "measured seconds, else from the previous block's end"
+        );
+        assert_eq!(model.workers[1].gone, Some((8.0, false)));
+    }
+}

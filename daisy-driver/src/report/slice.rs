@@ -1,0 +1,380 @@
+//! The done markers as a picture: per task, one cell per block of a 2-D
+//! slice through its block grid, coloured done / failed / orphaned /
+//! remaining, the states `status` counts ([`Findings::state`]).
+//!
+//! A 2-D task is shown whole; of a 3-D (or higher) task the slice through
+//! the middle of the leading dimensions, the last two as rows and columns;
+//! a 1-D task is one row. Beyond [`MAX_CELLS`] blocks per side, a cell
+//! stands for several blocks and shows the most urgent state among them,
+//! and big pictures merge runs of equal cells in a row into one rectangle,
+//! so the SVG stays small for any number of blocks.
+
+use super::svg::{self, Chart, Rect, Svg};
+use crate::status::{BlockState, Findings, TaskStatus};
+use daisy_core::geometry::BlockGrid;
+use daisy_core::{Coordinate, TaskIdx};
+
+/// Most cells per side; more blocks are downsampled.
+pub const MAX_CELLS: i64 = 256;
+/// The picture's longer side is about this many pixels.
+const PICTURE_PX: f64 = 480.0;
+const MIN_CELL_PX: f64 = 2.0;
+const MAX_CELL_PX: f64 = 24.0;
+/// Above this many cells, equal neighbours in a row are drawn as one.
+const MERGE_ABOVE_CELLS: i64 = 4096;
+const MARGIN: f64 = 10.0;
+const HEADER_HEIGHT: f64 = 40.0;
+const LEGEND_HEIGHT: f64 = 26.0;
+
+pub fn state_colour(state: BlockState) -> &'static str {
+    match state {
+        BlockState::Done => svg::DONE,
+        BlockState::Failed => svg::FAILED,
+        BlockState::Orphaned => svg::ORPHANED,
+        BlockState::Remaining => svg::REMAINING,
+    }
+}
+
+/// Which blocks of a grid the picture shows, and how many per cell.
+#[derive(Clone, Debug, PartialEq)]
+pub struct SlicePlan {
+    /// Blocks per dimension (grid indices `0..n`).
+    pub blocks: Coordinate,
+    /// The grid index of the slice, in the dimensions not shown.
+    pub fixed: Coordinate,
+    /// Blocks along the picture's rows and columns.
+    pub rows: i64,
+    pub cols: i64,
+    /// Blocks per cell along rows and columns.
+    pub row_step: i64,
+    pub col_step: i64,
+}
+
+impl SlicePlan {
+    pub fn new(blocks: Coordinate) -> Self {
+        let dims = blocks.dims();
+        let (rows, cols) = match dims {
+            1 => (1, blocks[0]),
+            _ => (blocks[dims - 2], blocks[dims - 1]),
+        };
+        Self {
+            fixed: blocks.map(|n| n / 2),
+            rows,
+            cols,
+            row_step: div_ceil(rows, MAX_CELLS),
+            col_step: div_ceil(cols, MAX_CELLS),
+            blocks,
+        }
+    }
+
+    pub fn cell_rows(&self) -> i64 {
+        div_ceil(self.rows, self.row_step)
+    }
+
+    pub fn cell_cols(&self) -> i64 {
+        div_ceil(self.cols, self.col_step)
+    }
+
+    /// The grid index of the block at (`row`, `col`) of the slice.
+    fn grid_index(&self, row: i64, col: i64) -> Coordinate {
+        let dims = self.blocks.dims();
+        let mut index = self.fixed;
+        if dims >= 2 {
+            index.set(dims - 2, row);
+        }
+        index.set(dims - 1, col);
+        index
+    }
+
+    /// Block rows and columns of cell (`row`, `col`), half-open.
+    fn cell_blocks(&self, row: i64, col: i64) -> ((i64, i64), (i64, i64)) {
+        let rows = (
+            row * self.row_step,
+            ((row + 1) * self.row_step).min(self.rows),
+        );
+        let cols = (
+            col * self.col_step,
+            ((col + 1) * self.col_step).min(self.cols),
+        );
+        (rows, cols)
+    }
+
+    /// The most urgent state among the cell's blocks, or `None` if the fit
+    /// rule leaves no block there; with the block's id if it is alone.
+    fn cell_state(&self, grid: &BlockGrid, states: &Findings, row: i64, col: i64) -> Cell {
+        let ((r0, r1), (c0, c1)) = self.cell_blocks(row, col);
+        let mut cell = Cell::default();
+        for r in r0..r1 {
+            for c in c0..c1 {
+                let position = self.grid_index(r, c) * grid.write_shape;
+                if let Some(block) = grid.block_at(position) {
+                    cell.state = cell.state.max(Some(states.state(&block)));
+                    cell.blocks += 1;
+                    cell.block_id = block.id.spatial;
+                }
+            }
+        }
+        cell
+    }
+}
+
+fn div_ceil(a: i64, b: i64) -> i64 {
+    (a + b - 1) / b.max(1)
+}
+
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+struct Cell {
+    state: Option<BlockState>,
+    blocks: u64,
+    /// The id of the (last) block in the cell.
+    block_id: u64,
+}
+
+/// Equal cells side by side in one row of the picture.
+struct CellRun {
+    row: i64,
+    cols: (i64, i64),
+    cell: Cell,
+}
+
+/// The slice picture of task `task`, whose numbers are `status`.
+pub fn render(states: &Findings, status: &TaskStatus, task: TaskIdx) -> Chart {
+    let graph = states.graph();
+    let grid = graph.task_graph(task).grid();
+    let plan = SlicePlan::new(grid.total_write.shape().div_ceil(&grid.write_shape));
+    let (cell_rows, cell_cols) = (plan.cell_rows(), plan.cell_cols());
+    let cell_px = (PICTURE_PX / cell_rows.max(cell_cols) as f64)
+        .floor()
+        .clamp(MIN_CELL_PX, MAX_CELL_PX);
+    let width = (2.0 * MARGIN + cell_cols as f64 * cell_px).max(380.0);
+    let height = HEADER_HEIGHT + cell_rows as f64 * cell_px + LEGEND_HEIGHT;
+    let mut chart = Svg::new(width, height);
+    let id = &graph.task(task).id;
+    chart.text(MARGIN, 14.0, "start", &format!("{id}: {}", describe(&plan)));
+    chart.text(MARGIN, 30.0, "start", &downsampling_note(&plan));
+    chart.group("done-slice");
+    let merge = cell_rows * cell_cols > MERGE_ABOVE_CELLS;
+    for row in 0..cell_rows {
+        for run in row_runs(&plan, grid, states, row, merge) {
+            let Some(state) = run.cell.state else {
+                continue;
+            };
+            let rect = Rect {
+                x: MARGIN + run.cols.0 as f64 * cell_px,
+                y: HEADER_HEIGHT + row as f64 * cell_px,
+                width: (run.cols.1 - run.cols.0) as f64 * cell_px,
+                height: cell_px,
+            };
+            let title = run_title(&plan, &run, state);
+            chart.rect(rect, state_colour(state), Some(&title));
+        }
+    }
+    chart.end_group();
+    draw_legend(&mut chart, status, height - 8.0);
+    chart.finish()
+}
+
+/// The cells of one picture row, equal neighbours merged if `merge`.
+fn row_runs(
+    plan: &SlicePlan,
+    grid: &BlockGrid,
+    states: &Findings,
+    row: i64,
+    merge: bool,
+) -> Vec<CellRun> {
+    let mut runs: Vec<CellRun> = Vec::new();
+    for col in 0..plan.cell_cols() {
+        let cell = plan.cell_state(grid, states, row, col);
+        match runs.last_mut() {
+            Some(last) if merge && last.cell.state == cell.state => {
+                last.cols.1 = col + 1;
+                last.cell.blocks += cell.blocks;
+            }
+            _ => runs.push(CellRun {
+                row,
+                cols: (col, col + 1),
+                cell,
+            }),
+        }
+    }
+    runs
+}
+
+fn run_title(plan: &SlicePlan, run: &CellRun, state: BlockState) -> String {
+    let (rows, _) = plan.cell_blocks(run.row, run.cols.0);
+    let (_, (c0, _)) = plan.cell_blocks(run.row, run.cols.0);
+    let (_, (_, c1)) = plan.cell_blocks(run.row, run.cols.1 - 1);
+    if run.cell.blocks == 1 {
+        let index = plan.grid_index(rows.0, c0);
+        return format!(
+            "block {}: {} (grid index {index})",
+            run.cell.block_id,
+            state.label()
+        );
+    }
+    format!(
+        "{} blocks in rows {}–{}, columns {}–{}: {}",
+        run.cell.blocks,
+        rows.0,
+        rows.1 - 1,
+        c0,
+        c1 - 1,
+        if run.cell.blocks > 1 && plan.row_step * plan.col_step > 1 {
+            format!("at least one {}", state.label())
+        } else {
+            state.label().to_string()
+        }
+    )
+}
+
+/// "6 × 6 blocks" or "10 × 20 × 20 blocks, slice at index 5 of dimension 0".
+fn describe(plan: &SlicePlan) -> String {
+    let shape: Vec<String> = plan.blocks.iter().map(|n| n.to_string()).collect();
+    let mut text = format!("{} blocks", shape.join(" × "));
+    let dims = plan.blocks.dims();
+    if dims > 2 {
+        let fixed: Vec<String> = (0..dims - 2)
+            .map(|d| format!("index {} of dimension {d}", plan.fixed[d]))
+            .collect();
+        text.push_str(&format!(", the slice at {}", fixed.join(", ")));
+    }
+    text
+}
+
+fn downsampling_note(plan: &SlicePlan) -> String {
+    if plan.row_step * plan.col_step == 1 {
+        "one cell per block".to_string()
+    } else {
+        format!(
+            "one cell per {} × {} blocks, showing the most urgent state",
+            plan.row_step, plan.col_step
+        )
+    }
+}
+
+fn draw_legend(chart: &mut Svg, status: &TaskStatus, y: f64) {
+    let mut x = MARGIN;
+    let counts = [
+        (BlockState::Done, status.done),
+        (BlockState::Failed, status.failed),
+        (BlockState::Orphaned, status.orphaned),
+        (BlockState::Remaining, status.remaining),
+    ];
+    for (state, count) in counts {
+        let swatch = Rect {
+            x,
+            y: y - 9.0,
+            width: 10.0,
+            height: 10.0,
+        };
+        chart.rect(swatch, state_colour(state), None);
+        let label = format!("{} {count}", state.label());
+        chart.text(x + 14.0, y, "start", &label);
+        x += 28.0 + 6.5 * label.len() as f64;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::pipeline::Pipeline;
+    use crate::run_dir::RunDir;
+    use crate::run_history::RunHistory;
+    use std::path::Path;
+
+    /// `paint`: 4 × 4 blocks of 10; `smooth` reads 5 voxels of context
+    /// around each of its 4 × 4 blocks (so up to 9 paint blocks).
+    const TWO_TASKS: &str = r#"
+        name = "p"
+        [[task]]
+        id = "paint"
+        total_roi = { offset = [0, 0], shape = [40, 40] }
+        read_roi = { offset = [0, 0], shape = [10, 10] }
+        write_roi = { offset = [0, 0], shape = [10, 10] }
+        read_write_conflict = false
+        block_command = ["true"]
+        [[task]]
+        id = "smooth"
+        upstream = ["paint"]
+        total_roi = { offset = [-5, -5], shape = [50, 50] }
+        read_roi = { offset = [0, 0], shape = [20, 20] }
+        write_roi = { offset = [5, 5], shape = [10, 10] }
+        read_write_conflict = false
+        block_command = ["true"]
+    "#;
+
+    /// The pictures of `pipeline`'s tasks in a run directory without done
+    /// markers where `task`'s block `block_id` failed for good.
+    fn pictures(pipeline: &str, task: &str, block_id: u64) -> Vec<String> {
+        let pipeline = Pipeline::from_str(pipeline, Path::new("p.toml")).unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        let run_dir = RunDir::new(Some(dir.path()), "p");
+        let events = format!(
+            "{{\"time\": 1, \"event\": \"run_started\", \"pipeline\": \"p\", \"mode\": \"distributed\"}}\n\
+             {{\"time\": 2, \"event\": \"block_failed\", \"task\": \"{task}\", \"block_id\": {block_id}, \
+             \"error\": \"e\", \"for_good\": true}}\n"
+        );
+        let history = RunHistory::parse(Path::new("events.jsonl"), &events);
+        let findings = crate::status::findings(&pipeline, &run_dir, &history).unwrap();
+        findings
+            .graph()
+            .task_indices()
+            .map(|task| render(&findings, &findings.task_status(&run_dir, task), task).svg)
+            .collect()
+    }
+
+    #[test]
+    fn big_grids_are_downsampled_to_at_most_256_cells_a_side() {
+        let plan = SlicePlan::new(Coordinate::from([100, 1000, 300]));
+        assert_eq!((plan.rows, plan.cols), (1000, 300));
+        assert_eq!((plan.row_step, plan.col_step), (4, 2));
+        assert_eq!((plan.cell_rows(), plan.cell_cols()), (250, 150));
+        assert_eq!(plan.grid_index(7, 9), Coordinate::from([50, 7, 9]));
+        let line = SlicePlan::new(Coordinate::from([10]));
+        assert_eq!((line.rows, line.cols), (1, 10));
+        assert_eq!(line.grid_index(0, 3), Coordinate::from([3]));
+    }
+
+    #[test]
+    fn every_block_is_a_cell_coloured_by_its_state() {
+        let pictures = pictures(TWO_TASKS, "paint", 0);
+        let paint = &pictures[0];
+        assert_eq!(
+            paint.matches(svg::FAILED).count(),
+            2,
+            "one cell and the legend"
+        );
+        assert_eq!(paint.matches("<title>").count(), 16);
+        assert!(
+            paint.contains("<title>block 0: failed (grid index [0, 0])</title>"),
+            "{paint}"
+        );
+        assert!(paint.contains("paint: 4 × 4 blocks"));
+        assert!(paint.contains("remaining 15"));
+        // smooth (0, 0), (0, 1), (1, 0) and (1, 1) read paint (0, 0).
+        let smooth = &pictures[1];
+        assert!(smooth.contains("orphaned 4"), "{smooth}");
+        assert_eq!(smooth.matches(svg::ORPHANED).count(), 5);
+        assert!(smooth.contains("<title>block 4: orphaned (grid index [1, 1])</title>"));
+    }
+
+    #[test]
+    fn a_two_million_block_grid_stays_small() {
+        let huge = r#"
+            name = "p"
+            [[task]]
+            id = "huge"
+            total_roi = { offset = [0, 0, 0], shape = [128, 128, 128] }
+            read_roi = { offset = [0, 0, 0], shape = [1, 1, 1] }
+            write_roi = { offset = [0, 0, 0], shape = [1, 1, 1] }
+            read_write_conflict = false
+            block_command = ["true"]
+        "#;
+        let picture = &pictures(huge, "huge", 5)[0];
+        // Block 5 lies outside the middle slice: one run of remaining
+        // blocks per row, and the legend's four swatches.
+        assert_eq!(picture.matches("<rect").count(), 128 + 4);
+        assert!(picture.contains("remaining 2097151"));
+        assert!(picture.contains("the slice at index 64 of dimension 0"));
+    }
+}
