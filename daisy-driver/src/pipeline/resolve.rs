@@ -365,7 +365,7 @@ fn within(value: &Value, low: u32, high: u32) -> Result<u32, String> {
 /// (a process per block): the two modes feed blocks differently.
 fn user_command(fields: &mut Fields) -> Option<UserCommand> {
     let worker = fields.optional("command", command_line);
-    let per_block = fields.optional("block_command", command_line);
+    let per_block = fields.optional("block_command", block_command_line);
     match (fields.has("command"), fields.has("block_command")) {
         (true, true) => {
             let message = "command and block_command are both given; a task runs either a \
@@ -391,6 +391,15 @@ fn command_line(value: &Value) -> Result<Vec<String>, String> {
         Some(program) if program.is_empty() => Err("has an empty program name".into()),
         Some(_) => Ok(argv),
     }
+}
+
+/// A block command whose `{placeholders}` the worker can fill in: caught
+/// here, at load, rather than by every worker it would make refuse.
+fn block_command_line(value: &Value) -> Result<Vec<String>, String> {
+    let argv = command_line(value)?;
+    daisy_worker::user_code::BlockCommand::new(&argv, BTreeMap::new(), None)
+        .map_err(|e| e.to_string())?;
+    Ok(argv)
 }
 
 /// Task ids and the pipeline name become directory names (`done/<task>/`,
@@ -563,6 +572,41 @@ mod tests {
                 "task \"v\": command = [] must not be empty".into(),
                 "task \"w\": command = [\"\",\"x\"] has an empty program name".into(),
             ]
+        );
+    }
+
+    #[test]
+    fn a_block_commands_placeholders_are_checked_at_load() {
+        let block_command = |id: &str, argument: &str| {
+            task(id, "").replace(
+                "command = [\"true\"]",
+                &format!("block_command = [\"sh\", \"-c\", {argument:?}]"),
+            )
+        };
+        let unknown = block_command("u", "echo {blok_id}");
+        let brace = block_command("b", "{ echo hi; }");
+        let fine = block_command("f", "echo {block_id} {{literal}}");
+        let found = problems(&format!("name = \"p\"\n{unknown}{brace}{fine}"));
+        assert_eq!(found.len(), 2, "{found:?}");
+        assert!(
+            found[0].starts_with("task \"u\": block_command = "),
+            "{}",
+            found[0]
+        );
+        assert!(
+            found[0].contains("unknown placeholder {blok_id}"),
+            "{}",
+            found[0]
+        );
+        assert!(
+            found[1].contains("unknown placeholder { echo hi; }"),
+            "{}",
+            found[1]
+        );
+        assert!(
+            found[1].contains("write {{ or }} for a literal brace"),
+            "{}",
+            found[1]
         );
     }
 

@@ -14,7 +14,7 @@ use std::str::Chars;
 pub enum CommandError {
     #[error("the block command is empty")]
     Empty,
-    #[error("unknown placeholder {{{name}}} in argument {argument:?}; known: {known}", known = known())]
+    #[error("unknown placeholder {{{name}}} in argument {argument:?}; known: {known}; write {{{{ or }}}} for a literal brace", known = known())]
     UnknownPlaceholder { argument: String, name: String },
     #[error("unmatched brace in argument {argument:?}; write {{{{ or }}}} for a literal brace")]
     UnmatchedBrace { argument: String },
