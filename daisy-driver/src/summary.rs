@@ -17,6 +17,21 @@ pub enum RunEnd {
     Interrupted,
 }
 
+/// The columns of the execution summary, in order (the run report's table
+/// has the same).
+pub const COLUMNS: [&str; 10] = [
+    "task",
+    "blocks",
+    "completed",
+    "skipped",
+    "failed",
+    "orphaned",
+    "workers",
+    "restarts",
+    "time",
+    "blocks/s",
+];
+
 #[derive(Debug)]
 pub struct RunSummary {
     pub tasks: Vec<TaskSummary>,
@@ -74,19 +89,12 @@ impl RunSummary {
 
     pub fn render(&self) -> String {
         let mut out = String::new();
+        let [task, blocks, completed, skipped, failed, orphaned, workers, restarts, time, rate] =
+            COLUMNS;
         let _ = writeln!(
             out,
-            "{:<16} {:>8} {:>9} {:>8} {:>7} {:>8} {:>7} {:>8} {:>8} {:>9}",
-            "task",
-            "blocks",
-            "completed",
-            "skipped",
-            "failed",
-            "orphaned",
-            "workers",
-            "restarts",
-            "time",
-            "blocks/s"
+            "{task:<16} {blocks:>8} {completed:>9} {skipped:>8} {failed:>7} {orphaned:>8} \
+             {workers:>7} {restarts:>8} {time:>8} {rate:>9}",
         );
         for task in &self.tasks {
             task.render_row(&mut out);

@@ -193,21 +193,8 @@ fn headless(chromium: &Path, dir: &TestDir, args: &[String]) -> Rendered {
     let (stdout_path, stderr_path) = (dir.join("chromium.out"), dir.join("chromium.err"));
     let mut command = Command::new(chromium);
     command
-        .args([
-            "--headless",
-            "--no-sandbox",
-            "--disable-gpu",
-            "--hide-scrollbars",
-            "--disable-background-networking",
-            "--disable-component-update",
-            "--disable-sync",
-            "--no-first-run",
-            "--disable-quic",
-            "--enable-logging=stderr",
-            "--v=0",
-            "--log-level=0",
-        ])
-        .arg(format!("--user-data-dir={}", profile.path().display()))
+        .args(daisy_driver::report::headless_args(profile.path()))
+        .args(["--enable-logging=stderr", "--v=0", "--log-level=0"])
         .args(args)
         .stdin(Stdio::null())
         .stdout(std::fs::File::create(&stdout_path).unwrap())

@@ -30,7 +30,7 @@ mod svg;
 mod table;
 mod timeline;
 
-pub use png::PngError;
+pub use png::{headless_args, PngError};
 
 use crate::pipeline::Pipeline;
 use crate::run_dir::RunDir;

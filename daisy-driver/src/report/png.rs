@@ -113,7 +113,7 @@ fn screenshot(program: &Path, figure: &Chart, output: &Path) -> Result<(), PngEr
 
 /// Headless, no GPU, no sandbox (containers and batch nodes often forbid
 /// it), nothing phoning home, and a throwaway profile at `profile`.
-fn headless_args(profile: &Path) -> Vec<String> {
+pub fn headless_args(profile: &Path) -> Vec<String> {
     [
         "--headless",
         "--no-sandbox",

@@ -26,18 +26,8 @@ pub struct SummaryRow {
     pub rate: f64,
 }
 
-pub const HEADERS: [&str; 10] = [
-    "task",
-    "blocks",
-    "completed",
-    "skipped",
-    "failed",
-    "orphaned",
-    "workers",
-    "restarts",
-    "time",
-    "blocks/s",
-];
+/// The execution summary's columns, as `run` prints them.
+pub const HEADERS: [&str; 10] = crate::summary::COLUMNS;
 
 /// The rows of `model`'s tasks; `statuses` (found by task id) fill in
 /// what unfinished tasks' events lack.
