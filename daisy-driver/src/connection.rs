@@ -428,6 +428,7 @@ mod tests {
             heartbeat_interval_s: 1.0,
             heartbeat_misses: 2,
             code: None,
+            longest_block_s: None,
         }
     }
 

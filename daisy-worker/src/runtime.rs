@@ -38,7 +38,7 @@ use std::future::Future;
 use std::path::{Path, PathBuf};
 use std::pin::{pin, Pin};
 use std::sync::{Arc, Mutex, PoisonError};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 use tokio::task::{JoinError, JoinHandle};
 
 /// What the runtime needs: where the driver is, where user output goes,
@@ -102,7 +102,12 @@ pub async fn run(
         Err(reason) => return Err(refuse_code(client, task, reason).await),
     };
     let per_request = client.welcome().code.as_ref().map_or(1, blocks_per_request);
-    let mut worker = Worker::new(client, runner, per_request, Drain::new(job_end));
+    let drain = Drain::new(job_end);
+    // Blocks of the task other workers ran, until this one has run its own.
+    if let Some(seconds) = client.welcome().longest_block_s {
+        drain.observe(Duration::try_from_secs_f64(seconds).unwrap_or_default());
+    }
+    let mut worker = Worker::new(client, runner, per_request, drain);
     let stopped = worker.serve(stop).await?;
     Ok(worker.finish(stopped).await)
 }
@@ -185,6 +190,9 @@ impl Worker {
         let mut lost = pin!(self.client.lost());
         loop {
             self.drain_if_walltime_short().await?;
+            if let Some(stopped) = self.drained() {
+                return Ok(stopped);
+            }
             // While draining, only an answer already owed is awaited.
             let asking = self.draining.is_none() || self.client.awaits_blocks();
             let taking = self.running.is_none() && asking;
@@ -206,9 +214,6 @@ impl Worker {
                     self.on_batch_done(done).await?
                 }
                 error = &mut lost => return Err(error.into()),
-            }
-            if let Some(stopped) = self.drained() {
-                return Ok(stopped);
             }
         }
     }
@@ -336,7 +341,7 @@ impl Worker {
 
 /// How long a batch whose block a signal stopped waits for the worker's
 /// own stop signal, before reporting the block failed.
-const SIGNAL_LAG: std::time::Duration = std::time::Duration::from_secs(1);
+const SIGNAL_LAG: Duration = Duration::from_secs(1);
 
 /// Whether a block of the batch was stopped by a signal.
 fn stopped_by_signal((_, joined): &Done) -> bool {

@@ -188,6 +188,7 @@ fn messages() -> Vec<(Vec<u8>, &'static str)> {
         worker_id: 3,
         heartbeat_interval_s: 8.0,
         heartbeat_misses: 2,
+        longest_block_s: None,
         code: Some(TaskCode {
             kind: CodeKind::BlockCommand,
             argv: vec!["sh".into(), "-c".into(), "echo {block_id} ✓".into()],

@@ -92,6 +92,10 @@ pub struct Welcome {
     /// What to run (absent for observers).
     #[serde(default)]
     pub code: Option<TaskCode>,
+    /// The longest a block of the task has run so far in this run, in
+    /// seconds, for a worker's walltime estimate before its own first block.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub longest_block_s: Option<f64>,
 }
 
 /// What the driver-side sees per task in a snapshot. Fields after

@@ -86,6 +86,9 @@ pub struct Driver {
     last_errors: Vec<Option<String>>,
     /// Seconds into the run at which each task was done.
     done_at: Vec<Option<f64>>,
+    /// The longest a block of each task has run so far, as workers report:
+    /// new workers get it for their walltime estimate.
+    longest_block_s: Vec<Option<f64>>,
     /// Blocks completed per second recently, per task (live status).
     rates: Vec<RecentRate>,
     /// An error that ends the run (a done marker that cannot be written).
@@ -119,6 +122,7 @@ impl Driver {
             slots: Slots::new(pipeline.tasks.len()),
             progress: Progress::new(&ids, options.status_every),
             done_at: vec![None; pipeline.tasks.len()],
+            longest_block_s: vec![None; pipeline.tasks.len()],
             rates: vec![RecentRate::new(Instant::now()); pipeline.tasks.len()],
             abandon_reasons: vec![None; pipeline.tasks.len()],
             last_errors: vec![None; pipeline.tasks.len()],
@@ -240,12 +244,14 @@ impl Driver {
         let _ = reply.send(answer);
     }
 
-    fn welcome(&self, worker_id: u64, code: Option<TaskCode>) -> Welcome {
+    /// A worker of `task` (none for an observer) is welcomed with its code.
+    fn welcome(&self, worker_id: u64, task: Option<TaskIdx>) -> Welcome {
         Welcome {
             worker_id,
             heartbeat_interval_s: self.options.heartbeat_interval.as_secs_f64(),
             heartbeat_misses: self.options.heartbeat_misses,
-            code,
+            code: task.map(|task| task_code(self.config(task))),
+            longest_block_s: task.and_then(|task| self.longest_block_s[task.index()]),
         }
     }
 
@@ -319,7 +325,7 @@ impl Driver {
             cannot_serve: None,
         };
         self.conns.insert(conn, worker);
-        Ok(self.welcome(slot, Some(task_code(self.config(task)))))
+        Ok(self.welcome(slot, Some(task)))
     }
 
     fn on_message(&mut self, conn: ConnId, message: ToDriver) {
@@ -463,6 +469,10 @@ impl Driver {
                 },
                 c.slot,
             );
+            if let Some(seconds) = result.seconds.filter(|s| s.is_finite()) {
+                let longest = &mut self.longest_block_s[id.task.index()];
+                *longest = Some(longest.map_or(seconds, |l| l.max(seconds)));
+            }
             match result.ok {
                 true => self.record_success(id, worker_id, result.seconds),
                 false => self.record_failure(

@@ -1,7 +1,7 @@
 //! The main loop against a stand-in driver, running real user processes.
 
 use super::*;
-use crate::test_peer::{block, block_command, within, Peer, PeerConn, PATIENCE};
+use crate::test_peer::{block, block_command, welcome, within, Peer, PeerConn, PATIENCE};
 use daisy_core::protocol::{CodeKind, FromDriver, TaskCode, ToDriver};
 use std::path::Path;
 use std::time::Duration;
@@ -16,16 +16,18 @@ struct Started {
 }
 
 async fn start(code: Option<TaskCode>, log_dir: &Path, interval_s: f64, misses: u32) -> Started {
-    start_in_job(code, log_dir, interval_s, misses, None).await
+    start_in_job(code, log_dir, interval_s, misses, None, None).await
 }
 
-/// [`start`] for a worker whose job ends at `job_end`.
+/// [`start`] for a worker whose job ends at `job_end`, told that the
+/// task's blocks took up to `longest_block_s` so far.
 async fn start_in_job(
     code: Option<TaskCode>,
     log_dir: &Path,
     interval_s: f64,
     misses: u32,
     job_end: Option<Instant>,
+    longest_block_s: Option<f64>,
 ) -> Started {
     let peer = Peer::bind().await;
     let mut connect = ConnectOpts::new(vec![peer.address()], "t0ken".into(), "predict".into());
@@ -42,7 +44,11 @@ async fn start_in_job(
     };
     let worker = tokio::spawn(run(config, stop_future));
     let (mut conn, _) = peer.accept().await;
-    conn.welcome(code, interval_s, misses).await;
+    let mut hello = welcome(code, interval_s, misses);
+    if let FromDriver::Welcome(welcome) = &mut hello {
+        welcome.longest_block_s = longest_block_s;
+    }
+    conn.send(&hello).await;
     Started { worker, conn, stop }
 }
 
@@ -231,7 +237,7 @@ async fn batch_waiting_for(go: &Path, dir: &Path, job_end: Option<Instant>) -> S
         batch_size: 3,
         ..block_command(&["sh", "-c", &script])
     };
-    let mut started = start_in_job(Some(code), dir, 10.0, 3, job_end).await;
+    let mut started = start_in_job(Some(code), dir, 10.0, 3, job_end, None).await;
     let conn = &mut started.conn;
     assert_eq!(conn.recv().await, ToDriver::AcquireBlocks { max: 3 });
     let blocks = vec![block(4), block(5), block(6)];
@@ -457,4 +463,24 @@ async fn shut_down_after_request(conn: &mut PeerConn) {
     assert_eq!(conn.recv().await, ToDriver::AcquireBlocks { max: 3 });
     let reason = "no more blocks".to_string();
     conn.send(&FromDriver::Shutdown { reason }).await;
+}
+
+#[tokio::test]
+async fn a_worker_told_the_tasks_blocks_are_too_long_for_its_walltime_takes_none() {
+    let dir = tempfile::tempdir().unwrap();
+    // A minute left, but the task's blocks took up to an hour elsewhere.
+    let job_end = Instant::now() + Duration::from_secs(60);
+    let Started {
+        worker,
+        mut conn,
+        stop: _keep_running,
+    } = start_in_job(sh("true"), dir.path(), 10.0, 3, Some(job_end), Some(3600.0)).await;
+    let ToDriver::Draining { reason } = conn.recv().await else {
+        panic!("expected Draining before any acquire");
+    };
+    assert!(reason.contains("the longest took 3600.0s"), "{reason}");
+    conn.expect_closed().await;
+    drop(conn);
+    let result = ended(worker).await;
+    assert!(matches!(result, Ok(Stopped::Drained { .. })), "{result:?}");
 }

@@ -129,6 +129,7 @@ pub fn welcome(code: Option<TaskCode>, interval_s: f64, misses: u32) -> FromDriv
         heartbeat_interval_s: interval_s,
         heartbeat_misses: misses,
         code,
+        longest_block_s: None,
     })
 }
 
