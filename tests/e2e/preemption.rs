@@ -11,6 +11,7 @@ use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
 use std::path::Path;
 use std::process::Command;
+use std::time::{Duration, Instant};
 
 /// Asserts what every drain must leave: each block done exactly once,
 /// none failed, every worker gone cleanly, the run complete.
@@ -198,6 +199,31 @@ fn scancel_signal_term_of_a_running_worker_job_drains_it() {
     wait_until_gone(&job_ids(&run_dir));
 }
 
+/// SLURM holds a requeued job back for two minutes, then looks at pending
+/// jobs about once a minute: too slow for a test. Until `back` says the
+/// job is back, this lets a pending `job` start now and nudges the
+/// scheduler with a no-op job, once a second.
+fn bring_back_requeued(job: &str, mut back: impl FnMut() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while !back() {
+        let state = run_ok(Command::new("squeue").args(["-h", "-o", "%T %r", "-j", job]));
+        assert!(
+            Instant::now() < deadline,
+            "job {job} did not come back after its requeue (squeue: {state:?})"
+        );
+        if state.starts_with("PENDING") {
+            let start_now = format!("jobid={job}");
+            let _ = Command::new("scontrol")
+                .args(["update", &start_now, "starttime=now"])
+                .output();
+            let _ = Command::new("sbatch")
+                .args(["-J", "daisy-nudge", "-o", "/dev/null", "--wrap", "true"])
+                .output();
+        }
+        std::thread::sleep(Duration::from_secs(1));
+    }
+}
+
 #[test]
 fn a_requeued_worker_job_comes_back_as_the_same_worker() {
     if !slurm_is_up("requeue") {
@@ -221,19 +247,9 @@ fn a_requeued_worker_job_comes_back_as_the_same_worker() {
     });
     let job = job_ids(&run_dir)[0].clone();
     run_ok(Command::new("scontrol").args(["requeue", &job]));
-    wait_until("SLURM requeued the job", || {
-        let state = run_ok(Command::new("squeue").args(["-h", "-o", "%T", "-j", &job]));
-        state.trim() == "PENDING"
-    });
-    // SLURM holds a requeued job back for two minutes, then looks at
-    // pending jobs once a minute; a submission makes it look now.
-    run_ok(Command::new("scontrol").args(["update", &format!("jobid={job}"), "starttime=now"]));
-    run_ok(Command::new("sbatch").args(["--wrap", "true", "-o", "/dev/null"]));
     let requeued =
         |e: &serde_json::Value| e["event"] == "worker_connected" && e["requeued"] == true;
-    wait_until("the requeued job connected again", || {
-        events(&run_dir).iter().any(requeued)
-    });
+    bring_back_requeued(&job, || events(&run_dir).iter().any(requeued));
     dir.write("go", "");
     let status = driver.wait_for_exit();
     assert!(status.success(), "{status:?}");
