@@ -1,8 +1,9 @@
-//! Job time limits in SLURM's notation, which `--time` takes and `squeue
-//! -o %L` prints: "minutes", "minutes:seconds", "hours:minutes:seconds",
-//! "days-hours", "days-hours:minutes" and "days-hours:minutes:seconds".
-//! The driver reads a task's `time` with it to tell its workers their
-//! walltime; a worker reads what SLURM says is left of its job.
+//! Job time limits as the schedulers write them. SLURM's notation, which
+//! `--time` takes and `squeue -o %L` prints: "minutes", "minutes:seconds",
+//! "hours:minutes:seconds", "days-hours", "days-hours:minutes" and
+//! "days-hours:minutes:seconds"; the driver reads a task's `time` with it
+//! to tell its workers their walltime, and a worker in a SLURM job reads
+//! what is left of it. LSF's `bjobs -o time_left`: "hours:minutes L".
 
 use std::time::Duration;
 
@@ -24,6 +25,19 @@ pub fn parse_slurm_time(text: &str) -> Option<Duration> {
         _ => return None,
     };
     Some(Duration::from_secs(days.unwrap_or(0) * 86_400 + seconds))
+}
+
+/// The time left that LSF's `bjobs -o time_left` gives: "H:MM L" under a
+/// run limit. `None` for "-" and for the other statuses, which are about
+/// an estimated run time (`-We`), not a limit that ends the job.
+pub fn parse_lsf_time_left(text: &str) -> Option<Duration> {
+    let (clock, status) = text.trim().split_once(' ')?;
+    if status.trim() != "L" {
+        return None;
+    }
+    let (hours, minutes) = clock.split_once(':')?;
+    let minutes = number(hours)? * 60 + number(minutes)?;
+    Some(Duration::from_secs(minutes * 60))
 }
 
 fn number(text: &str) -> Option<u64> {
@@ -50,6 +64,16 @@ mod tests {
         assert_eq!(secs("1-2:30"), Some(86_400 + 2 * 3600 + 30 * 60));
         assert_eq!(secs("1-00:00:10"), Some(86_410));
         assert_eq!(secs(" 0:45 \n"), Some(45));
+    }
+
+    #[test]
+    fn lsf_time_left_counts_only_under_a_run_limit() {
+        let secs = |text: &str| parse_lsf_time_left(text).map(|d| d.as_secs());
+        assert_eq!(secs("0:58 L"), Some(58 * 60));
+        assert_eq!(secs("12:05 L\n"), Some(12 * 3600 + 5 * 60));
+        for text in ["-", "0:58 E", "0:00 X", "0:58", "a:b L", ""] {
+            assert_eq!(secs(text), None, "{text}");
+        }
     }
 
     #[test]

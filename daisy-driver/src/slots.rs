@@ -39,6 +39,14 @@ impl Gone {
     pub fn is_unclean(&self) -> bool {
         !matches!(self, Gone::Clean)
     }
+
+    /// Why an unclean end happened.
+    pub fn why(&self) -> Option<&str> {
+        match self {
+            Gone::Clean => None,
+            Gone::Lost(why) | Gone::FailedStart(why) => Some(why),
+        }
+    }
 }
 
 #[derive(Clone, Debug)]
@@ -59,6 +67,8 @@ pub struct Slots {
     slots: BTreeMap<SlotId, Slot>,
     next_id: SlotId,
     unclean_exits: Vec<u32>,
+    /// Per task, why its last unclean exit happened.
+    last_unclean: Vec<Option<String>>,
     started: Vec<u32>,
 }
 
@@ -68,6 +78,7 @@ impl Slots {
             slots: BTreeMap::new(),
             next_id: 1,
             unclean_exits: vec![0; num_tasks],
+            last_unclean: vec![None; num_tasks],
             started: vec![0; num_tasks],
         }
     }
@@ -158,6 +169,7 @@ impl Slots {
         }
         if how.is_unclean() {
             self.unclean_exits[slot.task.index()] += 1;
+            self.last_unclean[slot.task.index()] = how.why().map(str::to_string);
         }
         slot.state = SlotState::Gone(how);
         Some(slot)
@@ -196,6 +208,11 @@ impl Slots {
 
     pub fn unclean_exits(&self, task: TaskIdx) -> u32 {
         self.unclean_exits[task.index()]
+    }
+
+    /// Why the last unclean exit of `task` happened, if it had one.
+    pub fn last_unclean_exit(&self, task: TaskIdx) -> Option<&str> {
+        self.last_unclean[task.index()].as_deref()
     }
 
     pub fn started(&self, task: TaskIdx) -> u32 {

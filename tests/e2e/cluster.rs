@@ -86,6 +86,22 @@ pub(crate) fn wait_until_gone(jobs: &[String]) {
     });
 }
 
+/// The environment that puts the LSF stand-in's bsub, bjobs and bkill
+/// first on PATH, with its state in `dir`.
+pub(crate) fn lsf_standin_env(dir: &TestDir) -> [(String, String); 2] {
+    let standin = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../tests/lsf-standin");
+    let path = format!(
+        "{}:{}",
+        standin.display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    let state = dir.join("lsf-state").display().to_string();
+    [
+        ("PATH".to_string(), path),
+        ("LSF_STANDIN_DIR".to_string(), state),
+    ]
+}
+
 pub(crate) fn cluster_driver(dir: &TestDir, pipeline: &str) -> Command {
     let mut driver = dir.driver(&["run", pipeline]);
     driver.env("DAISY_POLL_INTERVAL", "1s");
@@ -186,16 +202,8 @@ fn the_same_pipeline_runs_through_the_lsf_stand_in() {
     }
     let dir = TestDir::new();
     dir.write("p.toml", &cluster_pipeline("bsub", "lsf", ""));
-    let standin = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../tests/lsf-standin");
-    let path = format!(
-        "{}:{}",
-        standin.display(),
-        std::env::var("PATH").unwrap_or_default()
-    );
     let mut driver = cluster_driver(&dir, "p.toml");
-    driver
-        .env("PATH", path)
-        .env("LSF_STANDIN_DIR", dir.join("lsf-state"));
+    driver.envs(lsf_standin_env(&dir));
     run_ok(&mut driver);
     assert_eq!(ran(&dir).len(), 24);
     let jobs = job_ids(&dir.join("daisy_run/lsf"));

@@ -3,9 +3,8 @@
 //! compare the scripts the run kept beside its logs with what plan
 //! printed. Skipped loudly without a SLURM (failing when `CI` is set).
 
-use crate::cluster::{cluster_driver, slurm_is_up};
+use crate::cluster::{cluster_driver, lsf_standin_env, slurm_is_up};
 use crate::util::*;
-use std::path::PathBuf;
 use std::process::Command;
 
 /// Two tasks whose first submissions are deterministic: "a" has 2 blocks
@@ -49,7 +48,7 @@ block_command = ["sh", "-c", "echo {prefix}-b {{block_id}} >> ran.txt"]
 
 /// Plans the pipeline (JSON and text with --scripts), runs it, and checks
 /// that every script plan showed is the file the run kept, byte for byte.
-fn plan_then_run(dir: &TestDir, prefix: &str, environment: &[(&str, String)]) {
+fn plan_then_run(dir: &TestDir, prefix: &str, environment: &[(String, String)]) {
     let with_env = |mut command: Command| {
         command.envs(environment.iter().map(|(k, v)| (k, v)));
         command
@@ -111,18 +110,7 @@ fn plan_prints_the_bsub_scripts_a_run_submits_byte_for_byte() {
     }
     let dir = TestDir::new();
     dir.write("p.toml", &pipeline("bsub", "planlsf"));
-    let standin = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../tests/lsf-standin");
-    let path = format!(
-        "{}:{}",
-        standin.display(),
-        std::env::var("PATH").unwrap_or_default()
-    );
-    let state = dir.join("lsf-state").display().to_string();
-    plan_then_run(
-        &dir,
-        "planlsf",
-        &[("PATH", path), ("LSF_STANDIN_DIR", state)],
-    );
+    plan_then_run(&dir, "planlsf", &lsf_standin_env(&dir));
 }
 
 /// The jobs in SLURM's queue (those of the LSF stand-in too) whose name

@@ -5,7 +5,7 @@
 //! exit counts against the restart budget, and the driver starts another
 //! worker while work remains.
 
-use crate::cluster::{cluster_driver, job_ids, slurm_is_up, wait_until_gone};
+use crate::cluster::{cluster_driver, job_ids, lsf_standin_env, slurm_is_up, wait_until_gone};
 use crate::util::*;
 use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
@@ -121,31 +121,56 @@ block_command = ["sh", "-c", "echo {block_id} >> ran.txt"]
     );
 }
 
+#[test]
+fn workers_whose_walltime_is_too_short_for_a_block_end_in_abandonment_not_a_loop() {
+    let dir = TestDir::new();
+    // 5 s of walltime, less than the margin kept free at a job's end:
+    // every worker drains before its first block.
+    let pipeline = format!(
+        "name = \"short\"\n[launcher]\ntime = \"0:05\"\n{}",
+        task("t", 4, "true", "max_worker_restarts = 2")
+    );
+    dir.write("p.toml", &pipeline);
+    let out = run_fails(&mut dir.driver(&["run", "p.toml"]), 1);
+    assert!(
+        out.contains("task \"t\" was abandoned: 3 unclean worker exits, the last: drained before it reported a block (the job's walltime ends in"),
+        "{out}"
+    );
+    assert_no_process_left_in(dir.path());
+}
+
 /// Blocks that take `seconds` each, appending their id to ran.txt, run by
-/// two sbatch workers (of one cpu each, out of `cpus`) with time limit
-/// `time`.
-fn slurm_pipeline(name: &str, blocks: u32, seconds: u32, time: &str, cpus: u32) -> String {
+/// two cluster workers (of one cpu each, out of `cpus`) that `launcher`
+/// (the `[launcher]` table's lines) starts.
+fn cluster_pipeline(name: &str, blocks: u32, seconds: u32, launcher: &str, cpus: u32) -> String {
     let command = format!("sleep {seconds}; echo {{block_id}} >> ran.txt");
     let extra = "max_workers = 2\nrequires = { cpu = 1 }";
     format!(
-        "name = \"{name}\"\n[resources]\ncpu = {cpus}\n[launcher]\nkind = \"sbatch\"\ntime = \"{time}\"\n{}",
+        "name = \"{name}\"\n[resources]\ncpu = {cpus}\n[launcher]\n{launcher}\n{}",
         task(name, blocks, &command, extra)
     )
 }
 
-#[test]
-fn a_worker_job_near_its_time_limit_drains_and_is_replaced() {
-    if !slurm_is_up("time limit") {
-        return;
-    }
-    let dir = TestDir::new();
-    // 1 minute per job: a worker stops taking 3 s blocks ~15 s before the
-    // end, after about 15 blocks; 40 blocks need more than the first jobs.
-    dir.write("p.toml", &slurm_pipeline("walltime", 40, 3, "1", 2));
-    let status = cluster_driver(&dir, "p.toml").status().unwrap();
-    let run_dir = dir.join("daisy_run/walltime");
+/// Runs 40 blocks of 3 s with `launcher`, whose jobs have a time limit
+/// of about a minute left when their workers start (in `env`): each
+/// worker stops taking blocks ~15 s before its end, after about 15
+/// blocks, and must be replaced for the run to finish. Returns the run
+/// directory.
+fn assert_workers_drain_before_their_time_limit(
+    name: &str,
+    launcher: &str,
+    env: &[(String, String)],
+    dir: &TestDir,
+) -> std::path::PathBuf {
+    dir.write("p.toml", &cluster_pipeline(name, 40, 3, launcher, 2));
+    let mut driver = cluster_driver(dir, "p.toml");
+    let status = driver
+        .envs(env.iter().map(|(k, v)| (k, v)))
+        .status()
+        .unwrap();
+    let run_dir = dir.join("daisy_run").join(name);
     assert!(status.success(), "{status:?}");
-    assert_drained_cleanly(&run_dir, "walltime", 40);
+    assert_drained_cleanly(&run_dir, name, 40);
     let events = events(&run_dir);
     let drained: Vec<_> = events
         .iter()
@@ -167,7 +192,37 @@ fn a_worker_job_near_its_time_limit_drains_and_is_replaced() {
         40,
         "no block ran twice"
     );
+    run_dir
+}
+
+#[test]
+fn a_worker_job_near_its_time_limit_drains_and_is_replaced() {
+    if !slurm_is_up("time limit") {
+        return;
+    }
+    // The driver tells its workers the task's `time` (DAISY_WALLTIME).
+    let launcher = "kind = \"sbatch\"\ntime = \"1\"";
+    let dir = TestDir::new();
+    let run_dir = assert_workers_drain_before_their_time_limit("walltime", launcher, &[], &dir);
     wait_until_gone(&job_ids(&run_dir));
+}
+
+#[test]
+fn an_lsf_worker_learns_its_run_limit_from_bjobs_and_drains_before_it() {
+    if !slurm_is_up("LSF run limit") {
+        return;
+    }
+    // No `time`: the template's own -W, which the worker reads from
+    // `bjobs -o time_left` ("0:01 L").
+    let launcher = "kind = \"bsub\"\ndirectives = [\"-W 1\"]";
+    let dir = TestDir::new();
+    let env = lsf_standin_env(&dir);
+    assert_workers_drain_before_their_time_limit("runlimit", launcher, &env, &dir);
+    wait_until("bjobs shows none of the run's jobs unfinished", || {
+        let mut bjobs = Command::new("bjobs");
+        bjobs.envs(env.iter().map(|(k, v)| (k, v)));
+        run_ok(&mut bjobs).trim().is_empty()
+    });
 }
 
 #[test]
@@ -176,13 +231,16 @@ fn scancel_signal_term_of_a_running_worker_job_drains_it() {
         return;
     }
     let dir = TestDir::new();
-    dir.write("p.toml", &slurm_pipeline("scterm", 16, 1, "00:10:00", 2));
+    dir.write(
+        "p.toml",
+        &cluster_pipeline("scterm", 16, 1, "kind = \"sbatch\"", 2),
+    );
     let driver = ChildGuard::spawn(&mut cluster_driver(&dir, "p.toml"));
     let run_dir = dir.join("daisy_run/scterm");
     wait_until("a block is done", || {
         !event_blocks(&events(&run_dir), "block_done", "scterm").is_empty()
     });
-    let job = job_ids(&run_dir)[0].clone();
+    let job = job_of_a_worker_that_ran_a_block(&run_dir);
     // A worker runs as the job's batch step: `--full` signals it (plain
     // --signal only reaches job steps started with srun).
     run_ok(Command::new("scancel").args(["--signal=TERM", "--full", &job]));
@@ -197,6 +255,22 @@ fn scancel_signal_term_of_a_running_worker_job_drains_it() {
     assert_eq!(drained["why"], "received SIGTERM");
     assert!(count(&events, "worker_submitted") > 2, "it was replaced");
     wait_until_gone(&job_ids(&run_dir));
+}
+
+/// The job of a worker that has reported a block: one that drains is no
+/// worker that left without doing anything.
+fn job_of_a_worker_that_ran_a_block(run_dir: &Path) -> String {
+    let events = events(run_dir);
+    let worker = events
+        .iter()
+        .find(|e| e["event"] == "block_done")
+        .expect("a block is done")["worker_id"]
+        .clone();
+    let submitted = events
+        .iter()
+        .find(|e| e["event"] == "worker_submitted" && e["worker_id"] == worker)
+        .expect("the worker was submitted");
+    submitted["job"].as_str().unwrap().to_string()
 }
 
 /// SLURM holds a requeued job back for two minutes, then looks at pending
@@ -245,7 +319,7 @@ fn a_requeued_worker_job_comes_back_as_the_same_worker() {
     wait_until("a block is done", || {
         !event_blocks(&events(&run_dir), "block_done", "requeue").is_empty()
     });
-    let job = job_ids(&run_dir)[0].clone();
+    let job = job_of_a_worker_that_ran_a_block(&run_dir);
     run_ok(Command::new("scontrol").args(["requeue", &job]));
     let requeued =
         |e: &serde_json::Value| e["event"] == "worker_connected" && e["requeued"] == true;

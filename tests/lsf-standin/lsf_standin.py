@@ -165,7 +165,9 @@ _RECORD_FIELD = re.compile(r"(?:^|\s)(\w+)=(\S*)")
 
 
 def element_states(meta):
-    """{index: (STAT, exit code text)} for the job's elements SLURM knows.
+    """{index: (STAT, exit code text, time left)} for the job's elements
+    SLURM knows; the time left is LSF's `time_left` ("H:MM L"), "-" without
+    a run limit or once the element ended.
 
     `scontrol show job` covers jobs slurmctld still holds (MinJobAge after
     they end); older ones are read from the job completion log, like LSF
@@ -184,7 +186,7 @@ def element_states(meta):
         for index, state in finished.items():
             states.setdefault(index, state)
     for index in killed_pending(meta["lsf_id"]):
-        states.setdefault(index, ("EXIT", "-"))
+        states.setdefault(index, ("EXIT", "-", "-"))
     return states
 
 
@@ -197,10 +199,30 @@ def _states_from_records(lines, slurm_id):
             continue
         stat = lsf_stat(fields.get("JobState", ""), fields.get("Reason", ""))
         code = lsf_exit_code(stat, fields.get("ExitCode", "0:0"))
+        left = time_left(stat, fields.get("TimeLimit", ""), fields.get("RunTime", ""))
         task_ids = fields.get("ArrayTaskId")
         for index in expand_indices(task_ids) if array_id and task_ids else [0]:
-            states[index] = (stat, code)
+            states[index] = (stat, code, left)
     return states
+
+
+def time_left(stat, time_limit, run_time):
+    """LSF's TIME_LEFT of a job: "H:MM L" while it runs under a run limit,
+    else "-". Whole minutes, rounded up: a running job never shows 0:00."""
+    limit, ran = slurm_seconds(time_limit), slurm_seconds(run_time)
+    if stat != "RUN" or limit is None or ran is None:
+        return "-"
+    minutes = (max(limit - ran, 0) + 59) // 60
+    return f"{minutes // 60}:{minutes % 60:02d} L"
+
+
+def slurm_seconds(text):
+    """Seconds in SLURM's [days-]hours:minutes:seconds; None otherwise."""
+    match = re.fullmatch(r"(?:(\d+)-)?(\d+):(\d+):(\d+)", text)
+    if not match:
+        return None
+    days, hours, minutes, seconds = (int(g or 0) for g in match.groups())
+    return ((days * 24 + hours) * 60 + minutes) * 60 + seconds
 
 
 def _jobcomp_lines():

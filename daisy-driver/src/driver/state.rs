@@ -49,7 +49,10 @@ struct Conn {
     wants: Option<u32>,
     /// Since when the worker has waited for blocks, if it does.
     idle_since: Option<Instant>,
-    draining: bool,
+    /// Why the worker drains, once it said so.
+    draining: Option<String>,
+    /// The worker has reported a block's result.
+    reported: bool,
     /// Why the worker cannot run its task's code, if it said so.
     cannot_serve: Option<String>,
 }
@@ -268,7 +271,8 @@ impl Driver {
             held: HashMap::new(),
             wants: None,
             idle_since: None,
-            draining: false,
+            draining: None,
+            reported: false,
             cannot_serve: None,
         };
         self.conns.insert(conn, observer);
@@ -321,7 +325,8 @@ impl Driver {
             held: HashMap::new(),
             wants: None,
             idle_since: None,
-            draining: false,
+            draining: None,
+            reported: false,
             cannot_serve: None,
         };
         self.conns.insert(conn, worker);
@@ -391,7 +396,7 @@ impl Driver {
             return;
         };
         let launched = self.slots.get(c.slot).is_some_and(|s| s.launched);
-        if let Some(reason) = self.reason_to_stop(task, c.draining, launched) {
+        if let Some(reason) = self.reason_to_stop(task, c.draining.is_some(), launched) {
             let c = self.conns.get_mut(&conn).expect("checked above");
             c.wants = None;
             return c.send(FromDriver::Shutdown { reason });
@@ -462,6 +467,7 @@ impl Driver {
                 self.refuse(conn, reason);
                 continue;
             }
+            c.reported = true;
             let (id, worker_id) = (
                 BlockId {
                     task: c.task,
@@ -534,7 +540,7 @@ impl Driver {
             return;
         };
         tracing::info!(worker_id = c.slot, "worker is draining: {reason}");
-        c.draining = true;
+        c.draining = Some(reason.to_string());
         let (task, worker_id) = (c.task, c.slot);
         let task = self.task_id(task).to_string();
         self.record(&Event::WorkerDraining {
@@ -675,9 +681,18 @@ impl Driver {
             );
         }
         // A draining worker leaving is no failure, even if its job's end
-        // killed it before it said goodbye (its blocks were returned above).
-        let clean = (clean || c.draining) && c.cannot_serve.is_none();
-        let why = c.cannot_serve.as_deref().unwrap_or(why);
+        // killed it before it said goodbye (its blocks were returned above),
+        // unless it left without reporting a single block: jobs whose
+        // walltime is too short for a block must end in abandonment, not
+        // in resubmissions forever.
+        let fruitless = c
+            .draining
+            .as_ref()
+            .filter(|_| !c.reported)
+            .map(|reason| format!("drained before it reported a block ({reason})"));
+        let failure = c.cannot_serve.clone().or(fruitless);
+        let clean = (clean || c.draining.is_some()) && failure.is_none();
+        let why = failure.as_deref().unwrap_or(why);
         let how = if clean {
             Gone::Clean
         } else {
@@ -841,7 +856,11 @@ impl Driver {
             })
             .collect();
         for task in hopeless {
-            let why = format!("{} unclean worker exits", self.slots.unclean_exits(task));
+            let exits = self.slots.unclean_exits(task);
+            let why = match self.slots.last_unclean_exit(task) {
+                Some(last) => format!("{exits} unclean worker exits, the last: {last}"),
+                None => format!("{exits} unclean worker exits"),
+            };
             self.abandon(task, &why);
         }
     }
