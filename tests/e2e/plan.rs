@@ -106,6 +106,15 @@ max_retries = 0
     let plan: serde_json::Value = serde_json::from_str(&json).unwrap();
     assert_eq!(plan["tasks"][0]["done_blocks"], 6);
     assert_eq!(plan["tasks"][0]["remaining_blocks"], 4);
+    // Once the rest is done too, nothing is left to start.
+    let fixed = dir.read("p.toml").replace("test {block_id} -lt 6", "true");
+    dir.write("p.toml", &fixed);
+    run_ok(&mut dir.driver(&["run", "--serial", "p.toml"]));
+    let text = run_ok(&mut dir.driver(&["plan", "p.toml"]));
+    assert!(
+        text.contains("nothing to run: every block is done, no worker would start"),
+        "{text}"
+    );
 }
 
 /// Budget cpu = 4: "a" (8 blocks) gets 3 workers and "c" (2 blocks) the

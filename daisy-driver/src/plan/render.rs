@@ -53,6 +53,13 @@ impl Plan {
             out,
             "\nallocation (the driver's rules, every block taking as long; see the user guide)"
         );
+        if self.phases.is_empty() {
+            let _ = writeln!(
+                out,
+                "  nothing to run: every block is done, no worker would start"
+            );
+            return;
+        }
         let width = self.tasks.iter().map(|t| t.id.len()).max().unwrap_or(0);
         for (number, phase) in self.phases.iter().enumerate() {
             render_phase(out, number + 1, phase, width);
