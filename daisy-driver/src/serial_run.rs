@@ -256,12 +256,10 @@ impl<'a> SerialRunner<'a> {
                 counters,
             })?;
         }
+        // As in distributed runs: the run reached its end (failed and
+        // orphaned blocks included), rather than being interrupted.
         self.events.record(&Event::RunFinished {
-            completed: scheduler.is_done()
-                && (0..self.tasks.len()).all(|i| {
-                    let c = scheduler.counters(TaskIdx(i as u32));
-                    c.completed == c.total
-                }),
+            completed: scheduler.is_done(),
             seconds: elapsed.as_secs_f64(),
         })?;
         Ok(())
