@@ -60,6 +60,10 @@ pub struct WorkerRow {
     pub connected: Option<f64>,
     /// When it went, and whether cleanly.
     pub gone: Option<(f64, bool)>,
+    /// When it started to drain (a signal, its walltime), and why.
+    pub drained: Option<(f64, String)>,
+    /// Blocks it handed back unrun while draining.
+    pub returned: u64,
     pub bars: Vec<BlockBar>,
 }
 
@@ -235,6 +239,21 @@ impl Builder {
                 clean,
                 ..
             } => self.row(task, Some(*worker_id)).gone = Some((time, *clean)),
+            EventKind::WorkerDraining {
+                task,
+                worker_id,
+                why,
+            } => {
+                self.row(task, Some(*worker_id))
+                    .drained
+                    .get_or_insert((time, why.clone()));
+            }
+            EventKind::BlocksReturned {
+                task,
+                worker_id,
+                block_ids,
+                ..
+            } => self.row(task, Some(*worker_id)).returned += block_ids.len() as u64,
             EventKind::RunFinished { completed, .. } => self.model.finished = Some(*completed),
             _ => {}
         }
@@ -302,6 +321,8 @@ pub(crate) mod tests {
 {"time": 107, "event": "block_failed", "task": "a", "block_id": 2, "worker_id": 1, "error": "exit status 1", "for_good": true, "seconds": 1.0}
 {"time": 107.5, "event": "worker_connected", "task": "a", "worker_id": 2, "host": "n2", "pid": 12, "by_hand": false}
 {"time": 108, "event": "worker_gone", "task": "a", "worker_id": 2, "clean": false, "why": "lost"}
+{"time": 108.5, "event": "worker_draining", "task": "a", "worker_id": 1, "why": "received SIGTERM"}
+{"time": 108.6, "event": "blocks_returned", "task": "a", "worker_id": 1, "block_ids": [4, 5], "why": "received SIGTERM"}
 {"time": 109, "event": "worker_gone", "task": "a", "worker_id": 1, "clean": true, "why": "told to stop"}
 "#;
 
@@ -322,6 +343,8 @@ pub(crate) mod tests {
         let first = &model.workers[0];
         assert_eq!((first.submitted, first.connected), (Some(0.5), Some(2.5)));
         assert_eq!(first.gone, Some((9.0, true)));
+        assert_eq!(first.drained, Some((8.5, "received SIGTERM".to_string())));
+        assert_eq!(first.returned, 2);
         let spans: Vec<(f64, f64, Outcome)> = first
             .bars
             .iter()

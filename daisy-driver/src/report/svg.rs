@@ -20,6 +20,8 @@ pub const ORPHANED: &str = "#8e6bb8";
 pub const REMAINING: &str = "#dddddd";
 /// A worker's job waiting in the queue before it connected.
 pub const QUEUED: &str = "#b9cde0";
+/// A worker's drain (a signal, its walltime).
+pub const DRAINED: &str = "#1f4e9c";
 /// Axis lines and labels.
 pub const AXIS: &str = "#555555";
 

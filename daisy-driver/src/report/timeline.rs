@@ -191,6 +191,12 @@ fn row_title(model: &RunModel, row: &WorkerRow) -> String {
             human_seconds(connected - submitted)
         ));
     }
+    if let Some((_, why)) = &row.drained {
+        title.push_str(&format!(
+            ", drained ({why}), {} blocks handed back",
+            row.returned
+        ));
+    }
     let ended = match row.gone {
         Some((_, true)) => ", left cleanly",
         Some((_, false)) if row.connected.is_none() => ", never connected",
@@ -249,6 +255,17 @@ fn draw_row(
             &row_label(model, row),
         );
     }
+    // A drain is a dark tick, its reason in the hover text.
+    if let Some((drained, why)) = &row.drained {
+        let tick = Rect {
+            x: axis.x(*drained) - 1.0,
+            y: top,
+            width: 3.0,
+            height,
+        };
+        let text = format!("drained: {why}; {} blocks handed back", row.returned);
+        chart.rect(tick, svg::DRAINED, Some(&text));
+    }
     // A lost worker (or a failed start) ends with a red tick.
     if let Some((gone, false)) = row.gone {
         let x = axis.x(gone);
@@ -263,6 +280,7 @@ fn draw_legend(chart: &mut Svg, y: f64) {
         (svg::DONE, "block done"),
         (svg::RETRIED, "block failed, retried"),
         (svg::FAILED, "block failed for good / worker lost"),
+        (svg::DRAINED, "worker drained (signal, walltime)"),
     ];
     let mut x = LABEL_WIDTH;
     for (colour, label) in entries {
@@ -332,8 +350,11 @@ mod tests {
         let model = RunModel::build(&sample_history(), &[]);
         let chart = render(&model).svg;
         assert_eq!(chart.matches(r#"<g class="worker-row">"#).count(), 2);
-        assert!(chart
-            .contains("worker a #1, job local:11, on n1, queued 2.0 s, left cleanly, 3 blocks"));
+        assert!(chart.contains(
+            "worker a #1, job local:11, on n1, queued 2.0 s, drained (received SIGTERM), \
+             2 blocks handed back, left cleanly, 3 blocks"
+        ));
+        assert!(chart.contains("drained: received SIGTERM; 2 blocks handed back"));
         assert!(chart.contains("block 2: failed for good"));
         assert!(chart.contains(">a #2</text>"));
     }
