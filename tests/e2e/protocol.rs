@@ -5,7 +5,7 @@ use crate::util::*;
 use daisy_core::context::WorkerContext;
 use daisy_core::protocol::frame::encode;
 use daisy_core::protocol::{BlockResult, FromDriver, Hello, Role, ToDriver, PROTOCOL_VERSION};
-use std::io::{Read, Write};
+use std::io::{ErrorKind, Read, Write};
 use std::net::{Shutdown, TcpStream};
 use std::time::Duration;
 
@@ -173,5 +173,115 @@ fn bad_input_is_refused_with_a_reason_and_the_run_completes() {
         event_blocks(&events, "block_done", "slow").len(),
         30,
         "every block counted once"
+    );
+}
+
+/// The next frame that is not a heartbeat, if one comes within `limit`;
+/// heartbeats are sent meanwhile, so the driver does not count this
+/// worker as gone.
+fn receive_within(stream: &mut TcpStream, limit: Duration) -> Option<FromDriver> {
+    let deadline = std::time::Instant::now() + limit;
+    let mut message = None;
+    while message.is_none() && std::time::Instant::now() < deadline {
+        send(stream, &ToDriver::Heartbeat);
+        stream
+            .set_read_timeout(Some(Duration::from_millis(200)))
+            .unwrap();
+        let mut prefix = [0u8; 4];
+        match stream.read_exact(&mut prefix) {
+            Ok(()) => {}
+            Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) => continue,
+            Err(e) => panic!("reading a frame from the driver: {e}"),
+        }
+        let mut payload = vec![0u8; u32::from_be_bytes(prefix) as usize];
+        stream.read_exact(&mut payload).unwrap();
+        let frame: FromDriver = rmp_serde::from_slice(&payload).unwrap();
+        message = Some(frame).filter(|m| *m != FromDriver::Heartbeat);
+    }
+    stream
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    message
+}
+
+#[test]
+fn a_prefetching_worker_is_not_let_go_as_idle_while_it_holds_a_block() {
+    let dir = TestDir::new();
+    // Two blocks whose contexts overlap: the second waits for the first.
+    dir.write(
+        "p.toml",
+        r#"name = "prefetch"
+[[task]]
+id = "t"
+total_roi = { offset = [-1], shape = [4] }
+read_roi = { offset = [-1], shape = [3] }
+write_roi = { offset = [0], shape = [1] }
+max_workers = 1
+idle_timeout = "300ms"
+block_command = ["true"]
+"#,
+    );
+    // The launched "worker" only hands its context to the test, which
+    // speaks the protocol in its place.
+    let stand_in = dir.write(
+        "worker.sh",
+        "#!/bin/sh\necho \"$DAISY_CONTEXT\" > launched.tmp && mv launched.tmp launched.json\nexec sleep 60\n",
+    );
+    std::fs::set_permissions(
+        &stand_in,
+        std::os::unix::fs::PermissionsExt::from_mode(0o755),
+    )
+    .unwrap();
+    let driver = ChildGuard::spawn(
+        dir.driver(&["run", "p.toml"])
+            .env("DAISY_WORKER_BIN", &stand_in),
+    );
+    wait_until("the worker is launched", || {
+        dir.join("launched.json").exists()
+    });
+    let context = WorkerContext::from_json(&dir.read("launched.json")).unwrap();
+    let mut worker = connect(&context);
+    let ToDriver::Hello(mut hello) = hello(&context.token, "t") else {
+        unreachable!()
+    };
+    hello.worker_id = context.worker_id;
+    send(&mut worker, &ToDriver::Hello(hello));
+    assert!(matches!(receive(&mut worker), FromDriver::Welcome(_)));
+    send(&mut worker, &ToDriver::AcquireBlocks { max: 1 });
+    let FromDriver::Blocks { blocks } = receive(&mut worker) else {
+        panic!("expected blocks")
+    };
+    let first = blocks[0].block_id;
+    // Asking ahead while the first block runs (the protocol allows it):
+    // nothing is ready, so the request parks. The worker is busy, not idle.
+    send(&mut worker, &ToDriver::AcquireBlocks { max: 1 });
+    let early = receive_within(&mut worker, Duration::from_secs(2));
+    assert_eq!(early, None, "nothing is sent while the block runs");
+    let done = |block_id| ToDriver::ReleaseBlocks {
+        results: vec![BlockResult {
+            block_id,
+            ok: true,
+            error: None,
+            seconds: Some(2.0),
+        }],
+    };
+    send(&mut worker, &done(first));
+    let FromDriver::Blocks { blocks } = receive(&mut worker) else {
+        panic!("the parked request gets the second block")
+    };
+    send(&mut worker, &done(blocks[0].block_id));
+    send(&mut worker, &ToDriver::AcquireBlocks { max: 1 });
+    assert!(matches!(receive(&mut worker), FromDriver::Shutdown { .. }));
+    worker.shutdown(Shutdown::Write).unwrap();
+    let status = driver.wait_for_exit();
+    assert!(status.success(), "{status:?}");
+    let events = events(&dir.join("daisy_run/prefetch"));
+    assert_eq!(
+        events
+            .iter()
+            .filter(|e| e["event"] == "worker_released")
+            .count(),
+        0,
+        "{events:?}"
     );
 }

@@ -468,6 +468,10 @@ impl Driver {
                 continue;
             }
             c.reported = true;
+            if c.held.is_empty() && c.idle_since.is_some() {
+                // It asked ahead while it ran blocks: idle from now on.
+                c.idle_since = Some(Instant::now());
+            }
             let (id, worker_id) = (
                 BlockId {
                     task: c.task,
@@ -751,7 +755,10 @@ impl Driver {
                 let limit = self.pipeline.tasks[c.task.index()].idle_timeout;
                 let launched = self.slots.get(c.slot).is_some_and(|s| s.launched);
                 let idle_for = c.idle_since.map(|since| since.elapsed());
+                // A worker may ask ahead while it runs blocks: that is
+                // no idleness.
                 launched
+                    && c.held.is_empty()
                     && idle_for
                         .zip(limit)
                         .is_some_and(|(idle, limit)| idle > limit)
