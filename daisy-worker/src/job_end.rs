@@ -22,6 +22,12 @@ pub fn job_end(walltime: Option<Duration>) -> Option<Instant> {
 /// What SLURM says is left of this job, if it runs in one.
 fn slurm_time_left() -> Option<Duration> {
     let job = std::env::var("SLURM_JOB_ID").ok()?;
+    // An array element by its array's id and its index: for the element
+    // whose job id is also the array's, `--jobs <id>` lists every element
+    // of the array, a line each.
+    let element = std::env::var("SLURM_ARRAY_JOB_ID")
+        .and_then(|array| Ok(format!("{array}_{}", std::env::var("SLURM_ARRAY_TASK_ID")?)));
+    let job = element.unwrap_or(job);
     let args = ["--noheader", "--jobs", &job, "--format", "%L"];
     parse_slurm_time(&ask("squeue", &args, &job)?)
 }

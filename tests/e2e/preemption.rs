@@ -208,6 +208,40 @@ fn a_worker_job_near_its_time_limit_drains_and_is_replaced() {
 }
 
 #[test]
+fn a_slurm_worker_learns_its_time_limit_from_squeue_and_drains_before_it() {
+    if !slurm_is_up("SLURM time limit from squeue") {
+        return;
+    }
+    // No `time`: the template's own --time, which each worker reads from
+    // `squeue -o %L`. The first two workers are one job array, and
+    // `squeue --jobs <id>` of the element whose job id is the array's
+    // lists every element of the array.
+    let launcher = "kind = \"sbatch\"\ndirectives = [\"--time=1\"]";
+    let dir = TestDir::new();
+    let run_dir = assert_workers_drain_before_their_time_limit("squeue", launcher, &[], &dir);
+    wait_until_gone(&job_ids(&run_dir));
+    // The run may end before SLURM enforces the limit on a worker that
+    // missed it: each worker's log says whether it knew.
+    let logs: Vec<_> = std::fs::read_dir(run_dir.join("logs/squeue"))
+        .unwrap()
+        .map(|entry| entry.unwrap().path())
+        .filter(|path| {
+            let name = path.file_name().unwrap().to_string_lossy();
+            name.ends_with(".err") && !name.ends_with("-user.err")
+        })
+        .collect();
+    assert!(logs.len() > 2, "{logs:?}");
+    for log in logs {
+        let text = std::fs::read_to_string(&log).unwrap();
+        assert!(
+            text.contains("the job ends in"),
+            "{}:\n{text}",
+            log.display()
+        );
+    }
+}
+
+#[test]
 fn an_lsf_worker_learns_its_run_limit_from_bjobs_and_drains_before_it() {
     if !slurm_is_up("LSF run limit") {
         return;
