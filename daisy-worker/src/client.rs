@@ -227,9 +227,14 @@ impl Client {
             .await
     }
 
-    /// Tells the driver this worker takes no more blocks.
-    pub async fn draining(&mut self, reason: String) -> Result<(), ClientError> {
-        self.connection.send(ToDriver::Draining { reason }).await
+    /// Tells the driver this worker takes no more blocks, and whether that
+    /// is because its job's walltime runs out.
+    pub async fn draining(&mut self, reason: String, out_of_time: bool) -> Result<(), ClientError> {
+        let draining = ToDriver::Draining {
+            reason,
+            out_of_time,
+        };
+        self.connection.send(draining).await
     }
 
     /// Tells the driver this worker cannot run the task's code and leaves.

@@ -47,14 +47,26 @@ impl Drain {
         !self.draining.load(Ordering::Relaxed) && self.walltime_too_short().is_none()
     }
 
+    /// When the job's remaining walltime becomes too short for another
+    /// block (as long as no longer block is seen), if the job has an end.
+    pub fn walltime_deadline(&self) -> Option<Instant> {
+        let end = self.job_end?;
+        let needed = self.longest_block().mul_f64(LONGEST_BLOCK_FACTOR) + WALLTIME_MARGIN;
+        Some(end.checked_sub(needed).unwrap_or_else(Instant::now))
+    }
+
+    fn longest_block(&self) -> Duration {
+        Duration::from_millis(self.longest_block_ms.load(Ordering::Relaxed))
+    }
+
     /// Why the job's remaining walltime is too short for another block,
     /// if it is.
     pub fn walltime_too_short(&self) -> Option<String> {
         let end = self.job_end?;
-        let left = end.saturating_duration_since(Instant::now());
-        let longest = Duration::from_millis(self.longest_block_ms.load(Ordering::Relaxed));
-        let needed = longest.mul_f64(LONGEST_BLOCK_FACTOR) + WALLTIME_MARGIN;
-        (left < needed).then(|| {
+        let now = Instant::now();
+        let left = end.saturating_duration_since(now);
+        let longest = self.longest_block();
+        (now >= self.walltime_deadline()?).then(|| {
             format!(
                 "the job's walltime ends in {}s, too soon for another block \
                  (the longest took {:.1}s)",

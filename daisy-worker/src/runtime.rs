@@ -213,6 +213,8 @@ impl Worker {
                     }
                     self.on_batch_done(done).await?
                 }
+                // A worker waiting for blocks drains on time too.
+                () = walltime_deadline(self.drain.walltime_deadline()), if self.draining.is_none() => {}
                 error = &mut lost => return Err(error.into()),
             }
         }
@@ -220,23 +222,23 @@ impl Worker {
 
     async fn drain_if_walltime_short(&mut self) -> Result<(), RunError> {
         match (&self.draining, self.drain.walltime_too_short()) {
-            (None, Some(why)) => self.on_stop(why).await,
+            (None, Some(why)) => self.on_stop(why, true).await,
             _ => Ok(()),
         }
     }
 
     async fn on_signal(&mut self, reason: String) -> Result<(), RunError> {
         self.signalled = true;
-        self.on_stop(reason).await
+        self.on_stop(reason, false).await
     }
 
-    async fn on_stop(&mut self, reason: String) -> Result<(), RunError> {
+    async fn on_stop(&mut self, reason: String, out_of_time: bool) -> Result<(), RunError> {
         if self.draining.is_some() {
             return Ok(());
         }
         tracing::info!("{reason}: taking no more blocks");
         self.drain.begin();
-        self.client.draining(reason.clone()).await?;
+        self.client.draining(reason.clone(), out_of_time).await?;
         self.draining = Some(reason);
         Ok(())
     }
@@ -342,6 +344,14 @@ impl Worker {
 /// How long a batch whose block a signal stopped waits for the worker's
 /// own stop signal, before reporting the block failed.
 const SIGNAL_LAG: Duration = Duration::from_secs(1);
+
+/// Resolves when the walltime check says to drain; never, without one.
+async fn walltime_deadline(deadline: Option<Instant>) {
+    match deadline {
+        Some(deadline) => tokio::time::sleep_until(deadline.into()).await,
+        None => std::future::pending().await,
+    }
+}
 
 /// Whether a block of the batch was stopped by a signal.
 fn stopped_by_signal((_, joined): &Done) -> bool {

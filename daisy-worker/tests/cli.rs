@@ -179,6 +179,7 @@ async fn sigterm_while_waiting_for_blocks_drains_and_exits_0() {
     kill(pid, Signal::SIGTERM).unwrap();
     let draining = ToDriver::Draining {
         reason: "received SIGTERM".into(),
+        out_of_time: false,
     };
     assert_eq!(conn.recv().await, draining);
     let reason = "the worker is draining".to_string();

@@ -175,6 +175,11 @@ pub enum ToDriver {
     /// still holds are released or handed back.
     Draining {
         reason: String,
+        /// Because its job's walltime is too short for another block (not
+        /// a signal): a worker that drains so before reporting any block
+        /// made no progress and will not on a new job either.
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        out_of_time: bool,
     },
     /// The worker cannot run the task's code (an unknown placeholder, a
     /// worker of another release) and leaves: an unclean exit, so a task

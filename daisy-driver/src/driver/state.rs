@@ -49,8 +49,9 @@ struct Conn {
     wants: Option<u32>,
     /// Since when the worker has waited for blocks, if it does.
     idle_since: Option<Instant>,
-    /// Why the worker drains, once it said so.
-    draining: Option<String>,
+    /// Why the worker drains, once it said so, and whether because its
+    /// job's walltime runs out.
+    draining: Option<(String, bool)>,
     /// The worker has reported a block's result.
     reported: bool,
     /// Why the worker cannot run its task's code, if it said so.
@@ -337,7 +338,10 @@ impl Driver {
         match message {
             ToDriver::AcquireBlocks { max } => self.on_acquire(conn, max),
             ToDriver::ReleaseBlocks { results } => self.on_release(conn, results),
-            ToDriver::Draining { reason } => self.on_draining(conn, &reason),
+            ToDriver::Draining {
+                reason,
+                out_of_time,
+            } => self.on_draining(conn, &reason, out_of_time),
             ToDriver::ReturnBlocks { block_ids, reason } => {
                 self.on_return(conn, &block_ids, &reason)
             }
@@ -539,12 +543,12 @@ impl Driver {
         });
     }
 
-    fn on_draining(&mut self, conn: ConnId, reason: &str) {
+    fn on_draining(&mut self, conn: ConnId, reason: &str, out_of_time: bool) {
         let Some(c) = self.conns.get_mut(&conn) else {
             return;
         };
         tracing::info!(worker_id = c.slot, "worker is draining: {reason}");
-        c.draining = Some(reason.to_string());
+        c.draining = Some((reason.to_string(), out_of_time));
         let (task, worker_id) = (c.task, c.slot);
         let task = self.task_id(task).to_string();
         self.record(&Event::WorkerDraining {
@@ -686,14 +690,16 @@ impl Driver {
         }
         // A draining worker leaving is no failure, even if its job's end
         // killed it before it said goodbye (its blocks were returned above),
-        // unless it left without reporting a single block: jobs whose
-        // walltime is too short for a block must end in abandonment, not
-        // in resubmissions forever.
+        // unless its walltime ran out before it reported a single block:
+        // jobs whose walltime is too short for a block must end in
+        // abandonment, not in resubmissions forever. (A signal, such as a
+        // preemption or requeue during a first long block, is no such
+        // case.)
         let fruitless = c
             .draining
             .as_ref()
-            .filter(|_| !c.reported)
-            .map(|reason| format!("drained before it reported a block ({reason})"));
+            .filter(|(_, out_of_time)| *out_of_time && !c.reported)
+            .map(|(reason, _)| format!("drained before it reported a block ({reason})"));
         let failure = c.cannot_serve.clone().or(fruitless);
         let clean = (clean || c.draining.is_some()) && failure.is_none();
         let why = failure.as_deref().unwrap_or(why);
@@ -732,9 +738,11 @@ impl Driver {
     }
 
     pub fn on_tick(&mut self) {
-        self.release_idle_workers();
         self.reclaim_overdue_blocks();
+        // Retries that are due first: a worker that waited for one is
+        // served, not let go for idleness.
         self.promote_due_retries();
+        self.release_idle_workers();
         self.abandon_hopeless_tasks();
         self.start_workers();
         self.note_finished_tasks();

@@ -239,7 +239,7 @@ async fn close_writes_what_is_queued_then_ends_the_connection() {
         seconds: None,
     };
     client.release(vec![result.clone()]).await.unwrap();
-    client.draining("SIGTERM".into()).await.unwrap();
+    client.draining("SIGTERM".into(), false).await.unwrap();
     client.close().await.unwrap();
     let release = ToDriver::ReleaseBlocks {
         results: vec![result],
@@ -247,6 +247,7 @@ async fn close_writes_what_is_queued_then_ends_the_connection() {
     assert_eq!(conn.recv().await, release);
     let draining = ToDriver::Draining {
         reason: "SIGTERM".into(),
+        out_of_time: false,
     };
     assert_eq!(conn.recv().await, draining);
     conn.expect_closed().await;

@@ -163,6 +163,7 @@ async fn a_stop_during_a_block_lets_it_finish_and_be_released() {
     started.stop.send(()).unwrap();
     let draining = ToDriver::Draining {
         reason: "told to stop".into(),
+        out_of_time: false,
     };
     assert_eq!(conn.recv().await, draining);
     std::fs::write(&go, "").unwrap();
@@ -191,6 +192,7 @@ async fn stopped_while_parked(log_dir: &Path) -> (JoinHandle<Result<Stopped, Run
     drop(stop);
     let draining = ToDriver::Draining {
         reason: "told to stop".into(),
+        out_of_time: false,
     };
     assert_eq!(conn.recv().await, draining);
     (worker, conn)
@@ -306,7 +308,11 @@ async fn a_walltime_too_short_for_another_block_drains_the_worker() {
     tokio::time::sleep(Duration::from_secs(2)).await;
     std::fs::write(&go, "").unwrap();
     let conn = &mut started.conn;
-    let ToDriver::Draining { reason } = conn.recv().await else {
+    let ToDriver::Draining {
+        reason,
+        out_of_time: true,
+    } = conn.recv().await
+    else {
         panic!("expected Draining");
     };
     assert!(reason.contains("walltime"), "{reason}");
@@ -475,7 +481,11 @@ async fn a_worker_told_the_tasks_blocks_are_too_long_for_its_walltime_takes_none
         mut conn,
         stop: _keep_running,
     } = start_in_job(sh("true"), dir.path(), 10.0, 3, Some(job_end), Some(3600.0)).await;
-    let ToDriver::Draining { reason } = conn.recv().await else {
+    let ToDriver::Draining {
+        reason,
+        out_of_time: true,
+    } = conn.recv().await
+    else {
         panic!("expected Draining before any acquire");
     };
     assert!(reason.contains("the longest took 3600.0s"), "{reason}");
@@ -483,4 +493,30 @@ async fn a_worker_told_the_tasks_blocks_are_too_long_for_its_walltime_takes_none
     drop(conn);
     let result = ended(worker).await;
     assert!(matches!(result, Ok(Stopped::Drained { .. })), "{result:?}");
+}
+
+#[tokio::test]
+async fn a_worker_waiting_for_blocks_drains_when_its_walltime_runs_out() {
+    let dir = tempfile::tempdir().unwrap();
+    // Room for no block 1.5 s from now.
+    let job_end = Instant::now() + crate::drain::WALLTIME_MARGIN + Duration::from_millis(1500);
+    let mut started = start_in_job(sh("true"), dir.path(), 10.0, 3, Some(job_end), None).await;
+    let conn = &mut started.conn;
+    assert_eq!(conn.recv().await, ToDriver::AcquireBlocks { max: 1 });
+    // No blocks for it: it waits, and drains on time by itself.
+    let ToDriver::Draining {
+        reason,
+        out_of_time: true,
+    } = conn.recv().await
+    else {
+        panic!("expected Draining for the walltime");
+    };
+    assert!(reason.contains("walltime"), "{reason}");
+    let reason = "the worker is draining".to_string();
+    conn.send(&FromDriver::Shutdown { reason }).await;
+    conn.expect_closed().await;
+    assert!(matches!(
+        ended(started.worker).await,
+        Ok(Stopped::Drained { .. })
+    ));
 }
