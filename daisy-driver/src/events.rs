@@ -16,6 +16,7 @@ use daisy_core::TaskCounters;
 use serde::Serialize;
 use std::fs::{File, OpenOptions};
 use std::io::{BufWriter, Write};
+use std::os::unix::fs::FileExt as _;
 use std::path::{Path, PathBuf};
 use std::time::{SystemTime, UNIX_EPOCH};
 
@@ -154,7 +155,23 @@ pub struct EventLog {
 
 impl EventLog {
     pub fn open(path: &Path) -> std::io::Result<Self> {
-        let file = OpenOptions::new().create(true).append(true).open(path)?;
+        let mut file = OpenOptions::new()
+            .create(true)
+            .append(true)
+            .read(true)
+            .open(path)?;
+        // A crash or a full disk mid-write leaves the last line cut short.
+        // End it, so that our first line (a run's `run_started`) is not
+        // glued to it and lost with it: readers would then take this run
+        // for part of the one before.
+        let len = file.metadata()?.len();
+        let mut last = [0u8];
+        if len > 0 {
+            file.read_exact_at(&mut last, len - 1)?;
+            if last[0] != b'\n' {
+                file.write_all(b"\n")?;
+            }
+        }
         Ok(Self {
             path: path.to_path_buf(),
             file: BufWriter::with_capacity(BUFFER_BYTES, file),

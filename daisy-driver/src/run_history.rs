@@ -408,6 +408,42 @@ mod tests {
     }
 
     #[test]
+    fn a_run_appended_after_a_torn_last_line_starts_a_run_of_its_own() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("events.jsonl");
+        let started = |retry_failed| Event::RunStarted {
+            pipeline: "p",
+            mode: "serial",
+            retry_failed,
+        };
+        EventLog::open(&path)
+            .unwrap()
+            .record(&started(false))
+            .unwrap();
+        let mut text = std::fs::read_to_string(&path).unwrap();
+        text.push_str(r#"{"time": 2.0, "event": "block_fa"#); // a crash
+        std::fs::write(&path, text).unwrap();
+        EventLog::open(&path)
+            .unwrap()
+            .record(&started(true))
+            .unwrap();
+        let history = RunHistory::read(&path).unwrap();
+        assert_eq!(history.runs().len(), 2, "{history:?}");
+        assert!(
+            matches!(
+                history.last_run()[0].kind,
+                EventKind::RunStarted {
+                    retry_failed: true,
+                    ..
+                }
+            ),
+            "{history:?}"
+        );
+        let lines: Vec<usize> = history.bad_lines.iter().map(|b| b.line).collect();
+        assert_eq!(lines, [2], "the torn line is on its own");
+    }
+
+    #[test]
     fn a_missing_file_is_an_error_naming_it() {
         let error = RunHistory::read(Path::new("/nonexistent/events.jsonl")).unwrap_err();
         assert!(

@@ -289,3 +289,28 @@ fn status_survives_bad_input_and_names_what_is_wrong() {
     };
     assert_eq!((code, &status["state"]), (0, &Value::from("finished")));
 }
+
+#[test]
+fn a_run_after_a_crash_tore_the_last_event_line_is_a_run_of_its_own() {
+    let dir = TestDir::new();
+    dir.write("t.toml", &pipeline("torn"));
+    let run_dir = dir.join("daisy_run/torn");
+    run_fails(&mut dir.driver(&["run", "--serial", "t.toml"]), 1);
+    // A crash (or a full disk) cut the last line short.
+    let events = run_dir.join("events.jsonl");
+    let mut text = std::fs::read_to_string(&events).unwrap();
+    text.push_str(r#"{"time": 1, "event": "block_fa"#);
+    std::fs::write(&events, text).unwrap();
+
+    dir.write("fixed", "");
+    run_ok(&mut dir.driver(&["run", "--serial", "--retry-failed", "t.toml"]));
+    let (status, code) = status_json(&dir, "daisy_run/torn");
+    assert_eq!((code, &status["state"]), (0, &Value::from("finished")));
+    assert_eq!(
+        status["last_run"]["retry_failed"], true,
+        "the retry run is the last run: {status:#}"
+    );
+    let retry = last_run_events(&run_dir);
+    assert_eq!(retry[0]["retry_failed"], true, "its run_started line reads");
+    assert_eq!(event_blocks(&retry, "block_done", "a"), [3, 5]);
+}
