@@ -207,6 +207,11 @@ fn live_status_shows_the_running_drivers_workers_and_blocks_in_flight() {
     let (status, code) = status_json(&dir, "daisy_run/live");
     assert_eq!((code, status["running"].as_bool()), (3, Some(false)));
     assert_eq!(task_status(&status, "t")["remaining"], 1);
+    let text = run_fails(&mut dir.driver(&["status", "daisy_run/live"]), 3);
+    assert!(
+        text.contains("interrupted after") && !text.contains("finished after"),
+        "stopped by SIGTERM, not finished: {text}"
+    );
 }
 
 #[test]

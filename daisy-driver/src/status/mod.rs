@@ -112,7 +112,8 @@ pub struct LastRun {
 
 #[derive(Debug, Serialize)]
 pub struct RunEnding {
-    /// Every block completed.
+    /// The run reached its end (failed and orphaned blocks included)
+    /// rather than being interrupted, as `run_finished` records it.
     pub completed: bool,
     pub seconds: f64,
 }

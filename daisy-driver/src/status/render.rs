@@ -60,7 +60,10 @@ fn last_run(run: &LastRun, running: bool) -> String {
         ""
     };
     let end = match (&run.finished, running) {
-        (Some(end), _) => format!("finished after {:.1} s", end.seconds),
+        // `completed` is false when the run was stopped (Ctrl-C, SIGTERM)
+        // before reaching its end: it did not finish, it was interrupted.
+        (Some(end), _) if end.completed => format!("finished after {:.1} s", end.seconds),
+        (Some(end), _) => format!("interrupted after {:.1} s", end.seconds),
         (None, true) => "running".to_string(),
         (None, false) => "stopped without finishing (driver killed or crashed?)".to_string(),
     };
