@@ -60,9 +60,9 @@ impl Progress {
             Progress::Bars { bars, .. } => {
                 for (bar, task) in bars.iter().zip(tasks) {
                     bar.set_length(task.counters.total);
-                    bar.set_position(
-                        task.counters.completed + task.counters.failed + task.counters.orphaned,
-                    );
+                    // Resolved blocks, left ones (a --retry-failed run) too,
+                    // so a finished task's bar is full.
+                    bar.set_position(task.counters.total - task.counters.unresolved());
                     bar.set_message(detail(task));
                 }
             }

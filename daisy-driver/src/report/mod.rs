@@ -213,8 +213,21 @@ fn facts(model: &RunModel, table: &[SummaryRow], run_dir: &RunDir) -> Vec<String
         .unwrap_or_else(|_| "at an unknown time".to_string());
     let failed: u64 = table.iter().map(|row| row.failed).sum();
     let orphaned: u64 = table.iter().filter_map(|row| row.orphaned).sum();
+    // Blocks a --retry-failed run did not try, for a later plain run.
+    let left: u64 = model
+        .tasks
+        .iter()
+        .filter_map(|task| task.counters)
+        .map(|counters| counters.left)
+        .sum();
     let state = match model.finished {
-        Some(true) if failed + orphaned == 0 => "finished, every block completed".to_string(),
+        Some(true) if failed + orphaned + left == 0 => {
+            "finished, every block completed".to_string()
+        }
+        Some(true) if left > 0 => format!(
+            "finished; {failed} blocks failed, {orphaned} orphaned, {left} left for a run \
+             without --retry-failed"
+        ),
         Some(true) => format!("finished; {failed} blocks failed, {orphaned} orphaned"),
         Some(false) => "stopped before every block was processed (interrupted)".to_string(),
         None => "no run_finished event: still running, or the driver crashed".to_string(),
@@ -234,4 +247,38 @@ fn facts(model: &RunModel, table: &[SummaryRow], run_dir: &RunDir) -> Vec<String
         ));
     }
     facts
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use daisy_core::TaskCounters;
+    use model::TaskActivity;
+
+    #[test]
+    fn a_retry_run_that_left_blocks_says_so() {
+        let counters = TaskCounters {
+            total: 10,
+            completed: 4,
+            left: 6,
+            ..TaskCounters::default()
+        };
+        let model = RunModel {
+            finished: Some(true),
+            tasks: vec![TaskActivity {
+                id: "t".into(),
+                counters: Some(counters),
+                ..TaskActivity::default()
+            }],
+            ..RunModel::default()
+        };
+        let run_dir = RunDir::new(Some(Path::new("run")), "p");
+        let facts = facts(&model, &[], &run_dir).join("\n");
+        assert!(
+            facts.contains(
+                "finished; 0 blocks failed, 0 orphaned, 6 left for a run without --retry-failed"
+            ),
+            "{facts}"
+        );
+    }
 }
