@@ -178,8 +178,9 @@ pub struct Scheduler {
     /// Counts delayed retries, to order equal due times.
     delayed_seq: u64,
     /// The blocks this run may hand out, if restricted (see
-    /// [`Scheduler::run_only`]).
+    /// [`Scheduler::run_only`]), and how many of them each task has.
     only: Option<Arc<HashSet<BlockId>>>,
+    only_per_task: Vec<u64>,
 }
 
 impl Scheduler {
@@ -198,6 +199,7 @@ impl Scheduler {
             delayed_blocks: HashMap::new(),
             delayed_seq: 0,
             only: None,
+            only_per_task: Vec::new(),
         }
     }
 
@@ -207,7 +209,21 @@ impl Scheduler {
     /// done in an earlier run are still skipped and unlock their
     /// downstream as usual.
     pub fn run_only(&mut self, blocks: Arc<HashSet<BlockId>>) {
+        self.only_per_task = vec![0; self.tasks.len()];
+        for block in blocks.iter() {
+            if let Some(count) = self.only_per_task.get_mut(block.task.index()) {
+                *count += 1;
+            }
+        }
         self.only = Some(blocks);
+    }
+
+    /// The most blocks of `task` this run may hand out, if it is
+    /// restricted: callers size their workers by it, since `ready` also
+    /// counts blocks that will be left.
+    pub fn most_to_run(&self, task: TaskIdx) -> Option<u64> {
+        self.only.as_ref()?;
+        self.only_per_task.get(task.index()).copied()
     }
 
     pub fn graph(&self) -> &Arc<DependencyGraph> {

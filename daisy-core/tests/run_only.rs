@@ -81,3 +81,13 @@ fn a_chosen_block_failing_again_orphans_its_downstream_once() {
     assert_eq!((cb.orphaned, cb.left), (1, 9), "b's block 2 counted once");
     assert!(!s.has_runnable(TaskIdx(1), &mut |_| false));
 }
+
+#[test]
+fn a_restricted_run_says_how_many_blocks_each_task_may_run_at_most() {
+    let graph = DependencyGraph::new(vec![line("a", vec![]), line("b", vec![TaskIdx(0)])]).unwrap();
+    let mut s = Scheduler::new(Arc::new(graph));
+    assert_eq!(s.most_to_run(TaskIdx(0)), None, "an unrestricted run");
+    s.run_only(Arc::new(HashSet::from([id(0, 3), id(1, 3), id(1, 4)])));
+    assert_eq!(s.most_to_run(TaskIdx(0)), Some(1));
+    assert_eq!(s.most_to_run(TaskIdx(1)), Some(2));
+}

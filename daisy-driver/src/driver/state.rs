@@ -935,8 +935,12 @@ impl Driver {
             return 0;
         }
         let c = self.scheduler.counters(task);
-        worker_demand(c.ready + c.processing, config.max_workers)
-            .saturating_sub(self.slots.live(task))
+        let runnable = c.ready + c.processing;
+        let runnable = self
+            .scheduler
+            .most_to_run(task)
+            .map_or(runnable, |most| runnable.min(most));
+        worker_demand(runnable, config.max_workers).saturating_sub(self.slots.live(task))
     }
 
     pub fn on_launcher_event(&mut self, event: LauncherEvent) {
