@@ -2,51 +2,26 @@
 //! 1 to 4 dimensions under every fit, with and without conflicts, alone
 //! and chained.
 
+mod common;
+
 use daisy_core::serial::{self, SerialEnd, Step};
-use daisy_core::{
-    Block, BlockId, BlockOutcome, Coordinate, DependencyGraph, Fit, Roi, Scheduler, TaskIdx,
-    TaskSpec,
-};
+use daisy_core::{Block, BlockId, BlockOutcome, DependencyGraph, Scheduler, TaskIdx, TaskSpec};
 use proptest::prelude::*;
 use std::collections::HashSet;
 use std::sync::Arc;
-
-/// Per dimension: (total extent, read extent, write begin, write extent).
-fn dimension(max_total: i64) -> impl Strategy<Value = (i64, i64, i64, i64)> {
-    (1i64..=4, 1i64..=3).prop_flat_map(move |(write, context)| {
-        let read = write + context;
-        (Just(read), 0..=context, Just(write), 1..=max_total)
-            .prop_map(|(read, begin, write, total)| (total + read, read, begin, write))
-    })
-}
 
 fn task_spec() -> impl Strategy<Value = TaskSpec> {
     (1usize..=4)
         .prop_flat_map(|dims| {
             let max_total = [0, 24, 14, 8, 5][dims];
             (
-                proptest::collection::vec(dimension(max_total), dims),
+                proptest::collection::vec(common::dimension(4, 3, max_total), dims),
                 -3i64..=3,
-                prop_oneof![Just(Fit::Valid), Just(Fit::Overhang), Just(Fit::Shrink)],
+                common::fit(),
                 any::<bool>(),
             )
         })
-        .prop_map(|(dims, origin, fit, conflict)| {
-            let pick = |f: fn(&(i64, i64, i64, i64)) -> i64| {
-                Coordinate::new(&dims.iter().map(f).collect::<Vec<_>>())
-            };
-            let zero = Coordinate::zeros(dims.len());
-            TaskSpec {
-                fit,
-                read_write_conflict: conflict,
-                ..TaskSpec::new(
-                    "random",
-                    Roi::new(zero + origin, pick(|d| d.0)),
-                    Roi::new(zero, pick(|d| d.1)),
-                    Roi::new(pick(|d| d.2), pick(|d| d.3)),
-                )
-            }
-        })
+        .prop_map(|(dims, origin, fit, conflict)| common::spec(&dims, origin, fit, conflict))
 }
 
 /// A second task over the same dimensions, downstream of the first.

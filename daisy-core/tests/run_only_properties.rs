@@ -9,49 +9,26 @@
 //! failures, retries, blocks handed back and abandoned tasks, as a
 //! distributed run does.
 
+mod common;
+
 use daisy_core::scheduler::Released;
-use daisy_core::{
-    Block, BlockId, BlockOutcome, Coordinate, DependencyGraph, Fit, Roi, Scheduler, TaskIdx,
-    TaskSpec,
-};
+use daisy_core::{Block, BlockId, BlockOutcome, DependencyGraph, Scheduler, TaskIdx, TaskSpec};
 use proptest::prelude::*;
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
-/// Per dimension: (total extent, read extent, write begin, write extent).
-fn dimension(max_total: i64) -> impl Strategy<Value = (i64, i64, i64, i64)> {
-    (1i64..=3, 1i64..=2).prop_flat_map(move |(write, context)| {
-        let read = write + context;
-        (Just(read), 0..=context, Just(write), 1..=max_total)
-            .prop_map(|(read, begin, write, total)| (total + read, read, begin, write))
-    })
-}
-
 fn task_spec(dims: usize) -> impl Strategy<Value = TaskSpec> {
     let max_total = [0, 16, 8, 5][dims];
     (
-        proptest::collection::vec(dimension(max_total), dims),
+        proptest::collection::vec(common::dimension(3, 2, max_total), dims),
         -2i64..=2,
-        prop_oneof![Just(Fit::Valid), Just(Fit::Overhang), Just(Fit::Shrink)],
+        common::fit(),
         any::<bool>(),
         0u32..=2,
     )
-        .prop_map(|(dims, origin, fit, conflict, max_retries)| {
-            let pick = |f: fn(&(i64, i64, i64, i64)) -> i64| {
-                Coordinate::new(&dims.iter().map(f).collect::<Vec<_>>())
-            };
-            let zero = Coordinate::zeros(dims.len());
-            TaskSpec {
-                fit,
-                read_write_conflict: conflict,
-                max_retries,
-                ..TaskSpec::new(
-                    "random",
-                    Roi::new(zero + origin, pick(|d| d.0)),
-                    Roi::new(zero, pick(|d| d.1)),
-                    Roi::new(pick(|d| d.2), pick(|d| d.3)),
-                )
-            }
+        .prop_map(|(dims, origin, fit, conflict, max_retries)| TaskSpec {
+            max_retries,
+            ..common::spec(&dims, origin, fit, conflict)
         })
 }
 

@@ -149,12 +149,7 @@ async fn blocks_are_released_ok_or_with_their_failure_until_shutdown() {
 async fn a_stop_during_a_block_lets_it_finish_and_be_released() {
     let dir = tempfile::tempdir().unwrap();
     let (running, go) = (dir.path().join("running"), dir.path().join("go"));
-    let script = format!(
-        "touch {}; while [ ! -e {} ]; do sleep 0.02; done",
-        running.display(),
-        go.display()
-    );
-    let mut started = start(sh(&script), dir.path(), 10.0, 3).await;
+    let mut started = start(sh(&runs_until(&running, &go)), dir.path(), 10.0, 3).await;
     let conn = &mut started.conn;
     assert_eq!(conn.recv().await, ToDriver::AcquireBlocks { max: 1 });
     let blocks = vec![block(4)];
@@ -172,6 +167,15 @@ async fn a_stop_during_a_block_lets_it_finish_and_be_released() {
     let stopped = ended(started.worker).await.unwrap();
     let reason = "told to stop".to_string();
     assert_eq!(stopped, Stopped::Drained { reason });
+}
+
+/// A block script that creates `running`, then runs until `go` exists.
+fn runs_until(running: &Path, go: &Path) -> String {
+    format!(
+        "touch {}; while [ ! -e {} ]; do sleep 0.02; done",
+        running.display(),
+        go.display()
+    )
 }
 
 async fn wait_for_file(path: &Path) {
@@ -231,9 +235,8 @@ async fn blocks_that_cross_the_draining_on_the_wire_are_handed_back() {
 async fn batch_waiting_for(go: &Path, dir: &Path, job_end: Option<Instant>) -> Started {
     let running = dir.join("running");
     let script = format!(
-        "test {{block_id}} != 5 || exit 1; touch {}; while [ ! -e {} ]; do sleep 0.02; done",
-        running.display(),
-        go.display()
+        "test {{block_id}} != 5 || exit 1; {}",
+        runs_until(&running, go)
     );
     let code = TaskCode {
         batch_size: 3,
@@ -274,11 +277,7 @@ async fn a_stop_mid_batch_releases_what_ran_and_hands_back_the_rest() {
 async fn a_block_failing_after_a_stop_signal_is_handed_back_not_failed() {
     let dir = tempfile::tempdir().unwrap();
     let (running, go) = (dir.path().join("running"), dir.path().join("go"));
-    let script = format!(
-        "touch {}; while [ ! -e {} ]; do sleep 0.02; done; exit 143",
-        running.display(),
-        go.display()
-    );
+    let script = format!("{}; exit 143", runs_until(&running, &go));
     let mut started = start(sh(&script), dir.path(), 10.0, 3).await;
     let conn = &mut started.conn;
     assert_eq!(conn.recv().await, ToDriver::AcquireBlocks { max: 1 });
