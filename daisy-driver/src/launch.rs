@@ -8,8 +8,8 @@ use crate::run_dir::RunDir;
 use anyhow::Context as _;
 use daisy_core::walltime::parse_slurm_time;
 use launchers::{
-    BsubLauncher, ClusterOptions, Launcher, LocalLauncher, SbatchLauncher, SlurmrestdLauncher,
-    WorkerRequest,
+    BsubLauncher, ClusterOptions, Launcher, LocalLauncher, Paced, SbatchLauncher,
+    SlurmrestdLauncher, WorkerRequest,
 };
 use std::path::Path;
 use std::time::Duration;

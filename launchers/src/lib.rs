@@ -21,6 +21,7 @@ mod arrays;
 mod bsub;
 mod cluster;
 mod local;
+mod pacing;
 mod sbatch;
 mod slurmrestd;
 mod template;
@@ -32,6 +33,7 @@ pub use bsub::{
 };
 pub use cluster::ClusterOptions;
 pub use local::{command_line as local_command_line, LocalLauncher, DEFAULT_GRACE};
+pub use pacing::{Paced, Pacing};
 pub use sbatch::{
     job_script as sbatch_job_script, SbatchLauncher, SchedulerCalls, BUILTIN_WORKER_TEMPLATE,
     DEFAULT_COMMAND_TIMEOUT, DEFAULT_POLL_INTERVAL, DEFAULT_RETRY_DELAYS, MAX_BACKOFF,

@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 mod common;
 
 use common::*;
-use launchers::{BsubLauncher, ClusterOptions, JobEnd, JobId, LaunchError, Launcher};
+use launchers::{BsubLauncher, ClusterOptions, JobEnd, JobId, LaunchError, Launcher, Paced};
 
 /// Where the stand-in's commands are.
 fn standin() -> PathBuf {

@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 mod common;
 
 use common::*;
-use launchers::{ClusterOptions, JobEnd, JobId, LaunchError, Launcher, SbatchLauncher};
+use launchers::{ClusterOptions, JobEnd, JobId, LaunchError, Launcher, Paced, SbatchLauncher};
 
 fn launcher() -> SbatchLauncher {
     SbatchLauncher::new()

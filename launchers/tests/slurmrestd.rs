@@ -19,7 +19,7 @@ mod common;
 
 use common::*;
 use launchers::{
-    ClusterOptions, JobEnd, JobId, LaunchError, Launcher, SlurmrestdLauncher,
+    ClusterOptions, JobEnd, JobId, LaunchError, Launcher, Paced, SlurmrestdLauncher,
     DEFAULT_SLURMRESTD_URL,
 };
 

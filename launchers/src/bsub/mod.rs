@@ -46,6 +46,7 @@ use std::path::Path;
 use std::time::Duration;
 
 use crate::arrays::{self, ArrayBackend};
+use crate::pacing::{Paced, Pacing};
 use crate::{JobEnd, JobId, LaunchError, Launcher, WorkerRequest};
 use bjobs::{Element, ElementState, StatesReport};
 use commands::{Attempt, Invocation, LsfCommands, Output};
@@ -75,10 +76,8 @@ pub struct BsubLauncher {
     jobs: BTreeMap<u64, Element>,
     /// Ends recorded by `cancel`, handed out by the next `poll_ended`.
     ended: Vec<(u64, JobId, JobEnd)>,
-    poll_interval: Duration,
-    retry_delays: Vec<Duration>,
+    pacing: Pacing,
     command_timeout: Duration,
-    cancel_on_drop: bool,
     calls: LsfCalls,
 }
 
@@ -95,38 +94,16 @@ impl BsubLauncher {
             lsf: LsfCommands::find(path)?,
             jobs: BTreeMap::new(),
             ended: Vec::new(),
-            poll_interval: crate::DEFAULT_POLL_INTERVAL,
-            retry_delays: crate::DEFAULT_RETRY_DELAYS.to_vec(),
+            pacing: Pacing::default(),
             command_timeout: crate::DEFAULT_COMMAND_TIMEOUT,
-            cancel_on_drop: true,
             calls: LsfCalls::default(),
         })
-    }
-
-    /// Polls every `interval` instead of the default 30 s.
-    pub fn with_poll_interval(mut self, interval: Duration) -> Self {
-        self.poll_interval = interval;
-        self
-    }
-
-    /// Pauses between attempts of transiently failing bsub and bkill
-    /// calls (one attempt more than pauses); tests use short ones.
-    pub fn with_retry_delays(mut self, delays: Vec<Duration>) -> Self {
-        self.retry_delays = delays;
-        self
     }
 
     /// Kills an LSF command running longer than `timeout` (LSF's commands
     /// keep "still trying" forever while mbatchd is unreachable).
     pub fn with_command_timeout(mut self, timeout: Duration) -> Self {
         self.command_timeout = timeout;
-        self
-    }
-
-    /// Whether dropping the launcher kills the jobs still queued or
-    /// running (default yes); `false` leaves them to finish on their own.
-    pub fn with_cancel_on_drop(mut self, cancel: bool) -> Self {
-        self.cancel_on_drop = cancel;
         self
     }
 
@@ -176,7 +153,7 @@ impl BsubLauncher {
         };
         let (program, timeout) = (&self.lsf.bsub, self.command_timeout);
         let (calls, mut spawn_error) = (&mut self.calls.submissions, None);
-        let result = commands::with_retries(&self.retry_delays, || {
+        let result = commands::with_retries(&self.pacing.retry_delays, || {
             *calls += 1;
             commands::run(program, &call, timeout)
                 .map_or_else(|e| spawn_failed(e, &mut spawn_error), bsub_attempt)
@@ -257,7 +234,7 @@ impl BsubLauncher {
             self.command_timeout,
             &mut self.calls.cancels,
         );
-        let result = commands::with_retries(&self.retry_delays, || {
+        let result = commands::with_retries(&self.pacing.retry_delays, || {
             *calls += 1;
             match commands::run(program, &call, timeout) {
                 Ok(output) => bkill_attempt(output),
@@ -270,6 +247,12 @@ impl BsubLauncher {
             let (ids, message) = (&call.args, failure.message);
             tracing::error!(?ids, %message, "bkill failed; these jobs may still run");
         }
+    }
+}
+
+impl Paced for BsubLauncher {
+    fn pacing_mut(&mut self) -> &mut Pacing {
+        &mut self.pacing
     }
 }
 
@@ -297,7 +280,7 @@ impl Launcher for BsubLauncher {
     }
 
     fn poll_interval(&self) -> Duration {
-        self.poll_interval
+        self.pacing.poll_interval
     }
 
     fn poll_ended(&mut self) -> Vec<(u64, JobId, JobEnd)> {
@@ -336,7 +319,7 @@ impl Launcher for BsubLauncher {
 /// that returns or unwinds leaves no worker queued.
 impl Drop for BsubLauncher {
     fn drop(&mut self) {
-        if self.cancel_on_drop {
+        if self.pacing.cancel_on_drop {
             self.cancel_all();
         }
     }

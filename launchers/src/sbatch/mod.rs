@@ -56,6 +56,7 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use crate::arrays::{self, ArrayBackend};
+use crate::pacing::{Paced, Pacing};
 use crate::{JobEnd, JobId, LaunchError, Launcher, WorkerRequest};
 use commands::{Failure, Invocation, SlurmCommands};
 use squeue::Record;
@@ -113,10 +114,8 @@ pub struct SbatchLauncher {
     jobs: BTreeMap<u64, Element>,
     /// Ends recorded by `cancel`, handed out by the next `poll_ended`.
     ended: Vec<(u64, JobId, JobEnd)>,
-    poll_interval: Duration,
-    retry_delays: Vec<Duration>,
+    pacing: Pacing,
     command_timeout: Duration,
-    cancel_on_drop: bool,
     /// Where finished jobs are looked up first; learnt from sacct's errors.
     accounting: Accounting,
     backoff: Backoff,
@@ -171,39 +170,17 @@ impl SbatchLauncher {
             slurm: SlurmCommands::find(path)?,
             jobs: BTreeMap::new(),
             ended: Vec::new(),
-            poll_interval: DEFAULT_POLL_INTERVAL,
-            retry_delays: DEFAULT_RETRY_DELAYS.to_vec(),
+            pacing: Pacing::default(),
             command_timeout: DEFAULT_COMMAND_TIMEOUT,
-            cancel_on_drop: true,
             accounting: Accounting::Database,
             backoff: Backoff::default(),
             calls: SchedulerCalls::default(),
         })
     }
 
-    /// Polls every `interval` instead of [`DEFAULT_POLL_INTERVAL`].
-    pub fn with_poll_interval(mut self, interval: Duration) -> Self {
-        self.poll_interval = interval;
-        self
-    }
-
-    /// Pauses between attempts of transiently failing sbatch and scancel
-    /// calls (one attempt more than pauses); tests use short ones.
-    pub fn with_retry_delays(mut self, delays: Vec<Duration>) -> Self {
-        self.retry_delays = delays;
-        self
-    }
-
     /// Kills a SLURM command running longer than `timeout`.
     pub fn with_command_timeout(mut self, timeout: Duration) -> Self {
         self.command_timeout = timeout;
-        self
-    }
-
-    /// Whether dropping the launcher cancels the jobs still queued or
-    /// running (default yes); `false` leaves them to finish on their own.
-    pub fn with_cancel_on_drop(mut self, cancel: bool) -> Self {
-        self.cancel_on_drop = cancel;
         self
     }
 
@@ -266,7 +243,7 @@ impl SbatchLauncher {
             cwd: Some(&first.working_dir),
             ..Invocation::new(&self.slurm.sbatch, args)
         };
-        let (timeout, delays) = (self.command_timeout, &self.retry_delays);
+        let (timeout, delays) = (self.command_timeout, &self.pacing.retry_delays);
         let stdout =
             commands::run_retrying(&invocation, timeout, delays, &mut self.calls.submissions)
                 .map_err(|failure| submit_error(failure, &self.slurm.sbatch, first))?;
@@ -289,7 +266,7 @@ impl SbatchLauncher {
             Ok(stdout) => Some(squeue::parse_squeue(&stdout)),
             Err(failure) if invalid_job_id(&failure) => Some(Vec::new()),
             Err(failure) => {
-                self.backoff.failed(self.poll_interval);
+                self.backoff.failed(self.pacing.poll_interval);
                 let (message, failures) = (failure.message(), self.backoff.failures);
                 tracing::warn!(%message, failures, "squeue failed; no job is declared ended, backing off");
                 None
@@ -488,13 +465,19 @@ impl SbatchLauncher {
     /// One scancel call for `ids`, retried while SLURM is unreachable.
     fn scancel(&mut self, ids: &[String]) {
         let invocation = Invocation::new(&self.slurm.scancel, ids);
-        let (timeout, delays) = (self.command_timeout, &self.retry_delays);
+        let (timeout, delays) = (self.command_timeout, &self.pacing.retry_delays);
         if let Err(failure) =
             commands::run_retrying(&invocation, timeout, delays, &mut self.calls.cancels)
         {
             let message = failure.message();
             tracing::error!(?ids, %message, "scancel failed; these jobs may still run");
         }
+    }
+}
+
+impl Paced for SbatchLauncher {
+    fn pacing_mut(&mut self) -> &mut Pacing {
+        &mut self.pacing
     }
 }
 
@@ -522,7 +505,7 @@ impl Launcher for SbatchLauncher {
     }
 
     fn poll_interval(&self) -> Duration {
-        self.poll_interval
+        self.pacing.poll_interval
     }
 
     fn poll_ended(&mut self) -> Vec<(u64, JobId, JobEnd)> {
@@ -568,7 +551,7 @@ impl Launcher for SbatchLauncher {
 /// driver that returns or unwinds leaves no worker queued.
 impl Drop for SbatchLauncher {
     fn drop(&mut self) {
-        if self.cancel_on_drop {
+        if self.pacing.cancel_on_drop {
             self.cancel_all();
         }
     }

@@ -72,8 +72,9 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 use crate::arrays::{self, ArrayBackend};
+use crate::pacing::{Paced, Pacing};
 use crate::sbatch::squeue::{self, Record};
-use crate::sbatch::{script, Backoff, DEFAULT_POLL_INTERVAL, DEFAULT_RETRY_DELAYS};
+use crate::sbatch::{script, Backoff};
 use crate::template::JobScript;
 use crate::{JobEnd, JobId, LaunchError, Launcher, WorkerRequest};
 use api::{errno, JobProperties, JobSubmission};
@@ -146,9 +147,7 @@ pub struct SlurmrestdLauncher {
     ended: Vec<(u64, JobId, JobEnd)>,
     /// Every job's environment, before the request's own.
     base_env: Vec<(String, String)>,
-    poll_interval: Duration,
-    retry_delays: Vec<Duration>,
-    cancel_on_drop: bool,
+    pacing: Pacing,
     backoff: Backoff,
     calls: SlurmrestdCalls,
 }
@@ -176,9 +175,7 @@ impl SlurmrestdLauncher {
             jobs: BTreeMap::new(),
             ended: Vec::new(),
             base_env: forwarded_env(|name| std::env::var(name).ok()),
-            poll_interval: DEFAULT_POLL_INTERVAL,
-            retry_delays: DEFAULT_RETRY_DELAYS.to_vec(),
-            cancel_on_drop: true,
+            pacing: Pacing::default(),
             backoff: Backoff::default(),
             calls: SlurmrestdCalls::default(),
         })
@@ -190,26 +187,6 @@ impl SlurmrestdLauncher {
     pub fn from_env() -> Result<Self, SlurmrestdConfigError> {
         let (url, user, token) = settings(|name| std::env::var(name).ok())?;
         Self::new(&url, &user, &token)
-    }
-
-    /// Polls every `interval` instead of the sbatch backend's 30 s.
-    pub fn with_poll_interval(mut self, interval: Duration) -> Self {
-        self.poll_interval = interval;
-        self
-    }
-
-    /// Pauses between attempts of transiently failing submissions and
-    /// cancellations (one attempt more than pauses); tests use short ones.
-    pub fn with_retry_delays(mut self, delays: Vec<Duration>) -> Self {
-        self.retry_delays = delays;
-        self
-    }
-
-    /// Whether dropping the launcher cancels the jobs still queued or
-    /// running (default yes); `false` leaves them to finish on their own.
-    pub fn with_cancel_on_drop(mut self, cancel: bool) -> Self {
-        self.cancel_on_drop = cancel;
-        self
     }
 
     /// Every job's environment before the request's own, replacing
@@ -269,7 +246,7 @@ impl SlurmrestdLauncher {
     fn submit(&mut self, submission: &JobSubmission) -> Result<u64, LaunchError> {
         let client = &self.client;
         let counter = &mut self.calls.submissions;
-        let (job, remarks) = retrying(&self.retry_delays, counter, "submission", || {
+        let (job, remarks) = retrying(&self.pacing.retry_delays, counter, "submission", || {
             client.submit(submission)
         })
         .map_err(submit_error)?;
@@ -286,7 +263,7 @@ impl SlurmrestdLauncher {
         match self.client.jobs() {
             Ok(jobs) => Some(api::records(&jobs)),
             Err(failure) => {
-                self.backoff.failed(self.poll_interval);
+                self.backoff.failed(self.pacing.poll_interval);
                 log_poll_failure(&failure, self.backoff.failures);
                 None
             }
@@ -322,7 +299,7 @@ impl SlurmrestdLauncher {
     fn delete(&mut self, id: &str) {
         let client = &self.client;
         let counter = &mut self.calls.cancels;
-        match retrying(&self.retry_delays, counter, "cancellation", || {
+        match retrying(&self.pacing.retry_delays, counter, "cancellation", || {
             client.cancel(id)
         }) {
             Ok(()) => {}
@@ -339,6 +316,12 @@ impl SlurmrestdLauncher {
                 tracing::error!(job = id, %message, "slurmrestd could not cancel the job; it may still run");
             }
         }
+    }
+}
+
+impl Paced for SlurmrestdLauncher {
+    fn pacing_mut(&mut self) -> &mut Pacing {
+        &mut self.pacing
     }
 }
 
@@ -366,7 +349,7 @@ impl Launcher for SlurmrestdLauncher {
     }
 
     fn poll_interval(&self) -> Duration {
-        self.poll_interval
+        self.pacing.poll_interval
     }
 
     fn poll_ended(&mut self) -> Vec<(u64, JobId, JobEnd)> {
@@ -407,7 +390,7 @@ impl Launcher for SlurmrestdLauncher {
 /// driver that returns or unwinds leaves no worker queued.
 impl Drop for SlurmrestdLauncher {
     fn drop(&mut self) {
-        if self.cancel_on_drop {
+        if self.pacing.cancel_on_drop {
             self.cancel_all();
         }
     }
