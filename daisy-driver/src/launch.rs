@@ -65,10 +65,11 @@ fn cluster_options(config: &LauncherConfig) -> ClusterOptions {
 /// `--walltime`), so it stops taking blocks before the job is killed.
 const WALLTIME_ENV: &str = "DAISY_WALLTIME";
 
-/// The request that starts worker `worker_id` of `task`: `program` with
-/// `program_args`, then the worker's log directory; `env` holds what the
-/// worker must not get on its command line (`DAISY_CONTEXT`, the token),
-/// to which the task's walltime is added.
+/// The request that starts worker `worker_id` of `task`: the task's own
+/// `worker_program` if it has one, else `program` with `program_args`,
+/// then the worker's log directory; `env` holds what the worker must not
+/// get on its command line (`DAISY_CONTEXT`, the token), to which the
+/// task's walltime is added.
 pub fn worker_request(
     task: &TaskConfig,
     worker_id: u64,
@@ -81,6 +82,10 @@ pub fn worker_request(
     if let Some(walltime) = task.launcher.time.as_deref().and_then(parse_slurm_time) {
         env.push((WALLTIME_ENV.to_string(), format!("{}s", walltime.as_secs())));
     }
+    let (program, program_args) = match task.worker_program.as_deref() {
+        Some([own, own_args @ ..]) => (Path::new(own), own_args),
+        _ => (program, program_args),
+    };
     WorkerRequest {
         task_id: task.spec.id.clone(),
         worker_id,

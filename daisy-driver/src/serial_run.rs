@@ -18,6 +18,7 @@ use daisy_core::protocol::WireBlock;
 use daisy_core::scheduler::Released;
 use daisy_core::serial::{self, BlockRunner, SerialEnd, Step};
 use daisy_core::{Block, BlockOutcome, Scheduler, TaskIdx};
+use daisy_worker::embedded::{self, EmbeddedCode};
 use daisy_worker::user_code::{BlockCommand, BlockFailure, BlockLog, WorkerCommand};
 use std::time::{Duration, Instant};
 
@@ -91,6 +92,9 @@ enum UserCode {
     PerBlock(BlockCommand),
     /// Started on the first block, restarted if it dies.
     Worker(Option<WorkerCommand>),
+    /// A function of the interpreter this driver is embedded in (the
+    /// Python package's serial run), called in this process.
+    Embedded(Box<dyn EmbeddedCode>),
 }
 
 struct TaskRunner<'a> {
@@ -110,6 +114,10 @@ impl<'a> TaskRunner<'a> {
                     .with_context(|| format!("task {id:?}: block_command"))?,
             ),
             UserCommand::Worker(_) => UserCode::Worker(None),
+            UserCommand::Function { .. } => UserCode::Embedded(
+                embedded::code_for(id, &config.task_code())
+                    .map_err(|reason| anyhow::anyhow!("task {id:?}: {reason}"))?,
+            ),
         };
         Ok(Self {
             config,
@@ -119,18 +127,27 @@ impl<'a> TaskRunner<'a> {
         })
     }
 
-    fn run_block(&mut self, block: &WireBlock) -> Result<(), BlockFailure> {
+    /// Runs `block`; `None` if the embedding interpreter was interrupted
+    /// (Ctrl-C) and the block did not run.
+    fn run_block(&mut self, block: &WireBlock) -> Option<Result<(), BlockFailure>> {
         let config = self.config;
-        match &mut self.code {
+        Some(match &mut self.code {
+            UserCode::Embedded(code) => {
+                let ran = code.run_batch(vec![block.clone()], &|| true).pop();
+                return ran.filter(|_| !code.interrupted()).map(|ran| ran.outcome);
+            }
             UserCode::PerBlock(command) => command.run(block, &self.log),
             UserCode::Worker(process) => {
                 if !process.as_mut().is_some_and(WorkerCommand::is_running) {
-                    *process = Some(start_worker_command(config, &self.log)?);
+                    match start_worker_command(config, &self.log) {
+                        Ok(started) => *process = Some(started),
+                        Err(failure) => return Some(Err(failure)),
+                    }
                 }
                 let process = process.as_mut().expect("started above");
                 process.run(block, config.timeout)
             }
-        }
+        })
     }
 }
 
@@ -245,10 +262,10 @@ impl<'a> SerialRunner<'a> {
     fn finish(&mut self, scheduler: &Scheduler, elapsed: Duration) -> anyhow::Result<()> {
         for (i, task) in self.tasks.iter_mut().enumerate() {
             task.marker.flush()?;
-            if let UserCode::Worker(Some(process)) =
-                std::mem::replace(&mut task.code, UserCode::Worker(None))
-            {
-                let _ = process.finish();
+            match std::mem::replace(&mut task.code, UserCode::Worker(None)) {
+                UserCode::Worker(Some(process)) => drop(process.finish()),
+                UserCode::Embedded(mut code) => code.finish(),
+                _ => {}
             }
             let counters = scheduler.counters(TaskIdx(i as u32));
             self.events.record(&Event::TaskDone {
@@ -276,7 +293,9 @@ impl BlockRunner for SerialRunner<'_> {
         self.maybe_print_progress();
         let wire = WireBlock::new(self.task_id(block), block);
         let started = Instant::now();
-        let ran = self.tasks[block.id.task.index()].run_block(&wire);
+        let Some(ran) = self.tasks[block.id.task.index()].run_block(&wire) else {
+            return Step::Stop;
+        };
         self.last_seconds = started.elapsed().as_secs_f64();
         let Err(failure) = ran else {
             return self.on_success(block);

@@ -10,14 +10,18 @@
 //!   blocks (a block command, or a worker command restarted if it dies).
 //! - [`user_code`]: the two ways user code runs: a block command started
 //!   once per block, or a long-running worker command fed JSON lines.
+//! - [`embedded`]: user code that is a function of an interpreter
+//!   embedding this crate (the Python package), called in process.
 //! - `drain`: when the worker stops starting blocks (a stop signal, the
 //!   job's walltime); `job_end`: when the job's walltime ends.
 //! - [`cli`]: the `daisy-worker` command line (context, exit codes).
 //!
 //! The serial `daisy-driver run` uses [`user_code`] in process.
+mod batch_size;
 pub mod cli;
 pub mod client;
 mod drain;
+pub mod embedded;
 mod job_end;
 mod runner;
 pub mod runtime;

@@ -20,6 +20,7 @@
 //! `spawn_blocking`, always through the same [`Runner`].
 
 use crate::drain::Drain;
+use crate::embedded::{self, EmbeddedCode, EmbeddedRan};
 use crate::user_code::{BlockCommand, BlockFailure, BlockLog, Outcome, WorkerCommand};
 use daisy_core::protocol::{CodeKind, TaskCode, WireBlock};
 use std::collections::{BTreeMap, VecDeque};
@@ -42,6 +43,17 @@ pub enum Runner {
         log: BlockLog,
     },
     Worker(WorkerProcess),
+    /// A function of the embedding interpreter ([`crate::embedded`]).
+    Embedded(Embedded),
+}
+
+/// A task's function, called in this process.
+pub struct Embedded(Box<dyn EmbeddedCode>);
+
+impl std::fmt::Debug for Embedded {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Embedded")
+    }
 }
 
 impl Runner {
@@ -73,6 +85,9 @@ impl Runner {
                 log,
                 process: None,
             }),
+            CodeKind::ProcessFunction | CodeKind::WorkerFunction => {
+                Self::Embedded(Embedded(embedded::code_for(task_id, code)?))
+            }
         })
     }
 
@@ -92,14 +107,24 @@ impl Runner {
                 })
                 .collect(),
             Self::Worker(worker) => worker.run_batch(blocks, drain),
+            Self::Embedded(Embedded(code)) => code
+                .run_batch(blocks, &|| drain.may_start_block())
+                .into_iter()
+                .map(|EmbeddedRan { block_id, outcome, took }| {
+                    drain.observe(took);
+                    ran(block_id, outcome, took)
+                })
+                .collect(),
         }
     }
 
     /// Ends a worker command (closes its stdin, waits out its grace
     /// period); nothing to do for block commands.
     pub fn finish(&mut self) {
-        if let Self::Worker(worker) = self {
-            worker.finish();
+        match self {
+            Self::Worker(worker) => worker.finish(),
+            Self::Embedded(Embedded(code)) => code.finish(),
+            Self::Block { .. } => {}
         }
     }
 }

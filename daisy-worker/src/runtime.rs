@@ -20,7 +20,8 @@
 //!
 //! Blocks come in batches: the worker asks for the task's `batch_size`
 //! (or `1 + prefetch`, if larger, so a worker command has blocks to be fed
-//! ahead) in one `AcquireBlocks`, runs the batch on one blocking thread,
+//! ahead; for `batch_size = 0`, a size fitted to its blocks' run time, see
+//! `batch_size`) in one `AcquireBlocks`, runs the batch on one blocking thread,
 //! and releases every result of it in one `ReleaseBlocks` once all are
 //! done. A stop lets the running batch finish; a lost driver ends the
 //! worker, and the driver hands the batch to another.
@@ -29,6 +30,7 @@
 //! because it is synchronous (see [`crate::user_code`]); the connection
 //! keeps heartbeating meanwhile.
 
+use crate::batch_size::BatchSize;
 use crate::client::{Acquired, Client, ClientError, ConnectError, ConnectOpts};
 use crate::drain::Drain;
 use crate::runner::{Ran, Runner};
@@ -101,13 +103,13 @@ pub async fn run(
         Ok(runner) => runner,
         Err(reason) => return Err(refuse_code(client, task, reason).await),
     };
-    let per_request = client.welcome().code.as_ref().map_or(1, blocks_per_request);
+    let batch = client.welcome().code.as_ref().map_or(BatchSize::Fixed(1), batch_size);
     let drain = Drain::new(job_end);
     // Blocks of the task other workers ran, until this one has run its own.
     if let Some(seconds) = client.welcome().longest_block_s {
         drain.observe(Duration::try_from_secs_f64(seconds).unwrap_or_default());
     }
-    let mut worker = Worker::new(client, runner, per_request, drain);
+    let mut worker = Worker::new(client, runner, batch, drain);
     let stopped = worker.serve(stop).await?;
     Ok(worker.finish(stopped).await)
 }
@@ -120,13 +122,15 @@ fn runner_for(task: &str, welcome: &Welcome, log_dir: &Path) -> Result<Runner, S
     Runner::new(task, welcome.worker_id, code, log_dir)
 }
 
-/// How many blocks to ask for at once: a batch, and enough for a worker
-/// command to be fed `prefetch` blocks ahead of the one it works on.
-fn blocks_per_request(code: &TaskCode) -> u32 {
-    match code.kind {
-        CodeKind::BlockCommand => code.batch_size.max(1),
-        CodeKind::WorkerCommand => code.batch_size.max(code.prefetch.saturating_add(1)),
-    }
+/// How many blocks to ask for at once: a batch (or an automatic size),
+/// and enough for a worker command to be fed `prefetch` blocks ahead of
+/// the one it works on.
+fn batch_size(code: &TaskCode) -> BatchSize {
+    let floor = match code.kind {
+        CodeKind::WorkerCommand => code.prefetch.saturating_add(1),
+        _ => 1,
+    };
+    BatchSize::new(code.batch_size, floor)
 }
 
 /// Tells the driver why this worker cannot serve (so its events say so)
@@ -159,7 +163,7 @@ struct Worker {
     /// Blocks received and not started yet.
     queued: VecDeque<WireBlock>,
     /// Blocks asked for per `AcquireBlocks`.
-    per_request: u32,
+    batch: BatchSize,
     running: Option<Running>,
     /// Set once draining: why. No more blocks are asked for or started.
     draining: Option<String>,
@@ -170,12 +174,12 @@ struct Worker {
 }
 
 impl Worker {
-    fn new(client: Client, runner: Runner, per_request: u32, drain: Drain) -> Self {
+    fn new(client: Client, runner: Runner, batch: BatchSize, drain: Drain) -> Self {
         Self {
             client,
             runner: Arc::new(Mutex::new(runner)),
             queued: VecDeque::new(),
-            per_request,
+            batch,
             running: None,
             draining: None,
             drain: Arc::new(drain),
@@ -198,7 +202,7 @@ impl Worker {
             let taking = self.running.is_none() && asking;
             tokio::select! {
                 reason = &mut stop, if !self.signalled => self.on_signal(reason).await?,
-                acquired = self.client.acquire(self.per_request), if taking => {
+                acquired = self.client.acquire(self.batch.next()), if taking => {
                     if let Some(stopped) = self.on_acquired(acquired?) {
                         return Ok(stopped);
                     }
@@ -267,6 +271,8 @@ impl Worker {
             block_id: block_ids.first().copied().unwrap_or_default(),
             reason: e.to_string(),
         })?;
+        self.batch
+            .observe(ran.iter().map(|ran| ran.seconds).reduce(f64::max).map(Duration::from_secs_f64));
         // The runner may have stopped the batch for the walltime: say so
         // before handing blocks back.
         self.drain_if_walltime_short().await?;

@@ -196,6 +196,7 @@ fn messages() -> Vec<(Vec<u8>, &'static str)> {
             timeout_s: Some(1.5),
             batch_size: 1,
             prefetch: 0,
+            function: None,
         }),
     });
     let blocks = FromDriver::Blocks {

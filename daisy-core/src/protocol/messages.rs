@@ -51,6 +51,42 @@ pub enum CodeKind {
     BlockCommand,
     /// `argv` starts once and serves blocks as JSON lines on stdin/stdout.
     WorkerCommand,
+    /// `function` is called once per block, in the worker's own process (a
+    /// Python worker, `python -m daisy_rs.worker`); `argv` is empty.
+    ProcessFunction,
+    /// `function` is called once, takes no argument, and loops over its
+    /// own client's blocks in the worker's process; `argv` is empty.
+    WorkerFunction,
+}
+
+impl CodeKind {
+    /// Whether the code runs inside the worker's process (a function of an
+    /// embedding interpreter) rather than as a program it starts.
+    pub fn is_function(self) -> bool {
+        matches!(self, Self::ProcessFunction | Self::WorkerFunction)
+    }
+}
+
+/// Where a worker finds a task's function.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum FunctionSource {
+    /// `"package.module:attribute"`, imported by the worker.
+    Reference(String),
+    /// A file holding the pickled function (cloudpickle), on a file
+    /// system the workers share with the driver.
+    Pickle(String),
+}
+
+/// A task's function and what the worker needs to load it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FunctionCode {
+    pub source: FunctionSource,
+    /// Directories put before the worker's module search path, so the
+    /// modules the function comes from import as they did where it was
+    /// declared.
+    #[serde(default)]
+    pub search_path: Vec<String>,
 }
 
 /// The user code of a task, as the pipeline file gives it. The driver
@@ -66,13 +102,18 @@ pub struct TaskCode {
     #[serde(default)]
     pub timeout_s: Option<f64>,
     /// Blocks the worker asks for per `AcquireBlocks` and releases in one
-    /// `ReleaseBlocks`: fewer round trips when blocks are short.
+    /// `ReleaseBlocks`: fewer round trips when blocks are short. 0 means
+    /// "auto": the worker sizes its batches from how long its blocks take.
     #[serde(default = "one")]
     pub batch_size: u32,
     /// Blocks a worker command is fed ahead of the one it is answering,
     /// so it can read the next block while computing this one.
     #[serde(default)]
     pub prefetch: u32,
+    /// The function to call (`process_function` and `worker_function`
+    /// kinds only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub function: Option<FunctionCode>,
 }
 
 /// `batch_size` of a driver that does not send it: one block at a time.

@@ -16,7 +16,9 @@ pub mod messages;
 pub mod user_code;
 
 pub use frame::{read_frame, write_frame, FrameError};
-pub use messages::{CodeKind, FromDriver, Hello, Role, TaskCode, ToDriver, Welcome};
+pub use messages::{
+    CodeKind, FromDriver, FunctionCode, FunctionSource, Hello, Role, TaskCode, ToDriver, Welcome,
+};
 pub use user_code::{BlockResult, WireBlock, WireRoi};
 
 /// The protocol version this build speaks; a Hello with another version is

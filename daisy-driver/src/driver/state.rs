@@ -9,7 +9,7 @@ use crate::connection::{ConnEvent, ConnId};
 use crate::done_marker::DoneMarker;
 use crate::events::{Event, EventLog};
 use crate::launch;
-use crate::pipeline::{Pipeline, TaskConfig, UserCommand};
+use crate::pipeline::{Pipeline, TaskConfig};
 use crate::progress::{Progress, TaskProgress};
 use crate::recent_rate::RecentRate;
 use crate::run_dir::RunDir;
@@ -19,7 +19,7 @@ use anyhow::Context as _;
 use daisy_core::context::{WorkerContext, CONTEXT_ENV};
 use daisy_core::protocol::messages::{InFlightBlock, RunSnapshot, TaskSnapshot, WorkerCounts};
 use daisy_core::protocol::{
-    BlockResult, CodeKind, FromDriver, Hello, Role, TaskCode, ToDriver, Welcome, WireBlock,
+    BlockResult, FromDriver, Hello, Role, ToDriver, Welcome, WireBlock,
 };
 use daisy_core::scheduler::Released;
 use daisy_core::{BlockId, BlockOutcome, Scheduler, TaskIdx};
@@ -254,7 +254,7 @@ impl Driver {
             worker_id,
             heartbeat_interval_s: self.options.heartbeat_interval.as_secs_f64(),
             heartbeat_misses: self.options.heartbeat_misses,
-            code: task.map(|task| task_code(self.config(task))),
+            code: task.map(|task| self.config(task).task_code()),
             longest_block_s: task.and_then(|task| self.longest_block_s[task.index()]),
         }
     }
@@ -1116,17 +1116,3 @@ fn warn_on_error(result: std::io::Result<()>, events: &EventLog) {
     }
 }
 
-fn task_code(config: &TaskConfig) -> TaskCode {
-    let (kind, argv) = match &config.command {
-        UserCommand::PerBlock(argv) => (CodeKind::BlockCommand, argv.clone()),
-        UserCommand::Worker(argv) => (CodeKind::WorkerCommand, argv.clone()),
-    };
-    TaskCode {
-        kind,
-        argv,
-        env: config.env.clone(),
-        timeout_s: config.timeout.map(|t| t.as_secs_f64()),
-        batch_size: config.batch_size,
-        prefetch: config.prefetch,
-    }
-}

@@ -32,6 +32,7 @@ mod resolve;
 mod syntax;
 mod validate;
 
+use daisy_core::protocol::{CodeKind, FunctionCode, TaskCode};
 use daisy_core::{DependencyGraph, TaskSpec};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -91,13 +92,18 @@ pub struct TaskConfig {
     /// go (started again when blocks come); `None` keeps it until the task
     /// has nothing left to hand out.
     pub idle_timeout: Option<Duration>,
-    /// Blocks a worker takes per request and releases together.
+    /// Blocks a worker takes per request and releases together; 0 is
+    /// "auto" (the worker fits batches to its blocks' run time).
     pub batch_size: u32,
     /// Blocks a worker command is fed ahead of the one it works on.
     pub prefetch: u32,
     pub command: UserCommand,
     /// Extra environment variables for the user's command.
     pub env: BTreeMap<String, String>,
+    /// What the launcher starts as this task's worker instead of
+    /// daisy-worker (`worker_program`; `python3 -m daisy_rs.worker` for
+    /// function tasks); `None` for the driver's own choice.
+    pub worker_program: Option<Vec<String>>,
     /// How this task's workers are started: `[launcher]` with the task's
     /// own `launcher` table laid over it.
     pub launcher: LauncherConfig,
@@ -111,6 +117,29 @@ pub enum UserCommand {
     Worker(Vec<String>),
     /// `block_command`: one process per block, `{placeholders}` filled in.
     PerBlock(Vec<String>),
+    /// `process_function` or `worker_function`: a Python function, called
+    /// inside the worker process (`kind` says which of the two).
+    Function { kind: CodeKind, code: FunctionCode },
+}
+
+impl TaskConfig {
+    /// The code as the driver sends it to the task's workers.
+    pub fn task_code(&self) -> TaskCode {
+        let (kind, argv, function) = match &self.command {
+            UserCommand::PerBlock(argv) => (CodeKind::BlockCommand, argv.clone(), None),
+            UserCommand::Worker(argv) => (CodeKind::WorkerCommand, argv.clone(), None),
+            UserCommand::Function { kind, code } => (*kind, Vec::new(), Some(code.clone())),
+        };
+        TaskCode {
+            kind,
+            argv,
+            env: self.env.clone(),
+            timeout_s: self.timeout.map(|t| t.as_secs_f64()),
+            batch_size: self.batch_size,
+            prefetch: self.prefetch,
+            function,
+        }
+    }
 }
 
 /// The `[launcher]` table: how workers are started. Unset strings are

@@ -16,6 +16,7 @@ use super::{
     DEFAULT_MAX_WORKER_RESTARTS, MAX_BATCH_SIZE, MAX_PREFETCH,
 };
 use daisy_core::coordinate::MAX_DIMS;
+use daisy_core::protocol::{CodeKind, FunctionCode, FunctionSource};
 use daisy_core::geometry::geometry_problems;
 use daisy_core::{Fit, Roi, TaskSpec};
 use serde_json::Value;
@@ -55,6 +56,10 @@ const TASK_FIELDS: &[&str] = &[
     "upstream",
     "command",
     "block_command",
+    "process_function",
+    "worker_function",
+    "python_path",
+    "worker_program",
     "env",
     "launcher",
 ];
@@ -304,6 +309,7 @@ struct Launch {
     prefetch: u32,
     command: UserCommand,
     env: BTreeMap<String, String>,
+    worker_program: Option<Vec<String>>,
     launcher: LauncherConfig,
 }
 
@@ -318,20 +324,21 @@ impl Launch {
         let timeout = fields.optional("timeout", duration);
         let idle_timeout = fields.optional("idle_timeout", duration);
         let env = fields.optional("env", environment).unwrap_or_default();
+        let batch_size = fields.optional("batch_size", batch_size);
+        let command = user_command(fields)?;
         Some(Self {
             requires,
             max_workers: max_workers.unwrap_or(DEFAULT_MAX_WORKERS),
             max_worker_restarts: max_worker_restarts.unwrap_or(DEFAULT_MAX_WORKER_RESTARTS),
             timeout,
             idle_timeout,
-            batch_size: fields
-                .optional("batch_size", |v| within(v, 1, MAX_BATCH_SIZE))
-                .unwrap_or(1),
+            batch_size: batch_size.unwrap_or_else(|| default_batch_size(&command)),
             prefetch: fields
                 .optional("prefetch", |v| within(v, 0, MAX_PREFETCH))
                 .unwrap_or(0),
             launcher: task_launcher(fields, run),
-            command: user_command(fields)?,
+            worker_program: fields.optional("worker_program", command_line),
+            command,
             env,
         })
     }
@@ -347,6 +354,7 @@ impl Launch {
             idle_timeout: self.idle_timeout,
             batch_size: self.batch_size,
             prefetch: self.prefetch,
+            worker_program: self.worker_program.or_else(|| default_worker_program(&self.command)),
             command: self.command,
             env: self.env,
             launcher: self.launcher,
@@ -361,27 +369,106 @@ fn within(value: &Value, low: u32, high: u32) -> Result<u32, String> {
     n.ok_or_else(|| format!("is not a whole number from {low} to {high}"))
 }
 
-/// Exactly one of `command` (a long-running worker) and `block_command`
-/// (a process per block): the two modes feed blocks differently.
+/// The fields that say what a task runs; a task gives exactly one.
+const CODE_FIELDS: [&str; 4] = [
+    "command",
+    "block_command",
+    "process_function",
+    "worker_function",
+];
+
+/// Exactly one of `command` (a long-running worker), `block_command` (a
+/// process per block), `process_function` and `worker_function` (Python
+/// functions called in the worker's process): each feeds blocks its way.
 fn user_command(fields: &mut Fields) -> Option<UserCommand> {
     let worker = fields.optional("command", command_line);
     let per_block = fields.optional("block_command", block_command_line);
-    match (fields.has("command"), fields.has("block_command")) {
-        (true, true) => {
-            let message = "command and block_command are both given; a task runs either a \
-                           long-running worker (command) or a process per block (block_command)";
-            fields.report("command", message.into());
-            None
-        }
-        (false, false) => {
-            let message = "missing required field \"command\" or \"block_command\"";
-            fields.report("command", message.into());
-            None
-        }
-        _ => worker
+    let function = function_command(fields);
+    let given: Vec<&str> = CODE_FIELDS.into_iter().filter(|f| fields.has(f)).collect();
+    match given.as_slice() {
+        [_] => worker
             .map(UserCommand::Worker)
-            .or(per_block.map(UserCommand::PerBlock)),
+            .or(per_block.map(UserCommand::PerBlock))
+            .or(function),
+        [] => {
+            let message = "missing required field \"command\" or \"block_command\" \
+                           (or \"process_function\" or \"worker_function\")";
+            fields.report("command", message.into());
+            None
+        }
+        [first, second, ..] => {
+            let message = format!(
+                "{first} and {second} are both given; a task runs either a \
+                 long-running worker (command), a process per block (block_command) \
+                 or a Python function (process_function, worker_function)"
+            );
+            fields.report(second, message);
+            None
+        }
     }
+}
+
+/// A `process_function` or `worker_function`, with the `python_path` its
+/// worker imports from.
+fn function_command(fields: &mut Fields) -> Option<UserCommand> {
+    let search_path = fields.optional("python_path", strings).unwrap_or_default();
+    let (kind, source) = match (
+        fields.optional("process_function", function_source),
+        fields.optional("worker_function", function_source),
+    ) {
+        (Some(source), None) => (CodeKind::ProcessFunction, source),
+        (None, Some(source)) => (CodeKind::WorkerFunction, source),
+        _ => return None,
+    };
+    let code = FunctionCode {
+        source,
+        search_path,
+    };
+    Some(UserCommand::Function { kind, code })
+}
+
+/// `"package.module:function"`, or `{ pickle = "path" }`.
+fn function_source(value: &Value) -> Result<FunctionSource, String> {
+    if let Some(reference) = value.as_str() {
+        let (module, attribute) = reference.split_once(':').unwrap_or_default();
+        if module.is_empty() || attribute.is_empty() {
+            return Err("is not \"module:function\" nor { pickle = \"path\" }".into());
+        }
+        return Ok(FunctionSource::Reference(reference.to_string()));
+    }
+    let pickle = value.as_object().filter(|table| table.len() == 1);
+    match pickle.and_then(|table| table.get("pickle")).and_then(Value::as_str) {
+        Some(path) if !path.is_empty() => Ok(FunctionSource::Pickle(path.to_string())),
+        _ => Err("is not \"module:function\" nor { pickle = \"path\" }".into()),
+    }
+}
+
+/// Function tasks run in a Python worker; other tasks in daisy-worker
+/// (the driver's choice).
+fn default_worker_program(command: &UserCommand) -> Option<Vec<String>> {
+    let UserCommand::Function { .. } = command else {
+        return None;
+    };
+    let argv = ["python3", "-m", "daisy_rs.worker"];
+    Some(argv.iter().map(|a| a.to_string()).collect())
+}
+
+/// Python functions cost microseconds a block, so their batches are
+/// automatic unless the task says otherwise; commands take one at a time.
+fn default_batch_size(command: &UserCommand) -> u32 {
+    match command {
+        UserCommand::Function { .. } => 0,
+        _ => 1,
+    }
+}
+
+/// A batch size from 1 to the maximum, or `"auto"` (0 on the wire): the
+/// worker fits its batches to how long blocks take.
+fn batch_size(value: &Value) -> Result<u32, String> {
+    if value.as_str() == Some("auto") {
+        return Ok(0);
+    }
+    within(value, 1, MAX_BATCH_SIZE).map_err(|e| format!("{e}, nor \"auto\""))
 }
 
 fn command_line(value: &Value) -> Result<Vec<String>, String> {

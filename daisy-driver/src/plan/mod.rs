@@ -17,7 +17,7 @@ use crate::launch::{self, LaunchSettings};
 use crate::pipeline::{LauncherKind, Pipeline, TaskConfig, UserCommand};
 use crate::run_dir::RunDir;
 use allocation::Phase;
-use daisy_core::protocol::WireRoi;
+use daisy_core::protocol::{CodeKind, FunctionCode, FunctionSource, WireRoi};
 use daisy_core::{DependencyGraph, Fit, Scheduler, TaskIdx};
 use scripts::{Submission, WorkerProgram};
 use serde::Serialize;
@@ -153,6 +153,21 @@ fn launcher_problem(pipeline: &Pipeline) -> Option<String> {
     Some(format!("{error:#}"))
 }
 
+fn function_kind(kind: CodeKind) -> &'static str {
+    match kind {
+        CodeKind::WorkerFunction => "worker_function",
+        _ => "process_function",
+    }
+}
+
+/// A function as `plan` shows it, in the place of a command line.
+fn function_shown(code: &FunctionCode) -> Vec<String> {
+    match &code.source {
+        FunctionSource::Reference(reference) => vec![reference.clone()],
+        FunctionSource::Pickle(path) => vec![format!("pickle:{path}")],
+    }
+}
+
 fn task_plan(pipeline: &Pipeline, graph: &DependencyGraph, task: TaskIdx, done: u64) -> TaskPlan {
     let config = &pipeline.tasks[task.index()];
     let task_graph = graph.task_graph(task);
@@ -165,6 +180,7 @@ fn task_plan(pipeline: &Pipeline, graph: &DependencyGraph, task: TaskIdx, done: 
     let (command_kind, command) = match &config.command {
         UserCommand::Worker(argv) => ("worker", argv.clone()),
         UserCommand::PerBlock(argv) => ("block", argv.clone()),
+        UserCommand::Function { kind, code } => (function_kind(*kind), function_shown(code)),
     };
     let spec = &config.spec;
     TaskPlan {

@@ -142,6 +142,7 @@ pub fn block_command(argv: &[&str]) -> TaskCode {
         timeout_s: None,
         batch_size: 1,
         prefetch: 0,
+        function: None,
     }
 }
 

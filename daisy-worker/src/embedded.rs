@@ -1,0 +1,87 @@
+//! User code that runs inside the worker's own process: the functions of
+//! an interpreter that embeds this crate (the Python package calls a
+//! task's `process_function` or `worker_function` without starting a
+//! program, so a block costs no process and no pipe).
+//!
+//! The embedding registers one [`EmbeddedFactory`] for the process before
+//! it runs a worker or a serial run; the runtime and the serial run ask
+//! it for the code of a task whose [`CodeKind`] is a function. A process
+//! that registered nothing (the `daisy-worker` binary) cannot run such a
+//! task and says which program can.
+//!
+//! The registry is process-wide because what it stands for is: there is
+//! one embedding interpreter per process.
+
+use crate::user_code::BlockFailure;
+use daisy_core::protocol::{CodeKind, TaskCode, WireBlock};
+use std::sync::OnceLock;
+use std::time::Duration;
+
+/// How one block ran in process.
+#[derive(Debug)]
+pub struct EmbeddedRan {
+    pub block_id: u64,
+    pub outcome: Result<(), BlockFailure>,
+    pub took: Duration,
+}
+
+/// A task's function, ready to run blocks. Called from one blocking
+/// thread at a time.
+pub trait EmbeddedCode: Send {
+    /// Runs `blocks` in order while `may_start` allows, and returns how
+    /// each that started went; blocks missing from the result were not
+    /// started (the runtime hands them back).
+    fn run_batch(
+        &mut self,
+        blocks: Vec<WireBlock>,
+        may_start: &dyn Fn() -> bool,
+    ) -> Vec<EmbeddedRan>;
+
+    /// Whether the embedding was asked to stop (Ctrl-C in a serial run
+    /// inside the user's interpreter): the caller stops starting blocks.
+    fn interrupted(&self) -> bool {
+        false
+    }
+
+    /// Ends the code (a worker function is told there are no more blocks
+    /// and waited for).
+    fn finish(&mut self) {}
+}
+
+/// Makes the code of one task from the driver's [`TaskCode`], or says why
+/// it cannot run here (a module that does not import, a pickle that does
+/// not load).
+pub type EmbeddedFactory =
+    dyn Fn(&str, &TaskCode) -> Result<Box<dyn EmbeddedCode>, String> + Send + Sync;
+
+static FACTORY: OnceLock<Box<EmbeddedFactory>> = OnceLock::new();
+
+/// Registers the process's factory; a second registration is ignored
+/// (the first embedding owns the process).
+pub fn register(factory: Box<EmbeddedFactory>) {
+    if FACTORY.set(factory).is_err() {
+        tracing::debug!("an embedded code factory was already registered");
+    }
+}
+
+/// The code of task `task_id`, a function kind, from the registered
+/// factory.
+pub fn code_for(task_id: &str, code: &TaskCode) -> Result<Box<dyn EmbeddedCode>, String> {
+    match FACTORY.get() {
+        Some(factory) => factory(task_id, code),
+        None => Err(not_embedded(code.kind)),
+    }
+}
+
+/// Why this process cannot run a function: which program can.
+fn not_embedded(kind: CodeKind) -> String {
+    let what = match kind {
+        CodeKind::WorkerFunction => "a worker_function",
+        _ => "a process_function",
+    };
+    format!(
+        "the task runs {what} (Python), which this program cannot call; \
+         its workers are `python -m daisy_rs.worker` (the driver starts those itself; \
+         by hand, run that with the same flags as daisy-worker)"
+    )
+}
