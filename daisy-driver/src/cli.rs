@@ -12,7 +12,6 @@ use anyhow::Context;
 use clap::{Args, Parser, Subcommand};
 use std::net::SocketAddr;
 use std::path::PathBuf;
-use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -208,7 +207,7 @@ const STOP_GRACE: Duration = Duration::from_millis(500);
 const MIN_HEARTBEAT: Duration = Duration::from_millis(100);
 
 /// Runs the parsed command line and picks the exit code.
-pub fn main(cli: Cli) -> anyhow::Result<ExitCode> {
+pub fn main(cli: Cli) -> anyhow::Result<u8> {
     match cli.command {
         Command::Plan(opts) => command_plan(opts),
         Command::Run(opts) => command_run(opts),
@@ -225,7 +224,7 @@ fn load(opts: &PipelineOpts) -> anyhow::Result<(Pipeline, RunDir)> {
     Ok((pipeline, run_dir))
 }
 
-fn command_plan(opts: PlanOpts) -> anyhow::Result<ExitCode> {
+fn command_plan(opts: PlanOpts) -> anyhow::Result<u8> {
     let (pipeline, run_dir) = load(&opts.pipeline)?;
     let (program, program_args) = worker_program(opts.worker_bin.as_deref())?;
     let worker = WorkerProgram {
@@ -242,13 +241,13 @@ fn command_plan(opts: PlanOpts) -> anyhow::Result<ExitCode> {
         print!("{}", plan.render(opts.scripts));
     }
     Ok(if plan.is_runnable() {
-        ExitCode::SUCCESS
+        0
     } else {
-        ExitCode::FAILURE
+        1
     })
 }
 
-fn command_run(opts: RunOpts) -> anyhow::Result<ExitCode> {
+fn command_run(opts: RunOpts) -> anyhow::Result<u8> {
     let (pipeline, run_dir) = load(&opts.pipeline)?;
     if !opts.reset.is_empty() {
         let markers = crate::reset::markers_to_delete(&pipeline, &run_dir, &opts.reset)?;
@@ -306,7 +305,7 @@ fn run_options(
     })
 }
 
-fn command_status(opts: StatusOpts) -> anyhow::Result<ExitCode> {
+fn command_status(opts: StatusOpts) -> anyhow::Result<u8> {
     let run_dir = RunDir::new(Some(&opts.run_dir), "");
     let status = crate::status::status(&run_dir, opts.pipeline.as_deref())?;
     if opts.json {
@@ -320,11 +319,11 @@ fn command_status(opts: StatusOpts) -> anyhow::Result<ExitCode> {
     Ok(status.state.exit_code())
 }
 
-fn command_reset(opts: ResetOpts) -> anyhow::Result<ExitCode> {
+fn command_reset(opts: ResetOpts) -> anyhow::Result<u8> {
     let (pipeline, run_dir) = load(&opts.pipeline)?;
     let markers = crate::reset::markers_to_delete(&pipeline, &run_dir, &opts.tasks)?;
     crate::reset::confirm_and_delete(&markers, opts.yes)?;
-    Ok(ExitCode::SUCCESS)
+    Ok(0)
 }
 
 /// What launched workers run: the given program, else `daisy-worker`
@@ -344,7 +343,7 @@ fn worker_program(given: Option<&std::path::Path>) -> anyhow::Result<(PathBuf, V
     }
 }
 
-fn command_report(opts: ReportOpts) -> anyhow::Result<ExitCode> {
+fn command_report(opts: ReportOpts) -> anyhow::Result<u8> {
     let run_dir = RunDir::new(Some(&opts.run_dir), "");
     let output = opts.output.unwrap_or_else(|| {
         run_dir
@@ -357,10 +356,10 @@ fn command_report(opts: ReportOpts) -> anyhow::Result<ExitCode> {
         eprintln!("daisy-driver: warning: {warning}");
     }
     println!("{}", written.path.display());
-    Ok(ExitCode::SUCCESS)
+    Ok(0)
 }
 
-fn command_worker(args: Vec<String>) -> ExitCode {
+fn command_worker(args: Vec<String>) -> u8 {
     let argv = std::iter::once("daisy-worker".to_string()).chain(args);
     daisy_worker::cli::main(daisy_worker::cli::Cli::parse_from(argv))
 }

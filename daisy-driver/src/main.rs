@@ -9,7 +9,7 @@ fn main() -> ExitCode {
         .with_writer(std::io::stderr)
         .init();
     match daisy_driver::cli::main(daisy_driver::cli::Cli::parse()) {
-        Ok(code) => code,
+        Ok(code) => ExitCode::from(code),
         Err(error) => {
             eprintln!("daisy-driver: error: {error:#}");
             ExitCode::from(2)

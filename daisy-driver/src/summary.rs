@@ -4,7 +4,6 @@
 use daisy_core::TaskCounters;
 use std::fmt::Write as _;
 use std::path::PathBuf;
-use std::process::ExitCode;
 
 /// How a run ended.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -74,16 +73,16 @@ impl RunSummary {
     /// 0 if every block completed, 130 if interrupted, 3 if the only
     /// blocks not completed are those a `--retry-failed` run left (as
     /// `status` says "incomplete"), 1 otherwise.
-    pub fn exit_code(&self) -> ExitCode {
+    pub fn exit_code(&self) -> u8 {
         let nothing_failed = self
             .tasks
             .iter()
             .all(|t| t.counters.completed + t.counters.left == t.counters.total);
         match (self.end, self.all_completed()) {
-            (RunEnd::Interrupted, _) => ExitCode::from(130),
-            (_, true) => ExitCode::SUCCESS,
-            (RunEnd::Finished, false) if nothing_failed => ExitCode::from(3),
-            (_, false) => ExitCode::FAILURE,
+            (RunEnd::Interrupted, _) => 130,
+            (_, true) => 0,
+            (RunEnd::Finished, false) if nothing_failed => 3,
+            (_, false) => 1,
         }
     }
 

@@ -12,7 +12,6 @@ use clap::Parser;
 use daisy_core::context::{WorkerContext, CONTEXT_ENV};
 use daisy_core::protocol::PROTOCOL_VERSION;
 use std::path::{Path, PathBuf};
-use std::process::ExitCode;
 use std::time::Duration;
 use tokio::signal::unix::{signal, SignalKind};
 
@@ -86,17 +85,17 @@ pub struct Cli {
     pub walltime: Option<Duration>,
 }
 
-/// Resolves the context, runs the worker, picks the exit code. Call it
+/// Resolves the context, runs the worker, picks the exit status. Call it
 /// before any thread is started: it removes `DAISY_CONTEXT` from the
 /// environment, so nothing started later inherits the token.
-pub fn main(cli: Cli) -> ExitCode {
+pub fn main(cli: Cli) -> u8 {
     let config = config(cli);
     std::env::remove_var(CONTEXT_ENV);
     match config {
-        Ok(config) => ExitCode::from(serve(config)),
+        Ok(config) => serve(config),
         Err(e) => {
             eprintln!("daisy-worker: error: {e:#}");
-            ExitCode::from(EXIT_USAGE)
+            EXIT_USAGE
         }
     }
 }

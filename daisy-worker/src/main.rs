@@ -17,5 +17,5 @@ fn main() -> ExitCode {
         // Colours on a terminal only: a launched worker's stderr is a file.
         .with_ansi(std::io::stderr().is_terminal())
         .init();
-    daisy_worker::cli::main(daisy_worker::cli::Cli::parse())
+    ExitCode::from(daisy_worker::cli::main(daisy_worker::cli::Cli::parse()))
 }

@@ -27,7 +27,6 @@ use anyhow::Context as _;
 use daisy_core::protocol::messages::TaskSnapshot;
 use serde::Serialize;
 use std::path::{Path, PathBuf};
-use std::process::ExitCode;
 
 /// Everything `status` reports (`status --json` prints this).
 #[derive(Debug, Serialize)]
@@ -59,11 +58,11 @@ pub enum RunState {
 }
 
 impl RunState {
-    pub fn exit_code(self) -> ExitCode {
+    pub fn exit_code(self) -> u8 {
         match self {
-            RunState::Finished => ExitCode::SUCCESS,
-            RunState::Failed => ExitCode::FAILURE,
-            RunState::Incomplete => ExitCode::from(3),
+            RunState::Finished => 0,
+            RunState::Failed => 1,
+            RunState::Incomplete => 3,
         }
     }
 }

@@ -1,0 +1,282 @@
+"""`run_blockwise`: a pipeline of Python tasks on this engine's driver.
+
+The tasks become a pipeline file (JSON) the driver reads, their
+functions pickles beside it (cloudpickle; a function given as
+``"module:function"`` is imported by the workers instead), both in
+``<run_dir>/python/`` under names that hash their content, so cluster
+workers read them from the shared file system and a running driver's
+files are never overwritten. Then:
+
+- ``multiprocessing=True``: ``python -m daisy_rs.driver run`` as a
+  child process, exactly ``daisy-driver run`` (progress bars, summary,
+  run directory, resume); its workers are ``python -m daisy_rs.worker``
+  started by the pipeline's launcher. Ctrl-C stops it as it stops the
+  CLI, and is raised again here once it has.
+- ``multiprocessing=False``: the driver's serial run inside this
+  interpreter, calling the original functions (no pickling), one block
+  at a time: for pdb, and closures over live objects.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import inspect
+import json
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import cloudpickle
+
+from daisy_rs import _code, _native
+from daisy_rs.task import Pipeline, seconds
+
+#: How long a stopped driver gets to stop its workers before it is killed.
+_STOP_GRACE_S = 60
+
+#: daisy-driver's exit status for a run stopped by Ctrl-C or SIGTERM.
+_INTERRUPTED = 130
+
+
+class PipelineError(ValueError):
+    """The pipeline breaks rules; ``problems`` lists every one, each as
+    ``daisy-driver`` prints it."""
+
+    def __init__(self, problems):
+        self.problems = list(problems)
+        listed = "\n".join(f"  {p}" for p in self.problems)
+        super().__init__(f"the pipeline has {len(self.problems)} problem(s):\n{listed}")
+
+
+class TaskState:
+    """Where a task stands after a run (daisy 2.0's names)."""
+
+    def __init__(self, status: dict):
+        self.task_id = status["id"]
+        self.total_block_count = status["total"]
+        self.completed_count = status["done"]
+        self.failed_count = status["failed"]
+        self.orphaned_count = status["orphaned"]
+        self.pending_count = status["remaining"]
+        self.abandon_reason = status.get("abandoned")
+        self.abandoned = self.abandon_reason is not None
+        self.failed_blocks = status.get("failed_blocks", [])
+
+    def is_done(self) -> bool:
+        return self.pending_count == 0
+
+    def __repr__(self):
+        return (
+            f"TaskState({self.task_id!r}: {self.completed_count}/{self.total_block_count} done, "
+            f"{self.failed_count} failed, {self.orphaned_count} orphaned)"
+        )
+
+
+def run_blockwise(
+    tasks,
+    multiprocessing=True,
+    resources=None,
+    progress=True,
+    block_tracking=True,
+    return_states=False,
+    host=None,
+    summary=True,
+    *,
+    run_dir=None,
+    launcher=None,
+    name=None,
+):
+    """Runs ``tasks`` (a task, a list of tasks, or a `Pipeline`) to the
+    end. Returns True only if every block completed or was done before;
+    with ``return_states=True``, the ``task_id -> TaskState`` dict.
+
+    This engine's own arguments: ``run_dir`` (default
+    ``./daisy_run/<name>``, ``name`` defaulting to the task ids),
+    ``launcher`` (the pipeline's ``[launcher]`` table, e.g.
+    ``{"kind": "sbatch", "partition": "gpu"}``; default local processes).
+    """
+    if not block_tracking:
+        raise ValueError(
+            "block_tracking=False differs here on purpose: finished blocks are always "
+            "recorded in the run directory; start over with a new run_dir= "
+            "(docs/python.md, 'What differs')"
+        )
+    pipeline = Pipeline.of(tasks)
+    name = name or _default_name(pipeline)
+    run_dir = Path(run_dir or os.environ.get("DAISY_RUN_DIR") or Path("daisy_run") / name).absolute()
+    spec, payloads = _pipeline_file(pipeline, name, resources, launcher, run_dir, not multiprocessing)
+    text = json.dumps(spec, indent=1)
+    file = run_dir / "python" / f"pipeline-{_digest(text.encode())}.json"
+    problems = _native.pipeline_problems(text, str(file))
+    if problems:
+        raise PipelineError(problems)
+    for path, data in payloads.items():
+        _write_once(path, data)
+    _write_once(file, text.encode())
+    args = ["run", str(file), "--run-dir", str(run_dir)]
+    if host is not None:
+        args += ["--listen", f"{host}:0"]
+    if multiprocessing:
+        status = _run_driver(args, summary)
+    else:
+        status = _native.driver_main(args + ["--serial"])
+    if status == _INTERRUPTED:
+        raise KeyboardInterrupt
+    if return_states:
+        return states(run_dir)
+    return status == 0
+
+
+def states(run_dir):
+    """``task_id -> TaskState`` of the run directory ``run_dir``."""
+    status = json.loads(_native.status_json(Path(run_dir)))
+    return {task["id"]: TaskState(task) for task in status["tasks"]}
+
+
+def _run_driver(args, summary):
+    """The driver as a child; Ctrl-C here stops it, then is raised."""
+    command = [sys.executable, "-m", "daisy_rs.driver", *args]
+    stdout = None if summary else subprocess.DEVNULL
+    with subprocess.Popen(command, stdout=stdout) as driver:
+        try:
+            return driver.wait()
+        except KeyboardInterrupt:
+            _stop(driver)
+            raise
+
+
+def _stop(driver):
+    """SIGINT, as a terminal's Ctrl-C sends it, then waiting for the
+    driver to stop its workers."""
+    if driver.poll() is None:
+        driver.send_signal(signal.SIGINT)
+    try:
+        driver.wait(timeout=_STOP_GRACE_S)
+    except subprocess.TimeoutExpired:
+        driver.kill()
+        driver.wait()
+
+
+def _pipeline_file(pipeline, name, resources, launcher, run_dir, in_process):
+    """The pipeline as the driver reads it, and the pickles it names."""
+    payloads = {}
+    task_tables = []
+    for task in pipeline.tasks:
+        table = _task_table(task, pipeline)
+        kind, function = task.function()
+        if in_process:
+            _code.register_in_process(task.task_id, function, task.check_function)
+            table[kind] = _code.IN_PROCESS
+        elif isinstance(function, str):
+            table[kind] = function
+        else:
+            data = _pickle(task, kind, function)
+            path = run_dir / "python" / f"{task.task_id}-{_digest(data)}.pickle"
+            payloads[path] = data
+            table[kind] = {"pickle": str(path)}
+        task_tables.append(table)
+    spec = {"name": name, "task": task_tables}
+    if resources:
+        spec["resources"] = dict(resources)
+    if launcher:
+        spec["launcher"] = dict(launcher)
+    return spec, payloads
+
+
+def _task_table(task, pipeline):
+    table = {
+        "id": task.task_id,
+        "total_roi": _roi(task.total_roi),
+        "read_roi": _roi(task.read_roi),
+        "write_roi": _roi(task.write_roi),
+        "fit": task.fit,
+        "read_write_conflict": task.read_write_conflict,
+        "max_workers": task.max_workers,
+        "max_retries": task.max_retries,
+        "max_worker_restarts": task.max_worker_restarts,
+        "requires": task.requires,
+        "upstream": [u.task_id for u in pipeline.upstream_of(task)],
+        "worker_program": [sys.executable, "-m", "daisy_rs.worker"],
+        "python_path": _search_path(),
+    }
+    optional = {
+        "timeout": task.timeout,
+        "retry_backoff": task.retry_backoff,
+        "idle_timeout": task.idle_timeout,
+    }
+    for field, value in optional.items():
+        if value is not None:
+            table[field] = f"{round(seconds(value, field) * 1000)}ms"
+    for field in ("batch_size", "prefetch"):
+        if getattr(task, field) is not None:
+            table[field] = getattr(task, field)
+    if task.launcher:
+        table["launcher"] = task.launcher
+    return table
+
+
+def _roi(roi):
+    return {"offset": [int(x) for x in roi.offset], "shape": [int(x) for x in roi.shape]}
+
+
+def _search_path():
+    """This interpreter's module search path, so that workers import the
+    modules a function comes from (the script's directory included)."""
+    entries = [os.getcwd() if entry == "" else entry for entry in sys.path]
+    return [entry for entry in entries if os.path.isdir(entry)]
+
+
+def _pickle(task, kind, function):
+    payload = {"function": function, "check_function": task.check_function}
+    try:
+        return cloudpickle.dumps(payload)
+    except Exception as error:
+        captured = _unpicklable_captures(function) or _unpicklable_captures(task.check_function)
+        what = f": it captures {', '.join(captured)}" if captured else ""
+        raise TypeError(
+            f"task {task.task_id!r}: its {kind} cannot be sent to workers{what} ({error}). "
+            "Create such objects inside the function (a worker function loads them once), "
+            "or run with multiprocessing=False"
+        ) from error
+
+
+def _unpicklable_captures(function):
+    """The names (and types) of what ``function`` refers to that cannot
+    be pickled: closure cells, globals, or an object's attributes."""
+    if function is None:
+        return []
+    try:
+        found = inspect.getclosurevars(function)
+        captured = {**found.nonlocals, **found.globals}
+    except TypeError:
+        captured = dict(getattr(function, "__dict__", {}))
+    culprits = []
+    for name, value in captured.items():
+        try:
+            cloudpickle.dumps(value)
+        except Exception:
+            culprits.append(f"{name} ({type(value).__name__})")
+    return culprits
+
+
+def _digest(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()[:16]
+
+
+def _write_once(path: Path, data: bytes):
+    """Writes a content-named file unless it is there already, atomically."""
+    if path.exists():
+        return
+    path.parent.mkdir(parents=True, exist_ok=True)
+    partial = path.with_name(f".{path.name}.{os.getpid()}")
+    partial.write_bytes(data)
+    partial.replace(path)
+
+
+def _default_name(pipeline):
+    ids = "-".join(task.task_id for task in pipeline.tasks)
+    if len(ids) <= 64:
+        return ids
+    return f"{pipeline.tasks[0].task_id[:40]}-{_digest(ids.encode())[:8]}"

@@ -1,0 +1,247 @@
+"""`Task` and task composition, as in daisy 2.0.
+
+A task is plain data: its regions, its function and how its workers
+run. ``a + b`` is a `Pipeline` in which ``b`` reads ``a``'s output (its
+blocks wait for the blocks of ``a`` whose write ROI overlaps their read
+ROI); ``a | b`` runs both side by side. daisy 1.x's
+``upstream_tasks=[a]`` says the same as ``a + b``.
+"""
+
+from __future__ import annotations
+
+import datetime
+import inspect
+
+from daisy_rs.block import _as_roi
+
+_FITS = ("valid", "overhang", "shrink")
+
+#: Arguments of daisy 2.0's `Task` this engine does not take, and why.
+_DIFFERS = {
+    "done_marker_path": "done markers live in the run directory (run_blockwise(run_dir=...)), "
+    "in daisy 2.0's layout: done/<task>/",
+    "tracking_path": "done markers live in the run directory (run_blockwise(run_dir=...)), "
+    "in daisy 2.0's layout: done/<task>/",
+    "resource_tracking": "per-block CPU/memory measurements are not recorded yet; "
+    "`status` and `report` show each block's run time",
+    "skip_mask": "a mask of blocks to skip is not supported yet",
+}
+
+
+class Task:
+    """One blockwise task (daisy 2.0's signature, plus this engine's own
+    fields after ``max_worker_restarts``).
+
+    ``process_function`` takes a block, or nothing: a function without
+    parameters is a *worker function* that loops over its own
+    ``daisy_rs.Client()``. It may also be ``"module:function"``, which
+    workers import instead of receiving a pickle. ``timeout`` is in
+    seconds (or a `datetime.timedelta`).
+    """
+
+    def __init__(
+        self,
+        task_id,
+        total_roi,
+        read_roi,
+        write_roi,
+        process_function=None,
+        check_function=None,
+        read_write_conflict=True,
+        fit="valid",
+        max_workers=None,
+        max_retries=2,
+        timeout=None,
+        upstream_tasks=None,
+        requires=None,
+        max_worker_restarts=10,
+        *,
+        num_workers=None,
+        worker_function=None,
+        batch_size=None,
+        prefetch=None,
+        retry_backoff=None,
+        idle_timeout=None,
+        launcher=None,
+        **unsupported,
+    ):
+        _refuse_unsupported(task_id, unsupported)
+        if num_workers is not None and max_workers is not None:
+            raise TypeError("pass either max_workers or num_workers (daisy 1.x), not both")
+        if fit not in _FITS:
+            raise ValueError(f"task {task_id!r}: fit = {fit!r} is not one of {', '.join(_FITS)}")
+        self.task_id = task_id
+        self.total_roi = _as_roi(total_roi)
+        self.read_roi = _as_roi(read_roi)
+        self.write_roi = _as_roi(write_roi)
+        self.process_function = process_function
+        self.worker_function = worker_function
+        self.check_function = check_function
+        self.read_write_conflict = bool(read_write_conflict)
+        self.fit = fit
+        self.max_workers = _first(max_workers, num_workers, 1)
+        self.max_retries = max_retries
+        self.timeout = timeout
+        self.upstream_tasks = list(upstream_tasks or [])
+        self.requires = dict(requires or {})
+        self.max_worker_restarts = max_worker_restarts
+        self.batch_size = batch_size
+        self.prefetch = prefetch
+        self.retry_backoff = retry_backoff
+        self.idle_timeout = idle_timeout
+        self.launcher = dict(launcher or {})
+
+    @property
+    def num_workers(self):
+        """daisy 1.x's name for ``max_workers``."""
+        return self.max_workers
+
+    def function(self):
+        """``(kind, function)``: ``"process_function"`` or
+        ``"worker_function"``, and the callable or reference."""
+        if self.worker_function is not None:
+            if self.process_function is not None:
+                raise ValueError(
+                    f"task {self.task_id!r}: give process_function or worker_function, not both"
+                )
+            return "worker_function", self.worker_function
+        if self.process_function is None:
+            raise ValueError(f"task {self.task_id!r}: it has no process_function")
+        if callable(self.process_function) and _takes_no_argument(self.process_function):
+            return "worker_function", self.process_function
+        return "process_function", self.process_function
+
+    def __add__(self, other):
+        return Pipeline.of(self) + other
+
+    def __radd__(self, other):
+        return other + Pipeline.of(self)
+
+    def __or__(self, other):
+        return Pipeline.of(self) | other
+
+    def __ror__(self, other):
+        return other | Pipeline.of(self)
+
+    def __repr__(self):
+        return f"Task({self.task_id!r})"
+
+
+class Pipeline:
+    """Tasks and the edges "the second reads the first's output"."""
+
+    def __init__(self, tasks=None, edges=None):
+        self.tasks = []
+        self.edges = []
+        for task in tasks or []:
+            self._add_task(task)
+        for upstream, downstream in edges or []:
+            self._add_edge(upstream, downstream)
+
+    @classmethod
+    def of(cls, item):
+        """``item`` as a pipeline: a pipeline, a task (with its daisy 1.x
+        ``upstream_tasks``, transitively) or a list of tasks."""
+        if isinstance(item, Pipeline):
+            return item
+        if isinstance(item, Task):
+            item = [item]
+        if not isinstance(item, (list, tuple)):
+            raise TypeError(f"expected a Pipeline, a Task or a list of tasks, got {type(item).__name__}")
+        pipeline = cls()
+        for task in item:
+            pipeline._add_with_upstream(task)
+        return pipeline
+
+    @property
+    def sources(self):
+        """Tasks that read no other task's output."""
+        downstream = {id(d) for _, d in self.edges}
+        return [t for t in self.tasks if id(t) not in downstream]
+
+    @property
+    def outputs(self):
+        """Tasks whose output no other task reads."""
+        upstream = {id(u) for u, _ in self.edges}
+        return [t for t in self.tasks if id(t) not in upstream]
+
+    def upstream_of(self, task):
+        return [u for u, d in self.edges if d is task]
+
+    def __add__(self, other):
+        other = Pipeline.of(other)
+        joined = self | other
+        for upstream in self.outputs:
+            for downstream in other.sources:
+                joined._add_edge(upstream, downstream)
+        return joined
+
+    def __radd__(self, other):
+        return Pipeline.of(other) + self
+
+    def __or__(self, other):
+        other = Pipeline.of(other)
+        return Pipeline(self.tasks + other.tasks, self.edges + other.edges)
+
+    def __ror__(self, other):
+        return Pipeline.of(other) | self
+
+    def __repr__(self):
+        return f"Pipeline(tasks={[t.task_id for t in self.tasks]})"
+
+    def _add_task(self, task):
+        if not isinstance(task, Task):
+            raise TypeError(f"a pipeline holds daisy_rs.Task objects, not {type(task).__name__}")
+        if all(t is not task for t in self.tasks):
+            self.tasks.append(task)
+
+    def _add_edge(self, upstream, downstream):
+        self._add_task(upstream)
+        self._add_task(downstream)
+        if all(u is not upstream or d is not downstream for u, d in self.edges):
+            self.edges.append((upstream, downstream))
+
+    def _add_with_upstream(self, task):
+        self._add_task(task)
+        for upstream in task.upstream_tasks:
+            self._add_with_upstream(upstream)
+            self._add_edge(upstream, task)
+
+
+def _first(*values):
+    return next(v for v in values if v is not None)
+
+
+def _takes_no_argument(function) -> bool:
+    """daisy's rule: a function without positional parameters (``self``
+    aside) is a worker function."""
+    try:
+        parameters = inspect.signature(function).parameters.values()
+    except (TypeError, ValueError):
+        return False
+    positional = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+    return not any(
+        p.kind in positional and p.default is inspect.Parameter.empty
+        or p.kind == inspect.Parameter.VAR_POSITIONAL
+        for p in parameters
+    )
+
+
+def _refuse_unsupported(task_id, unsupported):
+    for name in unsupported:
+        if name in _DIFFERS:
+            raise TypeError(
+                f"task {task_id!r}: {name}= is daisy 2.0's and differs here on purpose: "
+                f"{_DIFFERS[name]} (docs/python.md, 'What differs')"
+            )
+        raise TypeError(f"Task() got an unexpected keyword argument {name!r}")
+
+
+def seconds(value, what):
+    """A duration in seconds from seconds or a `datetime.timedelta`."""
+    if isinstance(value, datetime.timedelta):
+        return value.total_seconds()
+    if isinstance(value, (int, float)) and value > 0:
+        return float(value)
+    raise ValueError(f"{what} = {value!r} is not a positive number of seconds or a timedelta")
+

@@ -1,0 +1,88 @@
+//! The driver's and the worker's command lines, run inside Python.
+//!
+//! Both run with the interpreter detached (other Python threads go on,
+//! and the worker's function threads attach when they call user code).
+//! Both install the Rust signal handlers of the programs they are:
+//! `python -m daisy_rs.driver` and `python -m daisy_rs.worker` are
+//! processes of their own. `run_blockwise(multiprocessing=False)` runs
+//! the driver's serial run in the user's interpreter instead; that path
+//! installs no handler (see `daisy_rs.run`).
+
+use clap::Parser;
+use pyo3::prelude::*;
+use std::sync::Once;
+
+/// `daisy-driver ARGS…`; returns the exit status.
+#[pyfunction]
+pub fn driver_main(py: Python<'_>, args: Vec<String>) -> i32 {
+    init_logging();
+    let argv = std::iter::once("daisy-driver".to_string()).chain(args);
+    let cli = match daisy_driver::cli::Cli::try_parse_from(argv) {
+        Ok(cli) => cli,
+        Err(usage) => return usage_exit(usage),
+    };
+    py.detach(|| match daisy_driver::cli::main(cli) {
+        Ok(code) => i32::from(code),
+        Err(error) => {
+            eprintln!("daisy-driver: error: {error:#}");
+            2
+        }
+    })
+}
+
+/// `daisy-worker ARGS…`; returns the exit status.
+#[pyfunction]
+pub fn worker_main(py: Python<'_>, args: Vec<String>) -> i32 {
+    init_logging();
+    let argv = std::iter::once("daisy-worker".to_string()).chain(args);
+    let cli = match daisy_worker::cli::Cli::try_parse_from(argv) {
+        Ok(cli) => cli,
+        Err(usage) => return usage_exit(usage),
+    };
+    py.detach(|| i32::from(daisy_worker::cli::main(cli)))
+}
+
+/// Prints clap's message (help, version or a usage error) and gives its
+/// exit status.
+fn usage_exit(usage: clap::Error) -> i32 {
+    let _ = usage.print();
+    usage.exit_code()
+}
+
+/// Warnings and above on stderr unless RUST_LOG says otherwise, as the
+/// binaries do; once per process.
+fn init_logging() {
+    static INIT: Once = Once::new();
+    INIT.call_once(|| {
+        let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+            .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
+        let _ = tracing_subscriber::fmt()
+            .with_env_filter(filter)
+            .with_writer(std::io::stderr)
+            .try_init();
+    });
+}
+
+/// Every problem `daisy-driver` finds in the pipeline `text` (JSON, named
+/// `path` in messages), each as the CLI prints it; empty when it is valid.
+#[pyfunction]
+pub fn pipeline_problems(text: &str, path: &str) -> Vec<String> {
+    use daisy_driver::pipeline::{Pipeline, PipelineError};
+    match Pipeline::from_str(text, std::path::Path::new(path)) {
+        Ok(_) => Vec::new(),
+        Err(PipelineError::Invalid { problems, .. }) => {
+            problems.iter().map(ToString::to_string).collect()
+        }
+        Err(other) => vec![other.to_string()],
+    }
+}
+
+/// `daisy-driver status --json RUN_DIR`, as a string, without a process.
+#[pyfunction]
+pub fn status_json(py: Python<'_>, run_dir: std::path::PathBuf) -> PyResult<String> {
+    let run_dir = daisy_driver::run_dir::RunDir::new(Some(&run_dir), "");
+    let status = py.detach(|| daisy_driver::status::status(&run_dir, None));
+    let status = status.map_err(|e| pyo3::exceptions::PyRuntimeError::new_err(format!("{e:#}")))?;
+    serde_json::to_string(&status)
+        .map_err(|e| pyo3::exceptions::PyRuntimeError::new_err(e.to_string()))
+}

@@ -1,0 +1,34 @@
+//! `daisy_rs._native`: the Rust half of the `daisy_rs` Python package.
+//!
+//! It holds no scheduler of its own: `driver_main` is `daisy-driver`'s
+//! command line and `worker_main` is `daisy-worker`'s, run inside the
+//! Python interpreter, so a Python worker is the same runtime as the
+//! Rust one (heartbeats, drain, walltime, hand-back) with one difference:
+//! a task's `process_function` or `worker_function` is called in this
+//! process, with no program started and no pipe in between.
+//!
+//! # Layout
+//! - `entry`: the two command lines, and logging.
+//! - `functions`: loading a task's function (through `daisy_rs._code`)
+//!   and registering the embedded-code factory daisy-worker asks.
+//! - `process_function`: a function called once per block.
+//! - `worker_function`: a function that loops over its own `Client`,
+//!   fed blocks through a [`worker_function::Feed`].
+
+mod entry;
+mod functions;
+mod process_function;
+mod worker_function;
+
+use pyo3::prelude::*;
+
+#[pymodule]
+fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    functions::register_factory();
+    m.add_function(wrap_pyfunction!(entry::driver_main, m)?)?;
+    m.add_function(wrap_pyfunction!(entry::worker_main, m)?)?;
+    m.add_function(wrap_pyfunction!(entry::pipeline_problems, m)?)?;
+    m.add_function(wrap_pyfunction!(entry::status_json, m)?)?;
+    m.add_class::<worker_function::Feed>()?;
+    Ok(())
+}

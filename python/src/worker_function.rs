@@ -1,0 +1,242 @@
+//! A `worker_function`: called once, with no argument, on a Python thread
+//! of its own; it loops over `daisy_rs.Client().acquire_block()`, which
+//! takes blocks from a [`Feed`] that daisy-worker's batches fill.
+//!
+//! This is the worker command of daisy-worker moved into the process:
+//! blocks are fed `1 + prefetch` ahead of their releases, a function that
+//! returns or raises while it holds blocks fails them (with its
+//! traceback) and is started again for the next block, and when the
+//! worker finishes the feed ends, so `acquire_block()` yields `None` and
+//! the function returns.
+
+use crate::process_function::roi;
+use daisy_core::protocol::{TaskCode, WireBlock};
+use daisy_worker::embedded::{EmbeddedCode, EmbeddedRan};
+use daisy_worker::user_code::BlockFailure;
+use pyo3::prelude::*;
+use pyo3::types::PyTuple;
+use std::collections::{BTreeMap, VecDeque};
+use std::sync::mpsc::{channel, Receiver, Sender};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+/// How long the function gets to return once its feed ended.
+const FINISH_GRACE: Duration = Duration::from_secs(5);
+
+/// What the function's thread tells the worker.
+enum Report {
+    Released { block_id: u64, error: Option<String> },
+    /// The function returned (`None`) or raised (the message).
+    Ended(Option<String>),
+}
+
+/// The blocks of one run of a worker function, as its `Client` sees them.
+#[pyclass(module = "daisy_rs._native")]
+pub struct Feed {
+    task_id: String,
+    /// `None` ends the feed.
+    blocks: Mutex<Receiver<Option<WireBlock>>>,
+    reports: Sender<Report>,
+}
+
+#[pymethods]
+impl Feed {
+    /// The next block as `(task_id, block_id, read, write)`, waiting for
+    /// it with the interpreter detached; `None` once the worker is done.
+    fn next_block<'py>(&self, py: Python<'py>) -> PyResult<Option<Bound<'py, PyTuple>>> {
+        let next = py.detach(|| {
+            let blocks = self.blocks.lock().unwrap_or_else(|e| e.into_inner());
+            blocks.recv().ok().flatten()
+        });
+        let Some(block) = next else {
+            return Ok(None);
+        };
+        let read = roi(py, &block.read_roi)?;
+        let write = roi(py, &block.write_roi)?;
+        let fields = (self.task_id.as_str(), block.block_id, read, write);
+        Ok(Some(fields.into_pyobject(py)?))
+    }
+
+    /// Reports a block: `error` is `None` for success.
+    fn release(&self, block_id: u64, error: Option<String>) {
+        let _ = self.reports.send(Report::Released { block_id, error });
+    }
+
+    /// Called by the function's thread as it ends.
+    fn ended(&self, error: Option<String>) {
+        let _ = self.reports.send(Report::Ended(error));
+    }
+}
+
+/// A running function: its feed's sending end and its thread.
+struct Running {
+    blocks: Sender<Option<WireBlock>>,
+    reports: Receiver<Report>,
+    thread: Py<PyAny>,
+}
+
+pub struct WorkerFunction {
+    task_id: String,
+    function: Py<PyAny>,
+    /// Blocks fed ahead of their releases: 1 + prefetch.
+    depth: usize,
+    running: Option<Running>,
+}
+
+impl WorkerFunction {
+    pub fn new(
+        _py: Python<'_>,
+        task_id: &str,
+        function: Py<PyAny>,
+        code: &TaskCode,
+    ) -> PyResult<Self> {
+        Ok(Self {
+            task_id: task_id.to_string(),
+            function,
+            depth: 1 + code.prefetch as usize,
+            running: None,
+        })
+    }
+
+    fn start(&self) -> PyResult<Running> {
+        let (blocks_tx, blocks_rx) = channel();
+        let (reports_tx, reports_rx) = channel();
+        let feed = Feed {
+            task_id: self.task_id.clone(),
+            blocks: Mutex::new(blocks_rx),
+            reports: reports_tx,
+        };
+        let thread = Python::attach(|py| -> PyResult<Py<PyAny>> {
+            let helpers = py.import("daisy_rs._code")?;
+            let start = helpers.getattr("start_worker_function")?;
+            Ok(start.call1((self.function.bind(py), feed))?.unbind())
+        })?;
+        Ok(Running {
+            blocks: blocks_tx,
+            reports: reports_rx,
+            thread,
+        })
+    }
+
+    /// The running function, started (again) if it is not.
+    fn running(&mut self) -> Result<&mut Running, BlockFailure> {
+        let running = match self.running.take() {
+            Some(running) => running,
+            None => self.start().map_err(|error| {
+                let why = Python::attach(|py| crate::functions::describe(py, &error));
+                BlockFailure::new(format!("cannot start the worker function: {why}"))
+            })?,
+        };
+        Ok(self.running.insert(running))
+    }
+}
+
+impl EmbeddedCode for WorkerFunction {
+    fn run_batch(
+        &mut self,
+        blocks: Vec<WireBlock>,
+        may_start: &dyn Fn() -> bool,
+    ) -> Vec<EmbeddedRan> {
+        let mut todo = VecDeque::from(blocks);
+        let mut done = Vec::with_capacity(todo.len());
+        let depth = self.depth;
+        while !todo.is_empty() && may_start() {
+            match self.running() {
+                Ok(running) => {
+                    let ended = feed_ahead(running, &mut todo, depth, may_start, &mut done);
+                    if ended {
+                        self.running = None;
+                    }
+                }
+                Err(failure) => {
+                    let failed = todo.drain(..).map(|b| failed(b.block_id, &failure, Instant::now()));
+                    done.extend(failed);
+                }
+            }
+        }
+        done
+    }
+
+    fn finish(&mut self) {
+        let Some(running) = self.running.take() else {
+            return;
+        };
+        let _ = running.blocks.send(None);
+        let joined = Python::attach(|py| {
+            let thread = running.thread.bind(py);
+            thread.call_method1("join", (FINISH_GRACE.as_secs_f64(),))?;
+            thread.call_method0("is_alive")?.extract::<bool>()
+        });
+        match joined {
+            Ok(false) => tracing::debug!("the worker function returned"),
+            Ok(true) => tracing::warn!("the worker function did not return after its feed ended"),
+            Err(error) => tracing::warn!("cannot wait for the worker function: {error}"),
+        }
+    }
+}
+
+/// Feeds `todo` to the function `depth` ahead while `may_start` allows,
+/// collecting its releases into `done`, until every fed block is
+/// released; returns whether the function ended (its fed blocks failed).
+fn feed_ahead(
+    running: &mut Running,
+    todo: &mut VecDeque<WireBlock>,
+    depth: usize,
+    may_start: &dyn Fn() -> bool,
+    done: &mut Vec<EmbeddedRan>,
+) -> bool {
+    // A function that ended between batches held nothing: start another.
+    if let Ok(Report::Ended(_)) = running.reports.try_recv() {
+        return true;
+    }
+    let mut fed: BTreeMap<u64, Instant> = BTreeMap::new();
+    loop {
+        while fed.len() < depth && !todo.is_empty() && may_start() {
+            let block = todo.pop_front().expect("not empty");
+            fed.insert(block.block_id, Instant::now());
+            if running.blocks.send(Some(block)).is_err() {
+                break;
+            }
+        }
+        if fed.is_empty() {
+            return false;
+        }
+        match running.reports.recv() {
+            Ok(Report::Released { block_id, error }) => {
+                let Some(started) = fed.remove(&block_id) else {
+                    tracing::warn!(block_id, "the worker function released a block it was not given");
+                    continue;
+                };
+                let outcome = error.map_or(Ok(()), |e| Err(BlockFailure::new(e)));
+                done.push(EmbeddedRan { block_id, outcome, took: started.elapsed() });
+            }
+            Ok(Report::Ended(error)) => {
+                end_fed(fed, error, done);
+                return true;
+            }
+            Err(_) => {
+                end_fed(fed, Some("its thread vanished".into()), done);
+                return true;
+            }
+        }
+    }
+}
+
+/// Fails the blocks a function held when it ended.
+fn end_fed(fed: BTreeMap<u64, Instant>, error: Option<String>, done: &mut Vec<EmbeddedRan>) {
+    let why = match error {
+        Some(error) => format!("the worker function raised while it held this block: {error}"),
+        None => "the worker function returned while it held this block".to_string(),
+    };
+    tracing::warn!("{why}; starting it again for the next block");
+    let failure = BlockFailure::new(why);
+    done.extend(fed.into_iter().map(|(id, started)| failed(id, &failure, started)));
+}
+
+fn failed(block_id: u64, failure: &BlockFailure, started: Instant) -> EmbeddedRan {
+    EmbeddedRan {
+        block_id,
+        outcome: Err(failure.clone()),
+        took: started.elapsed(),
+    }
+}

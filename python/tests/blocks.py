@@ -1,0 +1,27 @@
+"""Process and worker functions of the tests. They live in a module of
+their own so that they reach workers both as pickles and by reference
+(``"blocks:touch"``)."""
+
+import os
+import time
+from pathlib import Path
+
+
+def out_dir():
+    return Path(os.environ.get("TEST_OUT", "out"))
+
+
+def touch(block):
+    """Records that the block ran: one file per run of a block."""
+    directory = out_dir()
+    directory.mkdir(parents=True, exist_ok=True)
+    name = f"{block.task_id}-{block.block_id[1]}-{os.getpid()}-{time.monotonic_ns()}"
+    (directory / name).write_text(f"{block.read_roi}|{block.write_roi}")
+
+
+def nap(block):
+    time.sleep(0.3)
+
+
+def noop(block):
+    pass

@@ -1,0 +1,57 @@
+"""Fixtures of the Python tests: every test runs real drivers and real
+worker processes in a directory of its own, and reads what happened
+back from the run's events.jsonl."""
+
+import json
+import os
+from collections import defaultdict
+from pathlib import Path
+
+import pytest
+
+
+@pytest.fixture
+def workdir(tmp_path, monkeypatch):
+    """A fresh working directory (runs go to ./daisy_run/<name>)."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("DAISY_RUN_DIR", raising=False)
+    return tmp_path
+
+
+def events(run_dir):
+    """The events of the run directory, in order."""
+    lines = (Path(run_dir) / "events.jsonl").read_text().splitlines()
+    return [json.loads(line) for line in lines if line.strip()]
+
+
+def done_blocks(run_dir, task):
+    """Block ids of ``task`` that block_done events record, in order."""
+    return [
+        e["block_id"] for e in events(run_dir) if e.get("event") == "block_done" and e.get("task") == task
+    ]
+
+
+def concurrency(run_dir):
+    """Connected workers per task after every worker_connected and
+    worker_gone event: a list of snapshots."""
+    now = defaultdict(int)
+    history = []
+    for event in events(run_dir):
+        kind = event.get("event")
+        if kind not in ("worker_connected", "worker_gone"):
+            continue
+        now[event["task"]] += 1 if kind == "worker_connected" else -1
+        history.append(dict(now))
+    return history
+
+
+def peak(history, score):
+    return max((score(snapshot) for snapshot in history), default=0)
+
+
+def requires(what):
+    """Skips (or, under CI, fails) a test that needs ``what``."""
+    message = f"needs {what}"
+    if os.environ.get("CI"):
+        pytest.fail(f"{message}, and CI is set: CI must provide it")
+    pytest.skip(message)
