@@ -18,4 +18,5 @@ mod restarts;
 mod retries;
 mod serial;
 mod status;
+mod user_processes;
 mod util;
