@@ -40,7 +40,8 @@ fn needs_slurmrestd(test: &str) {
         });
     if !answers {
         let why = format!("no slurmrestd at {url}");
-        let how = "start one with `DAISY_SLURM_RESTD=1 bash ci/slurm/start-local-slurm.sh` (as root; \
+        let how =
+            "start one with `DAISY_SLURM_RESTD=1 bash ci/slurm/start-local-slurm.sh` (as root; \
                    it adds slurmrestd to a running cluster), or set SLURMRESTD_URL";
         missing(test, &why, how);
     }

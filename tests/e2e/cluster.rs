@@ -313,7 +313,8 @@ mod slurmrestd {
     #[test]
     fn a_pipeline_runs_through_slurmrestd() {
         needs_slurm("slurmrestd chain");
-        let url = std::env::var("SLURMRESTD_URL").unwrap_or_else(|_| "http://127.0.0.1:6820".into());
+        let url =
+            std::env::var("SLURMRESTD_URL").unwrap_or_else(|_| "http://127.0.0.1:6820".into());
         let address = url.trim_start_matches("http://").to_string();
         if std::net::TcpStream::connect(&address).is_err() {
             missing(

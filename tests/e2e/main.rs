@@ -6,6 +6,7 @@ mod chaos;
 mod cluster;
 mod distributed;
 mod failures;
+mod netns;
 mod plan;
 mod plan_cluster;
 mod preemption;
