@@ -10,7 +10,8 @@
 //!
 //! This module owns everything about the user's processes: their output
 //! ([`BlockLog`]), their process group (so a timeout kills a shell's
-//! children too), PR_SET_PDEATHSIG (so they die with the worker), and
+//! children too), PR_SET_PDEATHSIG and a watcher process (so they die with
+//! the worker, even one killed outright: see `watcher`), and
 //! turning how they ended into a one-line-ish [`BlockFailure`] that the
 //! driver records. It knows nothing about drivers, connections or retries;
 //! the async worker runtime calls it from blocking threads, and the serial
@@ -24,6 +25,7 @@ mod group;
 mod template;
 #[cfg(test)]
 mod test_util;
+mod watcher;
 mod worker_command;
 
 pub use block_command::BlockCommand;

@@ -5,8 +5,8 @@
 //!
 //! The launcher finds the stand-in through the PATH value it is built with
 //! (the process environment is never changed). Every test first calls
-//! [`lsf_or_skip`]: without SLURM and Python it skips loudly, or fails when
-//! `CI` is set. Every job a test submits is killed when the test ends,
+//! [`needs_lsf_standin`]: without SLURM and Python it fails, saying so
+//! (`ci/test.sh` leaves these tests out then). Every job a test submits is killed when the test ends,
 //! passed or not ([`JobCleanup`], and the launcher's own drop). Jobs are small
 //! shell programs standing in for daisy-worker.
 
@@ -24,23 +24,21 @@ fn standin() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/lsf-standin")
 }
 
-/// Whether the stand-in can run: SLURM answers and Python 3 is there.
-/// Without them: fails under CI (`CI` set), else prints a loud skip notice
-/// and returns `false`.
-fn lsf_or_skip(test: &str) -> bool {
+/// Fails `test` unless the stand-in can run: SLURM answers and Python 3
+/// is there.
+fn needs_lsf_standin(test: &str) {
     let works = |program: &str, arg: &str| {
         Command::new(program)
             .arg(arg)
             .output()
             .is_ok_and(|output| output.status.success())
     };
-    if works("sinfo", "-h") && works("python3", "--version") {
-        return true;
+    if !(works("sinfo", "-h") && works("python3", "--version")) {
+        let why = "the LSF stand-in needs SLURM (`sinfo -h` fails) and python3";
+        let how = "start SLURM with `bash ci/slurm/start-local-slurm.sh` (as root), \
+                   then `source /tmp/daisy-slurm/env.sh` if /etc/slurm/slurm.conf is not linked";
+        missing(test, why, how);
     }
-    let why = "the LSF stand-in needs SLURM (`sinfo -h` fails) and python3";
-    let how = "start SLURM with `bash ci/slurm/start-local-slurm.sh` (as root), \
-               then `source /tmp/daisy-slurm/env.sh` if /etc/slurm/slurm.conf is not linked";
-    skip_or_fail(test, why, how)
 }
 
 /// A run whose task name is unique to this test process (the stand-in's
@@ -132,9 +130,7 @@ fn watch(job: &str, index: u32, mut on_state: impl FnMut(&str)) -> Vec<String> {
 
 #[test]
 fn an_array_of_three_completes_each_worker_once_with_its_index() {
-    if !lsf_or_skip("an_array_of_three_completes...") {
-        return;
-    }
+    needs_lsf_standin("an_array_of_three_completes...");
     let (run, mut cleanup, mut launcher) = (lsf_run("three"), bkill(), launcher());
     let script = "echo \"index=$LSB_JOBINDEX job=$LSB_JOBID slurm=${SLURM_ARRAY_TASK_ID:-none}\"";
     let jobs = start(
@@ -174,9 +170,7 @@ fn an_array_of_three_completes_each_worker_once_with_its_index() {
 
 #[test]
 fn a_worker_exiting_3_ends_as_exited_3_and_lsf_says_exit() {
-    if !lsf_or_skip("a_worker_exiting_3...") {
-        return;
-    }
+    needs_lsf_standin("a_worker_exiting_3...");
     let (run, mut cleanup, mut launcher) = (lsf_run("exit3"), bkill(), launcher());
     let jobs = start(
         &mut launcher,
@@ -190,9 +184,7 @@ fn a_worker_exiting_3_ends_as_exited_3_and_lsf_says_exit() {
 
 #[test]
 fn a_capped_array_shows_pend_run_done_and_keeps_its_slots_meanwhile() {
-    if !lsf_or_skip("a_capped_array_shows_pend_run_done...") {
-        return;
-    }
+    needs_lsf_standin("a_capped_array_shows_pend_run_done...");
     let (run, mut cleanup, mut launcher) = (lsf_run("capped"), bkill(), launcher());
     let cluster = ClusterOptions {
         max_array_parallel: Some(1),
@@ -232,9 +224,7 @@ fn a_capped_array_shows_pend_run_done_and_keeps_its_slots_meanwhile() {
 
 #[test]
 fn a_held_job_is_psusp_until_resumed_then_runs_and_is_done() {
-    if !lsf_or_skip("a_held_job_is_psusp...") {
-        return;
-    }
+    needs_lsf_standin("a_held_job_is_psusp...");
     let (run, mut cleanup, mut launcher) = (lsf_run("held"), bkill(), launcher());
     let cluster = ClusterOptions {
         directives: vec!["-H".into()],
@@ -274,9 +264,7 @@ fn a_held_job_is_psusp_until_resumed_then_runs_and_is_done() {
 
 #[test]
 fn cancel_all_is_one_bkill_and_leaves_no_job_in_squeue() {
-    if !lsf_or_skip("cancel_all_is_one_bkill...") {
-        return;
-    }
+    needs_lsf_standin("cancel_all_is_one_bkill...");
     let (run, mut cleanup, mut launcher) = (lsf_run("sleepers"), bkill(), launcher());
     let cluster = ClusterOptions {
         max_array_parallel: Some(2),
@@ -313,9 +301,7 @@ fn cancel_all_is_one_bkill_and_leaves_no_job_in_squeue() {
 
 #[test]
 fn a_bad_queue_is_a_permanent_submit_error_with_lsfs_message() {
-    if !lsf_or_skip("a_bad_queue...") {
-        return;
-    }
+    needs_lsf_standin("a_bad_queue...");
     let (run, mut launcher) = (lsf_run("nowhere"), launcher());
     let cluster = ClusterOptions {
         partition: Some("nosuchqueue".into()),
@@ -346,9 +332,7 @@ fn a_bad_queue_is_a_permanent_submit_error_with_lsfs_message() {
 
 #[test]
 fn the_token_reaches_the_job_but_no_script_job_name_or_command_line() {
-    if !lsf_or_skip("the_token_reaches_the_job...") {
-        return;
-    }
+    needs_lsf_standin("the_token_reaches_the_job...");
     let (run, mut cleanup, mut launcher) = (lsf_run("secret"), bkill(), launcher());
     let script = "printf '%s' \"$DAISY_CONTEXT_TEST\" > secret-$LSB_JOBINDEX.txt; sleep 1";
     let jobs = start(
@@ -397,9 +381,7 @@ fn standin_state_dir() -> PathBuf {
 
 #[test]
 fn fifty_workers_cost_one_submission_and_a_poll_one_status_call() {
-    if !lsf_or_skip("fifty_workers...") {
-        return;
-    }
+    needs_lsf_standin("fifty_workers...");
     let (run, mut cleanup, mut launcher) = (lsf_run("fifty"), bkill(), launcher());
     let cluster = ClusterOptions {
         directives: vec!["-H".into()],

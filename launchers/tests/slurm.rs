@@ -2,9 +2,9 @@
 //! `ci/slurm/start-local-slurm.sh` (SLURM 22.05, no accounting: finished
 //! jobs come from `sacct -c` and `scontrol`).
 //!
-//! Every test first calls [`slurm_or_skip`]: without a working `sinfo` it
-//! skips loudly, or fails when `CI` is set, so CI can never pass without
-//! running these. Every job a test submits is cancelled when the test
+//! Every test first calls [`needs_slurm`]: without a working `sinfo` it
+//! fails, saying so, so no test passes without running (`ci/test.sh`
+//! leaves these tests out then). Every job a test submits is cancelled when the test
 //! ends, passed or not ([`JobCleanup`], and the launcher's own drop). Jobs
 //! are small shell programs standing in for daisy-worker; the tests share
 //! the node's CPUs, so each uses few (held jobs use none).
@@ -26,9 +26,7 @@ fn launcher() -> SbatchLauncher {
 
 #[test]
 fn an_array_of_three_runs_with_the_context_and_each_end_is_reported_once() {
-    if !slurm_or_skip("an_array_of_three_runs...") {
-        return;
-    }
+    needs_slurm("an_array_of_three_runs...");
     let (run, mut cleanup, mut launcher) = (Run::new("three"), JobCleanup::scancel(), launcher());
     let script = "echo \"$SLURM_ARRAY_TASK_ID $DAISY_CONTEXT_TEST\" > out-$SLURM_ARRAY_TASK_ID.txt";
     let jobs = start(
@@ -75,9 +73,7 @@ fn an_array_of_three_runs_with_the_context_and_each_end_is_reported_once() {
 
 #[test]
 fn a_held_job_keeps_its_slot_until_cancelled_outside_daisy() {
-    if !slurm_or_skip("a_held_job_keeps_its_slot...") {
-        return;
-    }
+    needs_slurm("a_held_job_keeps_its_slot...");
     let (run, mut cleanup, mut launcher) = (Run::new("held"), JobCleanup::scancel(), launcher());
     let requests = run.requests(1, "true", held());
     let job = start(&mut launcher, &requests, &mut cleanup).remove(0);
@@ -105,9 +101,7 @@ fn a_held_job_keeps_its_slot_until_cancelled_outside_daisy() {
 
 #[test]
 fn a_held_element_cancelled_by_index_is_reported_once() {
-    if !slurm_or_skip("a_held_element_cancelled_by_index...") {
-        return;
-    }
+    needs_slurm("a_held_element_cancelled_by_index...");
     let (run, mut cleanup, mut launcher) =
         (Run::new("held-index"), JobCleanup::scancel(), launcher());
     let job = start(
@@ -131,9 +125,7 @@ fn a_held_element_cancelled_by_index_is_reported_once() {
 
 #[test]
 fn an_element_of_a_held_array_cancelled_by_index_ends_as_unknown() {
-    if !slurm_or_skip("an_element_of_a_held_array...") {
-        return;
-    }
+    needs_slurm("an_element_of_a_held_array...");
     let (run, mut cleanup, mut launcher) =
         (Run::new("held-pair"), JobCleanup::scancel(), launcher());
     let jobs = start(
@@ -163,9 +155,7 @@ fn an_element_of_a_held_array_cancelled_by_index_ends_as_unknown() {
 
 #[test]
 fn cancel_all_empties_the_queue_of_running_jobs() {
-    if !slurm_or_skip("cancel_all_empties_the_queue...") {
-        return;
-    }
+    needs_slurm("cancel_all_empties_the_queue...");
     let (run, mut cleanup, mut launcher) =
         (Run::new("sleepers"), JobCleanup::scancel(), launcher());
     let jobs = start(
@@ -200,9 +190,7 @@ fn cancel_all_empties_the_queue_of_running_jobs() {
 
 #[test]
 fn an_invalid_partition_is_a_permanent_error_with_slurms_message() {
-    if !slurm_or_skip("an_invalid_partition...") {
-        return;
-    }
+    needs_slurm("an_invalid_partition...");
     let (run, mut launcher) = (Run::new("nowhere"), launcher());
     let cluster = ClusterOptions {
         partition: Some("nope".into()),
@@ -233,9 +221,7 @@ fn an_invalid_partition_is_a_permanent_error_with_slurms_message() {
 
 #[test]
 fn fifty_workers_cost_one_submission_and_a_poll_one_status_call() {
-    if !slurm_or_skip("fifty_workers...") {
-        return;
-    }
+    needs_slurm("fifty_workers...");
     let (run, mut cleanup, mut launcher) = (Run::new("fifty"), JobCleanup::scancel(), launcher());
     let jobs = start(
         &mut launcher,

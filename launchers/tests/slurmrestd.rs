@@ -3,9 +3,9 @@
 //! `DAISY_SLURM_RESTD=1` (slurmrestd 22.05, OpenAPI v0.0.38, JWT auth on
 //! 127.0.0.1:6820, or where `SLURMRESTD_URL` says).
 //!
-//! Every test first calls [`restd_or_skip`]: when slurmrestd does not
-//! answer it skips loudly, or fails when `CI` is set, so CI can never pass
-//! without running these. Tokens come from `scontrol token lifespan=600`.
+//! Every test first calls [`needs_slurmrestd`]: when slurmrestd does not
+//! answer it fails, saying so, so no test passes without running
+//! (`ci/test.sh` leaves these tests out then). Tokens come from `scontrol token lifespan=600`.
 //! Every job a test submits is cancelled when the test ends, passed or
 //! not ([`JobCleanup`], and the launcher's own drop). Jobs are small shell
 //! programs standing in for daisy-worker.
@@ -27,9 +27,8 @@ fn restd_url() -> String {
     std::env::var("SLURMRESTD_URL").unwrap_or_else(|_| DEFAULT_SLURMRESTD_URL.to_owned())
 }
 
-/// Whether slurmrestd accepts connections. Without it: fails under CI
-/// (`CI` set), else prints a loud skip notice and returns `false`.
-fn restd_or_skip(test: &str) -> bool {
+/// Fails `test` unless slurmrestd accepts connections.
+fn needs_slurmrestd(test: &str) {
     let url = restd_url();
     let address = url.trim_start_matches("http://").trim_end_matches('/');
     let answers = address
@@ -39,13 +38,13 @@ fn restd_or_skip(test: &str) -> bool {
         .is_some_and(|address| {
             TcpStream::connect_timeout(&address, Duration::from_secs(2)).is_ok()
         });
-    if answers {
-        return true;
+    if !answers {
+        let why = format!("no slurmrestd at {url}");
+        let how =
+            "start one with `DAISY_SLURM_RESTD=1 bash ci/slurm/start-local-slurm.sh` (as root; \
+                   it adds slurmrestd to a running cluster), or set SLURMRESTD_URL";
+        missing(test, &why, how);
     }
-    let why = format!("no slurmrestd at {url}");
-    let how = "start one with `DAISY_SLURM_RESTD=1 bash ci/slurm/start-local-slurm.sh` (as root; \
-               it adds slurmrestd to a running cluster), or set SLURMRESTD_URL";
-    skip_or_fail(test, &why, how)
 }
 
 /// A fresh JWT for the current user, as `scontrol token` prints it.
@@ -103,9 +102,7 @@ fn assert_permanent(error: &LaunchError) {
 
 #[test]
 fn an_array_of_three_runs_with_the_context_and_each_end_is_reported_once() {
-    if !restd_or_skip("an_array_of_three_runs...") {
-        return;
-    }
+    needs_slurmrestd("an_array_of_three_runs...");
     let (run, mut cleanup, mut launcher) = (Run::new("three"), JobCleanup::scancel(), launcher());
     let script = "echo \"$SLURM_ARRAY_TASK_ID $DAISY_CONTEXT_TEST\" > out-$SLURM_ARRAY_TASK_ID.txt";
     let requests = run.requests(3, script, ClusterOptions::default());
@@ -135,9 +132,7 @@ fn an_array_of_three_runs_with_the_context_and_each_end_is_reported_once() {
 
 #[test]
 fn a_held_job_keeps_its_slot_gets_its_resources_and_is_reported_cancelled_once() {
-    if !restd_or_skip("a_held_job_keeps_its_slot...") {
-        return;
-    }
+    needs_slurmrestd("a_held_job_keeps_its_slot...");
     let (run, mut cleanup, mut launcher) = (Run::new("held"), JobCleanup::scancel(), launcher());
     let mut requests = run.requests(2, "true", held());
     for request in &mut requests {
@@ -183,9 +178,7 @@ fn a_held_job_keeps_its_slot_gets_its_resources_and_is_reported_cancelled_once()
 
 #[test]
 fn a_held_array_cancelled_outside_daisy_is_reported_cancelled() {
-    if !restd_or_skip("a_held_array_cancelled_outside_daisy...") {
-        return;
-    }
+    needs_slurmrestd("a_held_array_cancelled_outside_daisy...");
     let (run, mut cleanup, mut launcher) =
         (Run::new("held-out"), JobCleanup::scancel(), launcher());
     let jobs = start(
@@ -208,9 +201,7 @@ fn a_held_array_cancelled_outside_daisy_is_reported_cancelled() {
 
 #[test]
 fn cancel_all_empties_the_queue_of_running_jobs() {
-    if !restd_or_skip("cancel_all_empties_the_queue...") {
-        return;
-    }
+    needs_slurmrestd("cancel_all_empties_the_queue...");
     let (run, mut cleanup, mut launcher) =
         (Run::new("sleepers"), JobCleanup::scancel(), launcher());
     let requests = run.requests(2, "sleep 60", ClusterOptions::default());
@@ -239,9 +230,7 @@ fn cancel_all_empties_the_queue_of_running_jobs() {
 
 #[test]
 fn an_invalid_partition_is_a_permanent_error_with_slurmrestds_message() {
-    if !restd_or_skip("an_invalid_partition...") {
-        return;
-    }
+    needs_slurmrestd("an_invalid_partition...");
     let (run, mut launcher) = (Run::new("nowhere"), launcher());
     let cluster = ClusterOptions {
         partition: Some("nope".into()),
@@ -262,9 +251,7 @@ fn an_invalid_partition_is_a_permanent_error_with_slurmrestds_message() {
 
 #[test]
 fn a_wrong_token_is_a_clear_auth_error() {
-    if !restd_or_skip("a_wrong_token...") {
-        return;
-    }
+    needs_slurmrestd("a_wrong_token...");
     let mut wrong = token(600);
     let last = if wrong.ends_with('A') { "B" } else { "A" };
     wrong.replace_range(wrong.len() - 1.., last);
@@ -285,9 +272,7 @@ fn a_wrong_token_is_a_clear_auth_error() {
 
 #[test]
 fn an_expired_token_says_so() {
-    if !restd_or_skip("an_expired_token...") {
-        return;
-    }
+    needs_slurmrestd("an_expired_token...");
     let expiring = token(1);
     std::thread::sleep(Duration::from_millis(2100));
     let (run, mut launcher) = (Run::new("expired"), launcher_with(&expiring));
@@ -301,9 +286,7 @@ fn an_expired_token_says_so() {
 
 #[test]
 fn fifty_workers_cost_one_submission_and_a_poll_one_request() {
-    if !restd_or_skip("fifty_workers...") {
-        return;
-    }
+    needs_slurmrestd("fifty_workers...");
     let (run, mut cleanup, mut launcher) = (Run::new("fifty"), JobCleanup::scancel(), launcher());
     let jobs = start(
         &mut launcher,

@@ -1,29 +1,28 @@
 //! Runs on a real SLURM (started by `.ci/run` from `ci/slurm/`), with
 //! workers submitted as sbatch job arrays, through the LSF stand-in that
 //! forwards to the same SLURM, and with the driver itself as a batch job.
-//! Without a SLURM these tests skip loudly, or fail when `CI` is set.
+//! Without a SLURM these tests fail, saying so (`ci/test.sh` leaves them
+//! out then); the slurmrestd one (`cluster::slurmrestd`) also needs
+//! slurmrestd.
 
 use crate::util::*;
 use std::collections::BTreeSet;
 use std::path::PathBuf;
 use std::process::Command;
 
-/// True if a SLURM answers; otherwise skips loudly (or fails under CI).
-pub(crate) fn slurm_is_up(test: &str) -> bool {
+/// Fails `test` unless a SLURM answers.
+pub(crate) fn needs_slurm(test: &str) {
     let up = Command::new("sinfo")
         .arg("-h")
         .output()
         .is_ok_and(|o| o.status.success());
     if !up {
-        assert!(
-            std::env::var_os("CI").is_none(),
-            "{test}: no SLURM is running, and CI is set"
-        );
-        eprintln!(
-            "\n!!! SKIPPED {test}: no SLURM (start one with ci/slurm/start-local-slurm.sh) !!!\n"
+        missing(
+            test,
+            "no SLURM: `sinfo -h` is missing or fails",
+            "start one with `bash ci/slurm/start-local-slurm.sh` (as root)",
         );
     }
-    up
 }
 
 /// Two chained tasks whose workers are cluster jobs of `kind`; each block
@@ -114,9 +113,7 @@ fn ran(dir: &TestDir) -> BTreeSet<String> {
 
 #[test]
 fn a_chained_pipeline_of_sbatch_job_arrays_completes_and_leaves_no_job() {
-    if !slurm_is_up("sbatch chain") {
-        return;
-    }
+    needs_slurm("sbatch chain");
     let dir = TestDir::new();
     dir.write("p.toml", &cluster_pipeline("sbatch", "sb", ""));
     run_ok(&mut cluster_driver(&dir, "p.toml"));
@@ -147,9 +144,7 @@ fn a_chained_pipeline_of_sbatch_job_arrays_completes_and_leaves_no_job() {
 
 #[test]
 fn pending_jobs_keep_their_slots_and_a_pending_job_cancelled_is_replaced() {
-    if !slurm_is_up("pending jobs") {
-        return;
-    }
+    needs_slurm("pending jobs");
     let dir = TestDir::new();
     dir.write("p.toml", &cluster_pipeline("sbatch", "held", "\"--hold\""));
     let driver = ChildGuard::spawn(&mut cluster_driver(&dir, "p.toml"));
@@ -178,9 +173,7 @@ fn pending_jobs_keep_their_slots_and_a_pending_job_cancelled_is_replaced() {
 
 #[test]
 fn stopping_the_driver_cancels_every_job_it_submitted() {
-    if !slurm_is_up("driver stop") {
-        return;
-    }
+    needs_slurm("driver stop");
     let dir = TestDir::new();
     dir.write("p.toml", &cluster_pipeline("sbatch", "stop", "\"--hold\""));
     let driver = ChildGuard::spawn(&mut cluster_driver(&dir, "p.toml"));
@@ -197,9 +190,7 @@ fn stopping_the_driver_cancels_every_job_it_submitted() {
 
 #[test]
 fn the_same_pipeline_runs_through_the_lsf_stand_in() {
-    if !slurm_is_up("bsub chain") {
-        return;
-    }
+    needs_slurm("bsub chain");
     let dir = TestDir::new();
     dir.write("p.toml", &cluster_pipeline("bsub", "lsf", ""));
     let mut driver = cluster_driver(&dir, "p.toml");
@@ -215,9 +206,7 @@ fn the_same_pipeline_runs_through_the_lsf_stand_in() {
 
 #[test]
 fn the_driver_itself_runs_as_a_batch_job() {
-    if !slurm_is_up("driver.sbatch") {
-        return;
-    }
+    needs_slurm("driver.sbatch");
     let dir = TestDir::new();
     dir.write("p.toml", &cluster_pipeline("sbatch", "drv", ""));
     let template =
@@ -287,36 +276,8 @@ impl Drop for JobGuard {
 }
 
 #[test]
-fn a_pipeline_runs_through_slurmrestd() {
-    if !slurm_is_up("slurmrestd chain") {
-        return;
-    }
-    let url = std::env::var("SLURMRESTD_URL").unwrap_or_else(|_| "http://127.0.0.1:6820".into());
-    let address = url.trim_start_matches("http://").to_string();
-    if std::net::TcpStream::connect(&address).is_err() {
-        assert!(
-            std::env::var_os("CI").is_none(),
-            "no slurmrestd at {url}, and CI is set"
-        );
-        eprintln!("\n!!! SKIPPED slurmrestd chain: no slurmrestd at {url} (DAISY_SLURM_RESTD=1 ci/slurm/start-local-slurm.sh) !!!\n");
-        return;
-    }
-    let token = run_ok(Command::new("scontrol").args(["token", "lifespan=600"]));
-    let jwt = token.trim().trim_start_matches("SLURM_JWT=").to_string();
-    let dir = TestDir::new();
-    dir.write("p.toml", &cluster_pipeline("slurmrestd", "rest", ""));
-    let mut driver = cluster_driver(&dir, "p.toml");
-    driver.env("SLURM_JWT", jwt).env("SLURMRESTD_URL", &url);
-    run_ok(&mut driver);
-    assert_eq!(ran(&dir).len(), 24);
-    wait_until_gone(&job_ids(&dir.join("daisy_run/rest")));
-}
-
-#[test]
 fn a_worker_job_killed_while_running_loses_no_block() {
-    if !slurm_is_up("killed worker job") {
-        return;
-    }
+    needs_slurm("killed worker job");
     let dir = TestDir::new();
     let pipeline = cluster_pipeline("sbatch", "kill", "").replace("sleep 0.1", "sleep 1");
     dir.write("p.toml", &pipeline);
@@ -343,4 +304,33 @@ fn a_worker_job_killed_while_running_loses_no_block() {
         .any(|e| e["event"] == "worker_gone" && e["clean"] == false);
     assert!(lost, "the killed worker was seen lost");
     wait_until_gone(&job_ids(&run_dir));
+}
+
+/// Through slurmrestd, which `ci/test.sh` checks for apart from SLURM.
+mod slurmrestd {
+    use super::*;
+
+    #[test]
+    fn a_pipeline_runs_through_slurmrestd() {
+        needs_slurm("slurmrestd chain");
+        let url =
+            std::env::var("SLURMRESTD_URL").unwrap_or_else(|_| "http://127.0.0.1:6820".into());
+        let address = url.trim_start_matches("http://").to_string();
+        if std::net::TcpStream::connect(&address).is_err() {
+            missing(
+                "slurmrestd chain",
+                &format!("no slurmrestd at {url}"),
+                "start one with `DAISY_SLURM_RESTD=1 bash ci/slurm/start-local-slurm.sh`, or set SLURMRESTD_URL",
+            );
+        }
+        let token = run_ok(Command::new("scontrol").args(["token", "lifespan=600"]));
+        let jwt = token.trim().trim_start_matches("SLURM_JWT=").to_string();
+        let dir = TestDir::new();
+        dir.write("p.toml", &cluster_pipeline("slurmrestd", "rest", ""));
+        let mut driver = cluster_driver(&dir, "p.toml");
+        driver.env("SLURM_JWT", jwt).env("SLURMRESTD_URL", &url);
+        run_ok(&mut driver);
+        assert_eq!(ran(&dir).len(), 24);
+        wait_until_gone(&job_ids(&dir.join("daisy_run/rest")));
+    }
 }

@@ -1,9 +1,9 @@
 //! `plan` shows the job scripts a run submits, byte for byte: plan a
 //! pipeline, run it on the real SLURM (and through the LSF stand-in), and
 //! compare the scripts the run kept beside its logs with what plan
-//! printed. Skipped loudly without a SLURM (failing when `CI` is set).
+//! printed. Fails without a SLURM (`ci/test.sh` leaves it out then).
 
-use crate::cluster::{cluster_driver, lsf_standin_env, slurm_is_up};
+use crate::cluster::{cluster_driver, lsf_standin_env, needs_slurm};
 use crate::util::*;
 use std::process::Command;
 
@@ -95,9 +95,7 @@ fn plan_then_run(dir: &TestDir, prefix: &str, environment: &[(String, String)]) 
 
 #[test]
 fn plan_prints_the_sbatch_scripts_a_run_submits_byte_for_byte() {
-    if !slurm_is_up("plan sbatch scripts") {
-        return;
-    }
+    needs_slurm("plan sbatch scripts");
     let dir = TestDir::new();
     dir.write("p.toml", &pipeline("sbatch", "plansb"));
     plan_then_run(&dir, "plansb", &[]);
@@ -105,9 +103,7 @@ fn plan_prints_the_sbatch_scripts_a_run_submits_byte_for_byte() {
 
 #[test]
 fn plan_prints_the_bsub_scripts_a_run_submits_byte_for_byte() {
-    if !slurm_is_up("plan bsub scripts") {
-        return;
-    }
+    needs_slurm("plan bsub scripts");
     let dir = TestDir::new();
     dir.write("p.toml", &pipeline("bsub", "planlsf"));
     plan_then_run(&dir, "planlsf", &lsf_standin_env(&dir));

@@ -3,15 +3,12 @@
 //! rendered in headless Chromium (no console errors, one row per worker)
 //! and a screenshot of it is kept under `target/test-artifacts/`.
 //!
-//! Without Chromium the browser tests are skipped with a loud notice;
-//! with `CI` set they fail instead (`.ci/run` installs Chromium).
+//! The browser tests (`report::chromium`) fail without Chromium;
+//! `ci/test.sh` leaves them out then (`.ci/run` installs Chromium).
 
 use crate::util::*;
 use std::collections::BTreeSet;
-use std::os::unix::process::CommandExt as _;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
 
 /// `paint`: 6 × 6 blocks, blocks 4 and 12 (grid (1, 1) and (2, 2)) fail
 /// for good. `smooth` reads 5 voxels around each of its 6 × 6 blocks, so
@@ -145,159 +142,5 @@ fn a_running_run_can_be_reported() {
     driver.wait_for_exit();
 }
 
-/// Chromium for the browser tests: `DAISY_CHROMIUM`, else `chromium` on
-/// PATH. `None` (after a loud notice) if there is none, unless `CI` is set.
-fn chromium() -> Option<PathBuf> {
-    let found = std::env::var_os("DAISY_CHROMIUM")
-        .map(PathBuf::from)
-        .or_else(|| which::which("chromium").ok());
-    if found.is_none() {
-        assert!(
-            std::env::var_os("CI").is_none(),
-            "CI is set but Chromium is missing: apt-get install -y chromium (.ci/run does)"
-        );
-        eprintln!(
-            "\n!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!\n\
-             !! SKIPPED: Chromium not found (apt-get install chromium, or set   !!\n\
-             !! DAISY_CHROMIUM); the report was not checked in a browser.       !!\n\
-             !!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!\n"
-        );
-    }
-    found
-}
-
-/// What a headless Chromium printed.
-struct Rendered {
-    stdout: String,
-    /// Console lines (`...:CONSOLE...] "message", source: ...`): messages
-    /// and uncaught errors of the page.
-    console: Vec<String>,
-}
-
-/// Chromium in its own process group, which is killed when this drops:
-/// Chromium's helper processes must not outlive the test.
-struct ChromiumGroup(Child);
-
-impl Drop for ChromiumGroup {
-    fn drop(&mut self) {
-        let group = nix::unistd::Pid::from_raw(self.0.id() as i32);
-        let _ = nix::sys::signal::killpg(group, nix::sys::signal::Signal::SIGKILL);
-        let _ = self.0.wait();
-    }
-}
-
-/// Runs headless Chromium with `args` (page last) in `dir`, with a fresh
-/// profile and console logging on stderr.
-fn headless(chromium: &Path, dir: &TestDir, args: &[String]) -> Rendered {
-    let profile = tempfile::tempdir().unwrap();
-    let (stdout_path, stderr_path) = (dir.join("chromium.out"), dir.join("chromium.err"));
-    let mut command = Command::new(chromium);
-    command
-        .args(daisy_driver::report::headless_args(profile.path()))
-        .args(["--enable-logging=stderr", "--v=0", "--log-level=0"])
-        .args(args)
-        .stdin(Stdio::null())
-        .stdout(std::fs::File::create(&stdout_path).unwrap())
-        .stderr(std::fs::File::create(&stderr_path).unwrap())
-        .process_group(0);
-    let mut group = ChromiumGroup(command.spawn().expect("starting chromium"));
-    let deadline = Instant::now() + Duration::from_secs(120);
-    let status = loop {
-        if let Some(status) = group.0.try_wait().unwrap() {
-            break status;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "chromium did not finish: {command:?}"
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    };
-    drop(group);
-    let stderr = std::fs::read_to_string(&stderr_path).unwrap_or_default();
-    assert!(status.success(), "{command:?}: {status}\n{stderr}");
-    Rendered {
-        stdout: std::fs::read_to_string(&stdout_path).unwrap_or_default(),
-        console: stderr
-            .lines()
-            .filter(|l| l.contains(":CONSOLE"))
-            .map(String::from)
-            .collect(),
-    }
-}
-
-fn file_url(path: &Path) -> String {
-    format!("file://{}", path.canonicalize().unwrap().display())
-}
-
-/// `target/test-artifacts/`, where screenshots are kept for people.
-fn artifacts() -> PathBuf {
-    let dir = Path::new(env!("CARGO_TARGET_TMPDIR"))
-        .parent()
-        .expect("the target directory")
-        .join("test-artifacts");
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
-}
-
-/// Width and height of a PNG file, checking its signature.
-fn png_size(path: &Path) -> (u32, u32) {
-    let bytes = std::fs::read(path).unwrap();
-    assert!(bytes.len() > 24, "{path:?} is {} bytes", bytes.len());
-    assert_eq!(&bytes[..8], b"\x89PNG\r\n\x1a\n", "{path:?} is not a PNG");
-    let word = |at: usize| u32::from_be_bytes(bytes[at..at + 4].try_into().unwrap());
-    (word(16), word(20))
-}
-
-#[test]
-fn the_console_check_catches_a_script_error() {
-    let Some(chromium) = chromium() else { return };
-    let dir = TestDir::new();
-    let page = dir.write(
-        "broken.html",
-        "<html><body><script>console.error('boom'); null.x;</script></body></html>",
-    );
-    let rendered = headless(&chromium, &dir, &["--dump-dom".into(), file_url(&page)]);
-    assert_eq!(rendered.console.len(), 2, "{:?}", rendered.console);
-}
-
-#[test]
-fn the_report_renders_in_chromium_with_a_row_per_worker() {
-    let Some(chromium) = chromium() else { return };
-    let dir = TestDir::new();
-    let run_dir = failed_run(&dir);
-    report(&dir, &["daisy_run/pictured"]);
-    let page = file_url(&run_dir.join("report.html"));
-
-    let rendered = headless(&chromium, &dir, &["--dump-dom".into(), page.clone()]);
-    assert_eq!(rendered.console, Vec::<String>::new(), "console errors");
-    let rows = rendered.stdout.matches(r#"class="worker-row""#).count();
-    assert_eq!(rows, workers_in(&run_dir), "one row per worker");
-
-    let screenshot = artifacts().join("report.png");
-    let _ = std::fs::remove_file(&screenshot);
-    let args = [
-        format!("--screenshot={}", screenshot.display()),
-        "--window-size=1160,1700".into(),
-        page,
-    ];
-    headless(&chromium, &dir, &args);
-    assert_eq!(png_size(&screenshot), (1160, 1700));
-    let bytes = std::fs::metadata(&screenshot).unwrap().len();
-    assert!(
-        bytes > 20_000,
-        "a blank page compresses to less: {bytes} bytes"
-    );
-    eprintln!("screenshot of the report: {}", screenshot.display());
-
-    // `--format png` renders the one-SVG figure at its own size.
-    let figure = artifacts().join("report-figure.png");
-    let figure_arg = figure.display().to_string();
-    let mut command = dir.driver(&["report", "daisy_run/pictured", "--format", "png"]);
-    command
-        .args(["-o", &figure_arg])
-        .env("DAISY_CHROMIUM", &chromium);
-    run_ok(&mut command);
-    let (width, height) = png_size(&figure);
-    assert_eq!(width, 1100);
-    assert!(height > 800, "the figure holds every chart: {height} px");
-}
+/// The report in a browser.
+mod chromium;

@@ -110,6 +110,16 @@ pub fn worker_program() -> PathBuf {
         .clone()
 }
 
+/// Fails `test` for want of what it needs, saying how to get it. A test
+/// never passes without running: `ci/test.sh` leaves out (and counts as
+/// skipped) the tests whose requirements are missing.
+pub fn missing(test: &str, why: &str, how: &str) -> ! {
+    panic!(
+        "{test}: cannot run: {why}; {how}. (ci/test.sh runs only the tests whose \
+         requirements are met and reports the others as skipped)"
+    );
+}
+
 /// Runs a command to completion and returns its output.
 pub fn run(command: &mut Command) -> Output {
     command

@@ -7,7 +7,7 @@
 //! the last signal: while it is a zombie its pid, which is the group id,
 //! cannot be reused, so the signal cannot reach an unrelated group.
 
-use super::{StderrTail, SECRET_ENV};
+use super::{watcher, StderrTail, DEFAULT_GRACE, SECRET_ENV};
 use nix::errno::Errno;
 use nix::sys::prctl;
 use nix::sys::signal::{killpg, Signal};
@@ -15,6 +15,7 @@ use nix::sys::wait::{waitid, Id, WaitPidFlag, WaitStatus};
 use nix::unistd::{getpid, getppid, Pid};
 use std::collections::{BTreeMap, BTreeSet};
 use std::io;
+use std::os::fd::RawFd;
 use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::process::{Child, ChildStdin, ChildStdout, Command, ExitStatus, Stdio};
 use std::sync::Mutex;
@@ -77,10 +78,27 @@ pub(super) fn user_command(
         .envs(env);
     cmd.stdin(Stdio::null()).process_group(0);
     let parent = getpid();
-    // SAFETY: die_with_parent makes only async-signal-safe calls (prctl,
-    // getppid) and does not allocate, as required between fork and exec.
-    unsafe { cmd.pre_exec(move || die_with_parent(parent)) };
+    let watcher = watcher::socket(DEFAULT_GRACE);
+    // SAFETY: both calls make only async-signal-safe calls (prctl,
+    // getppid, getpid, send) and do not allocate, as required between
+    // fork and exec.
+    unsafe {
+        cmd.pre_exec(move || {
+            die_with_parent(parent)?;
+            announce_self(watcher);
+            Ok(())
+        })
+    };
     cmd
+}
+
+/// Tells the watcher about the new group before any user code runs in it.
+/// Without a watcher, or with a dead one, the process still runs:
+/// PR_SET_PDEATHSIG and the worker's own cleanup remain.
+fn announce_self(watcher: Option<RawFd>) {
+    if let Some(socket) = watcher {
+        let _ = watcher::announce(socket, b'+', getpid().as_raw());
+    }
 }
 
 /// Asks the kernel for SIGKILL when our parent ends. PR_SET_PDEATHSIG is
@@ -181,6 +199,11 @@ impl GroupChild {
         }
         // ESRCH (nothing left) is the usual, fine outcome.
         let _ = killpg(self.pgid, Signal::SIGKILL);
+        // Withdrawn while the unreaped leader still reserves the id: once
+        // reaped, a new group may announce the same id.
+        if let Some(socket) = watcher::socket(DEFAULT_GRACE) {
+            let _ = watcher::announce(socket, b'-', self.pgid.as_raw());
+        }
         let mut live = live_groups();
         let status = self.child.wait()?;
         live.remove(&self.pgid.as_raw());

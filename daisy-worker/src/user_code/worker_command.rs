@@ -418,13 +418,17 @@ for line in sys.stdin:
         ["python3", "-u", "-c", script].map(String::from).to_vec()
     }
 
+    /// With the default grace: a process that exits by itself (its stdin
+    /// closed) gets all of it, however loaded the machine is.
     fn start(dir: &Path, script: &str) -> WorkerCommand {
         let env = BTreeMap::from([("FOO".to_string(), "bar".to_string())]);
         let log = BlockLog::in_dir(&dir.join("logs"), "worker");
-        WorkerCommand::start("predict", &python(script), &env, &log)
-            .unwrap()
-            .with_grace(Duration::from_millis(200))
+        WorkerCommand::start("predict", &python(script), &env, &log).unwrap()
     }
+
+    /// For a process that ignores SIGTERM and its stdin closing: it is
+    /// killed when the grace ends, so a short one only saves time.
+    const SHORT_GRACE: Duration = Duration::from_millis(200);
 
     fn read_log(dir: &Path, suffix: &str) -> String {
         fs::read_to_string(dir.join("logs").join(format!("worker.{suffix}"))).unwrap()
@@ -555,7 +559,7 @@ signal.pause()
 "#,
             pid_file.display()
         );
-        let mut worker = start(dir.path(), &script);
+        let mut worker = start(dir.path(), &script).with_grace(SHORT_GRACE);
         // The timeout is for the block, not for Python's start on a busy
         // machine: wait until the script got as far as the block.
         let started = Instant::now();
@@ -587,7 +591,7 @@ signal.pause()
     #[test]
     fn finish_kills_a_worker_command_that_does_not_exit() {
         let dir = tempfile::tempdir().unwrap();
-        let worker = start(dir.path(), "import time; time.sleep(60)");
+        let worker = start(dir.path(), "import time; time.sleep(60)").with_grace(SHORT_GRACE);
         let status = worker.finish().unwrap();
         assert_eq!(describe(status), "killed by SIGKILL");
     }

@@ -381,13 +381,15 @@ fn scontrol_showing_a_job_active_keeps_it() {
 #[test]
 fn a_failing_squeue_declares_nothing_and_backs_off() {
     let fake = Fake::new();
-    let mut launcher = started(&fake).with_poll_interval(Duration::from_millis(200));
+    // Long enough that no pause of a loaded machine between two polls
+    // passes for the back-off.
+    let mut launcher = started(&fake).with_poll_interval(Duration::from_secs(2));
     let busy = "slurm_load_jobs error: Unable to contact slurm controller (connect failure)\n";
     fake.answer("squeue", None, "", busy, 1);
     assert!(launcher.poll_ended().is_empty());
     assert!(launcher.poll_ended().is_empty());
     assert_eq!(launcher.calls().squeue, 1, "the second poll waits");
-    std::thread::sleep(Duration::from_millis(250));
+    std::thread::sleep(Duration::from_millis(2100));
     launcher.poll_ended();
     assert_eq!(launcher.calls().squeue, 2);
     launcher.poll_ended();

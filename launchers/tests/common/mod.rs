@@ -1,5 +1,5 @@
 //! What the cluster launcher tests (SLURM, the LSF stand-in, slurmrestd)
-//! share: skipping without a cluster, cancelling every job a test submits,
+//! share: failing clearly without a cluster, cancelling every job a test submits,
 //! requests for small shell "workers", and waiting for job ends.
 //!
 //! Each test binary uses part of this module.
@@ -18,31 +18,30 @@ pub const SECRET: &str = "daisy-test-token-9f2c41";
 /// The longest a test waits for the scheduler to start or end jobs.
 pub const WAIT: Duration = Duration::from_secs(90);
 
-/// Without the cluster a test needs: fails under CI (`CI` set), else
-/// prints a loud skip notice; returns `false` either way.
-pub fn skip_or_fail(test: &str, why: &str, how: &str) -> bool {
-    if std::env::var_os("CI").is_some() {
-        panic!("{test}: {why}, and CI is set, so cluster tests may not be skipped; {how}");
-    }
-    // Written to the stderr stream itself: libtest would hide an eprintln!.
-    let notice = format!("\n!!!!!!!! SKIPPED {test}: {why}; {how} !!!!!!!!\n");
-    let _ = std::io::Write::write_all(&mut std::io::stderr(), notice.as_bytes());
-    false
+/// Fails `test` for want of what it needs, saying how to get it. A test
+/// never passes without running: `ci/test.sh` leaves out (and counts as
+/// skipped) the tests whose requirements are missing.
+pub fn missing(test: &str, why: &str, how: &str) -> ! {
+    panic!(
+        "{test}: cannot run: {why}; {how}. (ci/test.sh runs only the tests whose \
+         requirements are met and reports the others as skipped)"
+    );
 }
 
-/// Whether a SLURM cluster answers (else [`skip_or_fail`]).
-pub fn slurm_or_skip(test: &str) -> bool {
+/// Fails `test` unless a SLURM cluster answers.
+pub fn needs_slurm(test: &str) {
     let answers = Command::new("sinfo")
         .arg("-h")
         .output()
         .is_ok_and(|output| output.status.success());
-    answers
-        || skip_or_fail(
+    if !answers {
+        missing(
             test,
             "no SLURM: `sinfo -h` is missing or fails",
             "start one with `bash ci/slurm/start-local-slurm.sh` (as root), \
              then `source /tmp/daisy-slurm/env.sh` if /etc/slurm/slurm.conf is not linked",
-        )
+        );
+    }
 }
 
 /// Cancels the arrays of every job it was given when dropped, so a failing

@@ -1,0 +1,119 @@
+#!/usr/bin/env bash
+# The test suite, in stages. Some tests need something from outside the
+# repository: a SLURM cluster, slurmrestd, Chromium, daisy 2.0.0 in a Python,
+# root with iproute2. Run on their own without it, such a test fails, saying
+# what it needs; it never passes without running. This script finds out what
+# is here, leaves out the tests whose requirements are missing (nextest
+# counts them as skipped in its own summary) and names them loudly. With CI
+# set, a missing requirement fails the run instead.
+#
+#   bash ci/test.sh [nextest run options...]    e.g. --no-fail-fast
+#
+# Requirements and where they come from:
+#   SLURM         `sinfo -h` answers (and python3, for the LSF stand-in)
+#   slurmrestd    SLURMRESTD_URL (default http://127.0.0.1:6820) accepts connections
+#   Chromium      DAISY_CHROMIUM, else `chromium` on PATH
+#   daisy2        DAISY2_PYTHON: a Python in which `import daisy` is 2.0.0
+#   netns         root, and `ip netns` (iproute2)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+REQUIREMENTS=(SLURM slurmrestd Chromium daisy2 netns)
+# The tests of each requirement, as nextest filtersets (by test binary or
+# module: a new test in one of these modules is covered without a change).
+E2E='binary_id(daisy-driver::e2e)'
+declare -A TESTS=(
+  [SLURM]="binary_id(launchers::slurm) | binary_id(launchers::lsf) | ($E2E & test(/^(cluster|plan_cluster|preemption::slurm)::/))"
+  [slurmrestd]="binary_id(launchers::slurmrestd) | ($E2E & test(/^cluster::slurmrestd::/))"
+  [Chromium]="$E2E & test(/^report::chromium::/)"
+  [daisy2]="$E2E & test(/^daisy2_compat::/)"
+  [netns]="$E2E & test(/^netns::/)"
+)
+declare -A HOW=(
+  [SLURM]="start one as root: DAISY_SLURM_RESTD=1 bash ci/slurm/start-local-slurm.sh; source /tmp/daisy-slurm/env.sh"
+  [slurmrestd]="start SLURM with DAISY_SLURM_RESTD=1 (above), or set SLURMRESTD_URL"
+  [Chromium]="apt-get install chromium, or set DAISY_CHROMIUM"
+  [daisy2]="set DAISY2_PYTHON to a Python with daisy==2.0.0 from PyPI installed"
+  [netns]="run as root with iproute2 installed"
+)
+
+have_slurm() {
+  sinfo -h >/dev/null 2>&1 && command -v python3 >/dev/null
+}
+
+have_slurmrestd() {
+  local address=${SLURMRESTD_URL:-http://127.0.0.1:6820}
+  address=${address#http://}
+  address=${address%%/*}
+  timeout 2 bash -c "exec 3<>/dev/tcp/${address%:*}/${address##*:}" 2>/dev/null
+}
+
+have_chromium() {
+  [ -n "${DAISY_CHROMIUM:-}" ] || command -v chromium >/dev/null
+}
+
+have_daisy2() {
+  [ -n "${DAISY2_PYTHON:-}" ] &&
+    "$DAISY2_PYTHON" -c 'import importlib.metadata as m; assert m.version("daisy") == "2.0.0"' \
+      2>/dev/null
+}
+
+have_netns() {
+  [ "$(id -u)" = 0 ] && ip netns list >/dev/null 2>&1
+}
+
+# Sets MISSING to the requirements that are not met and have tests.
+MISSING=()
+check_requirements() {
+  local requirement
+  for requirement in "${REQUIREMENTS[@]}"; do
+    if ! "have_${requirement,,}" && [ -n "$(tests_of "$requirement")" ]; then
+      MISSING+=("$requirement")
+    fi
+  done
+}
+
+tests_of() {
+  cargo nextest list --workspace -E "${TESTS[$1]}" 2>/dev/null | grep -v '^\s*$' || true
+}
+
+# Names what is left out, or fails under CI.
+report_missing() {
+  local requirement verdict="these tests are SKIPPED"
+  [ -n "${CI:-}" ] && verdict="CI is set, so these tests may not be skipped"
+  for requirement in "${MISSING[@]}"; do
+    echo "!!!!!!!! $requirement is missing (${HOW[$requirement]}); $verdict:"
+    tests_of "$requirement" | sed 's/^/!!!!!!!!     /'
+  done
+  if [ -n "${CI:-}" ] && [ "${#MISSING[@]}" -gt 0 ]; then
+    echo "ci/test.sh: missing under CI: ${MISSING[*]}" >&2
+    exit 1
+  fi
+}
+
+# Every Rust test but those of the missing requirements.
+rust_tests() {
+  local excluded=() requirement
+  for requirement in "${MISSING[@]}"; do
+    excluded+=("(${TESTS[$requirement]})")
+  done
+  if [ "${#excluded[@]}" -eq 0 ]; then
+    cargo nextest run --workspace "$@"
+  else
+    local IFS='|'
+    cargo nextest run --workspace -E "not (${excluded[*]})" "$@"
+  fi
+}
+
+echo "== requirements of the tests"
+cargo nextest list --workspace >/dev/null # builds the tests once, up front
+check_requirements
+report_missing
+
+echo "== Rust tests (cargo nextest)"
+status=0
+rust_tests "$@" || status=$?
+if [ "${#MISSING[@]}" -gt 0 ]; then
+  echo "!!!!!!!! SKIPPED, for want of ${MISSING[*]}: see the list above"
+fi
+exit $status
