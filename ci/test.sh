@@ -9,6 +9,13 @@
 #
 #   bash ci/test.sh [nextest run options...]    e.g. --no-fail-fast
 #
+# Stages: the Python package is built and installed into a virtual
+# environment (DAISY_TEST_VENV, default target/python-venv, made if missing,
+# with pytest and daisy 2.0.0 from PyPI, which is also the daisy2 Python
+# unless DAISY2_PYTHON says otherwise); the requirements are checked; the
+# Rust tests run (cargo nextest); the Python tests run (pytest, python/tests,
+# which skip with the reason, or fail under CI, where SLURM is missing).
+#
 # Requirements and where they come from:
 #   SLURM         `sinfo -h` answers (and python3, for the LSF stand-in)
 #   slurmrestd    SLURMRESTD_URL (default http://127.0.0.1:6820) accepts connections
@@ -105,6 +112,18 @@ rust_tests() {
   fi
 }
 
+# Builds the package (maturin, release) and installs it with its test extras.
+python_env() {
+  VENV=${DAISY_TEST_VENV:-target/python-venv}
+  [ -x "$VENV/bin/python" ] || python3 -m venv "$VENV"
+  VENV=$(cd "$VENV" && pwd)
+  "$VENV/bin/python" -m pip install -q --disable-pip-version-check "./python[test]"
+  export DAISY2_PYTHON=${DAISY2_PYTHON:-$VENV/bin/python}
+}
+
+echo "== Python package (maturin) in a virtual environment"
+python_env
+
 echo "== requirements of the tests"
 cargo nextest list --workspace >/dev/null # builds the tests once, up front
 check_requirements
@@ -113,6 +132,10 @@ report_missing
 echo "== Rust tests (cargo nextest)"
 status=0
 rust_tests "$@" || status=$?
+
+echo "== Python tests (pytest)"
+(cd python && "$VENV/bin/python" -m pytest tests -q -rs) || status=$?
+
 if [ "${#MISSING[@]}" -gt 0 ]; then
   echo "!!!!!!!! SKIPPED, for want of ${MISSING[*]}: see the list above"
 fi
