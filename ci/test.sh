@@ -134,7 +134,7 @@ status=0
 rust_tests "$@" || status=$?
 
 echo "== Python tests (pytest)"
-(cd python && "$VENV/bin/python" -m pytest tests -q -rs) || status=$?
+"$VENV/bin/pytest" python/tests -q -rs || status=$?
 
 if [ "${#MISSING[@]}" -gt 0 ]; then
   echo "!!!!!!!! SKIPPED, for want of ${MISSING[*]}: see the list above"

@@ -25,3 +25,8 @@ def nap(block):
 
 def noop(block):
     pass
+
+
+def slow_touch(block):
+    touch(block)
+    time.sleep(0.3)
