@@ -240,11 +240,7 @@ fn command_plan(opts: PlanOpts) -> anyhow::Result<u8> {
     } else {
         print!("{}", plan.render(opts.scripts));
     }
-    Ok(if plan.is_runnable() {
-        0
-    } else {
-        1
-    })
+    Ok(if plan.is_runnable() { 0 } else { 1 })
 }
 
 fn command_run(opts: RunOpts) -> anyhow::Result<u8> {

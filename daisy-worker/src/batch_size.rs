@@ -25,7 +25,10 @@ pub const MAX_AUTO_BATCH: u32 = 256;
 pub enum BatchSize {
     Fixed(u32),
     /// `floor`: a worker command's `1 + prefetch`, never asked below.
-    Auto { next: u32, floor: u32 },
+    Auto {
+        next: u32,
+        floor: u32,
+    },
 }
 
 impl BatchSize {

@@ -110,10 +110,16 @@ impl Runner {
             Self::Embedded(Embedded(code)) => code
                 .run_batch(blocks, &|| drain.may_start_block())
                 .into_iter()
-                .map(|EmbeddedRan { block_id, outcome, took }| {
-                    drain.observe(took);
-                    ran(block_id, outcome, took)
-                })
+                .map(
+                    |EmbeddedRan {
+                         block_id,
+                         outcome,
+                         took,
+                     }| {
+                        drain.observe(took);
+                        ran(block_id, outcome, took)
+                    },
+                )
                 .collect(),
         }
     }

@@ -103,7 +103,11 @@ pub async fn run(
         Ok(runner) => runner,
         Err(reason) => return Err(refuse_code(client, task, reason).await),
     };
-    let batch = client.welcome().code.as_ref().map_or(BatchSize::Fixed(1), batch_size);
+    let batch = client
+        .welcome()
+        .code
+        .as_ref()
+        .map_or(BatchSize::Fixed(1), batch_size);
     let drain = Drain::new(job_end);
     // Blocks of the task other workers ran, until this one has run its own.
     if let Some(seconds) = client.welcome().longest_block_s {
@@ -271,8 +275,12 @@ impl Worker {
             block_id: block_ids.first().copied().unwrap_or_default(),
             reason: e.to_string(),
         })?;
-        self.batch
-            .observe(ran.iter().map(|ran| ran.seconds).reduce(f64::max).map(Duration::from_secs_f64));
+        self.batch.observe(
+            ran.iter()
+                .map(|ran| ran.seconds)
+                .reduce(f64::max)
+                .map(Duration::from_secs_f64),
+        );
         // The runner may have stopped the batch for the walltime: say so
         // before handing blocks back.
         self.drain_if_walltime_short().await?;

@@ -13,9 +13,8 @@ use pyo3::prelude::*;
 /// interpreter's functions for function tasks.
 pub fn register_factory() {
     embedded::register(Box::new(|task_id: &str, code: &TaskCode| {
-        Python::attach(|py| load(py, task_id, code)).map_err(|error| {
-            Python::attach(|py| describe(py, &error))
-        })
+        Python::attach(|py| load(py, task_id, code))
+            .map_err(|error| Python::attach(|py| describe(py, &error)))
     }));
 }
 
@@ -45,8 +44,11 @@ fn load(py: Python<'_>, task_id: &str, code: &TaskCode) -> PyResult<Box<dyn Embe
 /// A Python exception as one message: its type, text and the end of its
 /// traceback, as `daisy_rs._code.describe` formats it.
 pub fn describe(py: Python<'_>, error: &PyErr) -> String {
-    let formatted = py
-        .import("daisy_rs._code")
-        .and_then(|helpers| helpers.getattr("describe")?.call1((error.value(py),))?.extract());
+    let formatted = py.import("daisy_rs._code").and_then(|helpers| {
+        helpers
+            .getattr("describe")?
+            .call1((error.value(py),))?
+            .extract()
+    });
     formatted.unwrap_or_else(|_| error.to_string())
 }

@@ -47,7 +47,9 @@ impl ProcessFunction {
             Ok(None) => Some(Ok(())),
             Ok(Some(message)) => Some(Err(BlockFailure::new(message))),
             Err(error) if error.is_instance_of::<PyKeyboardInterrupt>(py) => None,
-            Err(error) => Some(Err(BlockFailure::new(crate::functions::describe(py, &error)))),
+            Err(error) => Some(Err(BlockFailure::new(crate::functions::describe(
+                py, &error,
+            )))),
         }
     }
 

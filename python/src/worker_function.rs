@@ -25,7 +25,10 @@ const FINISH_GRACE: Duration = Duration::from_secs(5);
 
 /// What the function's thread tells the worker.
 enum Report {
-    Released { block_id: u64, error: Option<String> },
+    Released {
+        block_id: u64,
+        error: Option<String>,
+    },
     /// The function returned (`None`) or raised (the message).
     Ended(Option<String>),
 }
@@ -149,7 +152,9 @@ impl EmbeddedCode for WorkerFunction {
                     }
                 }
                 Err(failure) => {
-                    let failed = todo.drain(..).map(|b| failed(b.block_id, &failure, Instant::now()));
+                    let failed = todo
+                        .drain(..)
+                        .map(|b| failed(b.block_id, &failure, Instant::now()));
                     done.extend(failed);
                 }
             }
@@ -204,11 +209,18 @@ fn feed_ahead(
         match running.reports.recv() {
             Ok(Report::Released { block_id, error }) => {
                 let Some(started) = fed.remove(&block_id) else {
-                    tracing::warn!(block_id, "the worker function released a block it was not given");
+                    tracing::warn!(
+                        block_id,
+                        "the worker function released a block it was not given"
+                    );
                     continue;
                 };
                 let outcome = error.map_or(Ok(()), |e| Err(BlockFailure::new(e)));
-                done.push(EmbeddedRan { block_id, outcome, took: started.elapsed() });
+                done.push(EmbeddedRan {
+                    block_id,
+                    outcome,
+                    took: started.elapsed(),
+                });
             }
             Ok(Report::Ended(error)) => {
                 end_fed(fed, error, done);
@@ -230,7 +242,10 @@ fn end_fed(fed: BTreeMap<u64, Instant>, error: Option<String>, done: &mut Vec<Em
     };
     tracing::warn!("{why}; starting it again for the next block");
     let failure = BlockFailure::new(why);
-    done.extend(fed.into_iter().map(|(id, started)| failed(id, &failure, started)));
+    done.extend(
+        fed.into_iter()
+            .map(|(id, started)| failed(id, &failure, started)),
+    );
 }
 
 fn failed(block_id: u64, failure: &BlockFailure, started: Instant) -> EmbeddedRan {

@@ -18,9 +18,7 @@ use crate::summary::{RunEnd, RunSummary, TaskSummary};
 use anyhow::Context as _;
 use daisy_core::context::{WorkerContext, CONTEXT_ENV};
 use daisy_core::protocol::messages::{InFlightBlock, RunSnapshot, TaskSnapshot, WorkerCounts};
-use daisy_core::protocol::{
-    BlockResult, FromDriver, Hello, Role, ToDriver, Welcome, WireBlock,
-};
+use daisy_core::protocol::{BlockResult, FromDriver, Hello, Role, ToDriver, Welcome, WireBlock};
 use daisy_core::scheduler::Released;
 use daisy_core::{BlockId, BlockOutcome, Scheduler, TaskIdx};
 use launchers::WorkerRequest;
@@ -1115,4 +1113,3 @@ fn warn_on_error(result: std::io::Result<()>, events: &EventLog) {
         tracing::warn!("cannot write to {}: {error}", events.path().display());
     }
 }
-

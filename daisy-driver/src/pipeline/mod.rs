@@ -398,6 +398,7 @@ pub(super) mod tests {
             prefetch: 2,
             command: UserCommand::Worker(vec!["python".into(), "predict.py".into()]),
             env: BTreeMap::from([("OMP_NUM_THREADS".to_string(), "4".to_string())]),
+            worker_program: None,
             launcher: LauncherConfig {
                 partition: Some("gpu-long".into()),
                 time: Some("08:00:00".into()),
@@ -413,7 +414,7 @@ pub(super) mod tests {
         let problems = problems(&format!("name = \"m\"\n{}", task("t", fields)));
         assert_has(
             &problems,
-            r#"task "t": batch_size = 0 is not a whole number from 1 to 1024"#,
+            r#"task "t": batch_size = 0 is not a whole number from 1 to 1024, nor "auto""#,
         );
         assert_has(
             &problems,

@@ -16,8 +16,8 @@ use super::{
     DEFAULT_MAX_WORKER_RESTARTS, MAX_BATCH_SIZE, MAX_PREFETCH,
 };
 use daisy_core::coordinate::MAX_DIMS;
-use daisy_core::protocol::{CodeKind, FunctionCode, FunctionSource};
 use daisy_core::geometry::geometry_problems;
+use daisy_core::protocol::{CodeKind, FunctionCode, FunctionSource};
 use daisy_core::{Fit, Roi, TaskSpec};
 use serde_json::Value;
 use std::collections::{BTreeMap, BTreeSet};
@@ -354,7 +354,9 @@ impl Launch {
             idle_timeout: self.idle_timeout,
             batch_size: self.batch_size,
             prefetch: self.prefetch,
-            worker_program: self.worker_program.or_else(|| default_worker_program(&self.command)),
+            worker_program: self
+                .worker_program
+                .or_else(|| default_worker_program(&self.command)),
             command: self.command,
             env: self.env,
             launcher: self.launcher,
@@ -437,7 +439,10 @@ fn function_source(value: &Value) -> Result<FunctionSource, String> {
         return Ok(FunctionSource::Reference(reference.to_string()));
     }
     let pickle = value.as_object().filter(|table| table.len() == 1);
-    match pickle.and_then(|table| table.get("pickle")).and_then(Value::as_str) {
+    match pickle
+        .and_then(|table| table.get("pickle"))
+        .and_then(Value::as_str)
+    {
         Some(path) if !path.is_empty() => Ok(FunctionSource::Pickle(path.to_string())),
         _ => Err("is not \"module:function\" nor { pickle = \"path\" }".into()),
     }
@@ -637,29 +642,94 @@ mod tests {
                 "[[task]] #1: missing required field \"read_roi\"",
                 "[[task]] #1: missing required field \"write_roi\"",
                 "[[task]] #1: fit = 3 is not one of valid, overhang, shrink",
-                "[[task]] #1: missing required field \"command\" or \"block_command\"",
+                "[[task]] #1: missing required field \"command\" or \"block_command\" \
+                 (or \"process_function\" or \"worker_function\")",
             ]
         );
     }
 
     #[test]
-    fn commands_are_one_of_two_and_not_empty() {
+    fn commands_are_one_of_four_and_not_empty() {
         let both = task("t", "block_command = [\"x\"]");
         let neither = task("u", "").replace("command = [\"true\"]", "");
         let empty = task("v", "").replace("[\"true\"]", "[]");
         let no_program = task("w", "").replace("[\"true\"]", "[\"\", \"x\"]");
         let found = problems(&format!("name = \"p\"\n{both}{neither}{empty}{no_program}"));
         let both_message = "command and block_command are both given; a task runs either a \
-                            long-running worker (command) or a process per block (block_command)";
+                            long-running worker (command), a process per block (block_command) \
+                            or a Python function (process_function, worker_function)";
         assert_eq!(
             found,
             [
                 format!("task \"t\": {both_message}"),
-                "task \"u\": missing required field \"command\" or \"block_command\"".into(),
+                "task \"u\": missing required field \"command\" or \"block_command\" \
+                 (or \"process_function\" or \"worker_function\")"
+                    .into(),
                 "task \"v\": command = [] must not be empty".into(),
                 "task \"w\": command = [\"\",\"x\"] has an empty program name".into(),
             ]
         );
+    }
+
+    #[test]
+    fn python_functions_are_references_or_pickles_and_run_in_a_python_worker() {
+        let function = |id: &str, line: &str| task(id, line).replace("command = [\"true\"]\n", "");
+        let text = format!(
+            "name = \"p\"\n{}{}",
+            function(
+                "f",
+                "process_function = \"seg.blocks:process\"\npython_path = [\"/src\"]"
+            ),
+            function(
+                "w",
+                "worker_function = { pickle = \"/runs/w.pickle\" }\nbatch_size = 4"
+            ),
+        );
+        let pipeline = Pipeline::from_str(&text, Path::new("p.toml")).unwrap();
+        let code = pipeline.tasks[0].task_code();
+        assert_eq!(code.kind, CodeKind::ProcessFunction);
+        let expected = FunctionCode {
+            source: FunctionSource::Reference("seg.blocks:process".into()),
+            search_path: vec!["/src".into()],
+        };
+        assert_eq!(code.function, Some(expected));
+        assert_eq!(code.batch_size, 0, "auto unless the task says otherwise");
+        let python = ["python3", "-m", "daisy_rs.worker"]
+            .map(String::from)
+            .to_vec();
+        assert_eq!(pipeline.tasks[0].worker_program, Some(python));
+        let worker = pipeline.tasks[1].task_code();
+        assert_eq!(worker.kind, CodeKind::WorkerFunction);
+        assert_eq!(worker.batch_size, 4);
+        let pickle = FunctionSource::Pickle("/runs/w.pickle".into());
+        assert_eq!(worker.function.map(|f| f.source), Some(pickle));
+    }
+
+    #[test]
+    fn function_references_batch_sizes_and_worker_programs_are_checked() {
+        let function = |id: &str, line: &str| task(id, line).replace("command = [\"true\"]\n", "");
+        let text = format!(
+            "name = \"p\"\n{}{}{}{}",
+            function("a", "process_function = \"no_colon\""),
+            function("b", "worker_function = { path = \"x\" }"),
+            task("c", "batch_size = \"many\""),
+            task("d", "worker_program = []"),
+        );
+        let found = problems(&text);
+        let not_a_function = "is not \"module:function\" nor { pickle = \"path\" }";
+        assert_has(
+            &found,
+            &format!("task \"a\": process_function = \"no_colon\" {not_a_function}"),
+        );
+        assert_has(
+            &found,
+            &format!("task \"b\": worker_function = {{\"path\":\"x\"}} {not_a_function}"),
+        );
+        assert_has(
+            &found,
+            "task \"c\": batch_size = \"many\" is not a whole number from 1 to 1024, nor \"auto\"",
+        );
+        assert_has(&found, "task \"d\": worker_program = [] must not be empty");
     }
 
     #[test]
