@@ -88,6 +88,11 @@ impl Runner {
             CodeKind::ProcessFunction | CodeKind::WorkerFunction => {
                 Self::Embedded(Embedded(embedded::code_for(task_id, code)?))
             }
+            CodeKind::Unknown => {
+                return Err("the driver sent a kind of code this worker does not know: \
+                            a newer daisy-worker is needed"
+                    .into())
+            }
         })
     }
 

@@ -57,6 +57,10 @@ pub enum CodeKind {
     /// `function` is called once, takes no argument, and loops over its
     /// own client's blocks in the worker's process; `argv` is empty.
     WorkerFunction,
+    /// A kind a later driver added: this worker cannot run it, and says so
+    /// (`cannot_serve`) instead of failing to read the Welcome.
+    #[serde(other)]
+    Unknown,
 }
 
 impl CodeKind {
