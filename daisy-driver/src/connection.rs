@@ -132,7 +132,13 @@ fn outbox() -> (Outbox, Inbox) {
         messages: sender,
         overflowed: overflowed.clone(),
     };
-    (outbox, Inbox { messages, overflowed })
+    (
+        outbox,
+        Inbox {
+            messages,
+            overflowed,
+        },
+    )
 }
 
 /// Serves one accepted connection until it ends. `unwelcomed` is its
@@ -157,7 +163,7 @@ pub async fn serve(
         Err(reason) => return refuse(&mut writer, peer, reason, &events).await,
     };
     let (clean, why) = match write_frame(&mut writer, &FromDriver::Welcome(welcome)).await {
-        Ok(()) => welcomed(conn, settings, &events, (reader, writer), inbox).await,
+        Ok(()) => welcomed((conn, peer), settings, &events, (reader, writer), inbox).await,
         Err(error) => (false, error.to_string()),
     };
     let _ = events.send(ConnEvent::Closed { conn, clean, why });
@@ -203,7 +209,7 @@ pub fn turn_away(
 
 /// Runs a welcomed connection until it ends; returns (clean, why).
 async fn welcomed(
-    conn: ConnId,
+    (conn, peer): (ConnId, SocketAddr),
     settings: Arc<ConnSettings>,
     events: &mpsc::UnboundedSender<ConnEvent>,
     (read_half, writer): (BufferedRead, OwnedWriteHalf),
@@ -220,6 +226,7 @@ async fn welcomed(
     };
     let reader = tokio::spawn(reader.run(read_half));
     let link = Link {
+        peer,
         settings,
         writer,
         notes,
@@ -357,6 +364,7 @@ impl Reader {
 /// The writing side of a welcomed connection: the run loop's messages,
 /// heartbeats, and the reader's complaints.
 struct Link {
+    peer: SocketAddr,
     settings: Arc<ConnSettings>,
     writer: OwnedWriteHalf,
     notes: mpsc::UnboundedReceiver<Note>,
@@ -389,7 +397,7 @@ impl Link {
                         return (false, why);
                     }
                 }
-                () = self.inbox.overflowed.notified() => return (false, unread()),
+                () = self.inbox.overflowed.notified() => return (false, self.unread()),
                 _ = heartbeat.tick() => {
                     let silent = self.heard.silent_for();
                     if silent > silence_limit {
@@ -412,9 +420,9 @@ impl Link {
             written = write => match written {
                 Ok(Ok(())) => Ok(()),
                 Ok(Err(error)) => Err(error.to_string()),
-                Err(_) => Err(format!("the peer read nothing for {limit:?}")),
+                Err(_) => Err(self.disconnect(format!("the peer read nothing for {limit:?}"))),
             },
-            () = self.inbox.overflowed.notified() => Err(unread()),
+            () = self.inbox.overflowed.notified() => Err(self.unread()),
         }
     }
 
@@ -435,9 +443,19 @@ impl Link {
     }
 }
 
-/// Why a peer whose outbox overflowed was disconnected.
-fn unread() -> String {
-    format!("the peer does not read: {OUTBOX_CAPACITY} messages for it were waiting")
+impl Link {
+    /// Why a peer whose outbox overflowed is disconnected.
+    fn unread(&self) -> String {
+        let why = format!("the peer does not read: {OUTBOX_CAPACITY} messages for it were waiting");
+        self.disconnect(why)
+    }
+
+    /// Says why the driver ends this connection (the run loop records
+    /// only workers' ends); returns why.
+    fn disconnect(&self, why: String) -> String {
+        tracing::warn!(peer = %self.peer, "disconnected: {why}");
+        why
+    }
 }
 
 #[cfg(test)]

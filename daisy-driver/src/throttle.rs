@@ -89,7 +89,11 @@ mod tests {
         let start = Instant::now();
         let said: Vec<bool> = (0..5).map(|_| throttle.admit(start)).collect();
         assert_eq!(said, [true, true, false, false, false]);
-        assert_eq!(throttle.take_unsaid(start + WINDOW / 2), None, "not over yet");
+        assert_eq!(
+            throttle.take_unsaid(start + WINDOW / 2),
+            None,
+            "not over yet"
+        );
         assert_eq!(throttle.take_unsaid(start + WINDOW), Some(3));
         assert_eq!(throttle.take_unsaid(start + WINDOW * 3), None, "said once");
         assert_eq!(throttle.total(), 5);

@@ -21,8 +21,8 @@ mod tests;
 
 use connection::{Answer, Connection, Liveness};
 use daisy_core::protocol::{
-    read_frame, write_frame, BlockResult, FromDriver, Hello, Role, ToDriver, Welcome, WireBlock,
-    Message, MAX_FRAME_BYTES, PROTOCOL_VERSION,
+    read_frame, write_frame, BlockResult, FromDriver, Hello, Message, Role, ToDriver, Welcome,
+    WireBlock, MAX_FRAME_BYTES, PROTOCOL_VERSION,
 };
 use std::fmt;
 use std::future::Future;

@@ -117,7 +117,10 @@ mod tests {
         );
         let payload = rmp_serde::to_vec_named(&json!({"type": "welcome"})).unwrap();
         let from_driver = decode::<FromDriver>(&payload).unwrap_err().to_string();
-        assert!(from_driver.contains("field `worker_id` missing in welcome"), "{from_driver}");
+        assert!(
+            from_driver.contains("field `worker_id` missing in welcome"),
+            "{from_driver}"
+        );
     }
 
     #[test]

@@ -184,6 +184,10 @@ mod tests {
         };
         let result = read_frame::<_, ToDriver>(&mut reader, 16 << 20).await;
         assert!(matches!(result, Err(FrameError::Truncated)), "{result:?}");
-        assert!(reader.most_room < 4096, "room for {} bytes", reader.most_room);
+        assert!(
+            reader.most_room < 4096,
+            "room for {} bytes",
+            reader.most_room
+        );
     }
 }

@@ -32,8 +32,9 @@ pub fn oversized_name(hello: &Hello) -> Option<String> {
     ];
     names.into_iter().find_map(|(field, value)| {
         let len = value.map_or(0, String::len);
-        (len > MAX_NAME_BYTES)
-            .then(|| format!("`{field}` of {len} bytes exceeds the limit of {MAX_NAME_BYTES} bytes"))
+        (len > MAX_NAME_BYTES).then(|| {
+            format!("`{field}` of {len} bytes exceeds the limit of {MAX_NAME_BYTES} bytes")
+        })
     })
 }
 

@@ -340,7 +340,10 @@ mod tests {
         let ToDriver::Hello(hello) = message else {
             panic!("not a hello: {message:?}");
         };
-        assert_eq!((hello.role, hello.host.as_str(), hello.pid), (Role::Worker, "", 0));
+        assert_eq!(
+            (hello.role, hello.host.as_str(), hello.pid),
+            (Role::Worker, "", 0)
+        );
     }
 
     /// The `type` each message is written with is its kind, and a listed type.

@@ -2,15 +2,14 @@
 //! event. Everything here is synchronous; I/O happens by sending on a
 //! connection's outbox or calling the launcher (which returns at once).
 
+use super::journal::Journal;
 use super::launcher_thread::{LauncherEvent, LauncherThread};
 use super::RunOptions;
 use crate::budget::{worker_demand, Budget};
+use crate::connection::Outbox;
 use crate::connection::{ConnEvent, ConnId};
 use crate::done_marker::DoneMarker;
-use super::journal::Journal;
-use crate::connection::Outbox;
 use crate::events::{Event, EventLog};
-use crate::throttle::Throttle;
 use crate::launch;
 use crate::pipeline::{Pipeline, TaskConfig, UserCommand};
 use crate::progress::{Progress, TaskProgress};
@@ -18,6 +17,7 @@ use crate::recent_rate::RecentRate;
 use crate::run_dir::RunDir;
 use crate::slots::{Gone, SlotId, SlotState, Slots};
 use crate::summary::{RunEnd, RunSummary, TaskSummary};
+use crate::throttle::Throttle;
 use anyhow::Context as _;
 use daisy_core::context::{WorkerContext, CONTEXT_ENV};
 use daisy_core::protocol::messages::{InFlightBlock, RunSnapshot, TaskSnapshot, WorkerCounts};
@@ -291,11 +291,7 @@ impl Driver {
         }
     }
 
-    fn welcome_observer(
-        &mut self,
-        conn: ConnId,
-        outbox: Outbox,
-    ) -> Welcome {
+    fn welcome_observer(&mut self, conn: ConnId, outbox: Outbox) -> Welcome {
         let observer = Conn {
             outbox,
             role: Role::Observer,
