@@ -70,10 +70,10 @@ struct Conn {
 }
 
 impl Conn {
+    /// A connection that is ending, or whose peer does not read, sends
+    /// nothing more; its Closed event follows and cleans up.
     fn send(&self, message: FromDriver) {
-        // A closed outbox means the connection is ending; its Closed event
-        // follows and cleans up.
-        let _ = self.outbox.send(message);
+        self.outbox.send(message);
     }
 }
 
