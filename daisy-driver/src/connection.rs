@@ -9,11 +9,19 @@
 //! tick also checks when the reader last heard from the peer, so a silent
 //! peer is noticed even while nothing else happens. Whatever a peer sends,
 //! the worst outcome is a refusal and a closed connection: errors are
-//! logged with the peer, never bubbled.
+//! reported to the run loop with the peer, never bubbled.
+//!
+//! What a peer can make the driver hold is bounded: before its Hello, a
+//! small first frame and a few seconds, with at most `max_unwelcomed`
+//! such connections at a time (more are turned away at once); after it,
+//! frames of `max_frame` and an outbox of [`OUTBOX_CAPACITY`] messages. A
+//! peer that does not read what it is sent is disconnected when its outbox
+//! is full, or when a write has waited for it as long as silence would.
 
+use daisy_core::protocol::frame::encode;
 use daisy_core::protocol::hello::check_hello;
 use daisy_core::protocol::{
-    read_frame, write_frame, FrameError, FromDriver, Hello, ToDriver, Welcome,
+    read_frame, write_frame, FrameError, FromDriver, Hello, Message, ToDriver, Welcome,
 };
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -22,7 +30,8 @@ use std::time::{Duration, Instant};
 use tokio::io::BufReader;
 use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::net::TcpStream;
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::mpsc::error::TrySendError;
+use tokio::sync::{mpsc, oneshot, Notify, OwnedSemaphorePermit};
 
 pub type ConnId = u64;
 
@@ -33,8 +42,47 @@ pub struct ConnSettings {
     pub heartbeat_interval: Duration,
     pub heartbeat_misses: u32,
     pub max_frame: u32,
+    /// The most bytes of the first frame (the Hello).
+    pub max_hello: u32,
     /// How long a new connection may take to say Hello.
     pub hello_timeout: Duration,
+    /// The most connections that have not been welcomed yet.
+    pub max_unwelcomed: usize,
+}
+
+impl ConnSettings {
+    /// How long the peer may be silent, or leave a write unread, before
+    /// it counts as gone.
+    fn silence_limit(&self) -> Duration {
+        self.heartbeat_interval * self.heartbeat_misses
+    }
+}
+
+/// The most messages waiting to be written to one peer: a peer that asks
+/// and reads has one or two; one that keeps asking and never reads (an
+/// observer wanting snapshots) is disconnected instead of growing it.
+pub const OUTBOX_CAPACITY: usize = 64;
+
+/// The run loop's way to a connection's writer.
+#[derive(Debug, Clone)]
+pub struct Outbox {
+    messages: mpsc::Sender<FromDriver>,
+    /// Told when a message did not fit: the writer then ends the
+    /// connection, since its peer does not read.
+    overflowed: Arc<Notify>,
+}
+
+impl Outbox {
+    /// Queues `message`; if the outbox is full, the connection ends
+    /// instead. Never waits: the run loop must not block on a peer.
+    pub fn send(&self, message: FromDriver) {
+        match self.messages.try_send(message) {
+            Ok(()) => {}
+            Err(TrySendError::Full(_)) => self.overflowed.notify_one(),
+            // The connection is ending; its Closed event follows.
+            Err(TrySendError::Closed(_)) => {}
+        }
+    }
 }
 
 /// What a connection tells the run loop.
@@ -45,7 +93,7 @@ pub enum ConnEvent {
     Hello {
         conn: ConnId,
         hello: Hello,
-        outbox: mpsc::UnboundedSender<FromDriver>,
+        outbox: Outbox,
         reply: oneshot::Sender<Result<Welcome, String>>,
     },
     Message {
@@ -71,47 +119,101 @@ const READ_BUFFER: usize = 8 * 1024;
 
 type BufferedRead = BufReader<OwnedReadHalf>;
 
-/// Serves one accepted connection until it ends.
+/// The receiving end of an [`Outbox`].
+struct Inbox {
+    messages: mpsc::Receiver<FromDriver>,
+    overflowed: Arc<Notify>,
+}
+
+fn outbox() -> (Outbox, Inbox) {
+    let (sender, messages) = mpsc::channel(OUTBOX_CAPACITY);
+    let overflowed = Arc::new(Notify::new());
+    let outbox = Outbox {
+        messages: sender,
+        overflowed: overflowed.clone(),
+    };
+    (
+        outbox,
+        Inbox {
+            messages,
+            overflowed,
+        },
+    )
+}
+
+/// Serves one accepted connection until it ends. `unwelcomed` is its
+/// place among the connections that have not been welcomed yet, given
+/// up once the Hello has been answered.
 pub async fn serve(
     socket: TcpStream,
     peer: SocketAddr,
     conn: ConnId,
     settings: Arc<ConnSettings>,
     events: mpsc::UnboundedSender<ConnEvent>,
+    unwelcomed: OwnedSemaphorePermit,
 ) {
     let _ = socket.set_nodelay(true);
     let (read_half, mut writer) = socket.into_split();
     let mut reader = BufReader::with_capacity(READ_BUFFER, read_half);
-    let (outbox, inbox) = mpsc::unbounded_channel();
-    let welcome = match handshake(&mut reader, conn, &settings, &events, outbox).await {
+    let (outbox, inbox) = outbox();
+    let handshake = handshake(&mut reader, conn, &settings, &events, outbox).await;
+    drop(unwelcomed);
+    let welcome = match handshake {
         Ok(welcome) => welcome,
-        Err(reason) => {
-            tracing::warn!(%peer, "refused: {reason}");
-            let _ = write_frame(
-                &mut writer,
-                &FromDriver::Rejected {
-                    reason: reason.clone(),
-                },
-            )
-            .await;
-            let _ = events.send(ConnEvent::Refused { peer, reason });
-            return;
-        }
+        Err(reason) => return refuse(&mut writer, peer, reason, &events).await,
     };
     let (clean, why) = match write_frame(&mut writer, &FromDriver::Welcome(welcome)).await {
-        Ok(()) => welcomed(conn, settings, &events, (reader, writer), inbox).await,
+        Ok(()) => welcomed((conn, peer), settings, &events, (reader, writer), inbox).await,
         Err(error) => (false, error.to_string()),
     };
     let _ = events.send(ConnEvent::Closed { conn, clean, why });
 }
 
+/// Answers a refused Hello (the run loop logs it) and lets the peer go.
+async fn refuse(
+    writer: &mut OwnedWriteHalf,
+    peer: SocketAddr,
+    reason: String,
+    events: &mpsc::UnboundedSender<ConnEvent>,
+) {
+    let rejected = FromDriver::Rejected {
+        reason: reason.clone(),
+    };
+    // A peer that does not read its refusal is not waited for.
+    let _ = tokio::time::timeout(REFUSAL_WRITE, write_frame(writer, &rejected)).await;
+    let _ = events.send(ConnEvent::Refused { peer, reason });
+}
+
+/// How long a refusal may take to write.
+const REFUSAL_WRITE: Duration = Duration::from_secs(1);
+
+/// Turns away a connection over the `max_unwelcomed` limit at once, with
+/// a reason it gets if it reads (never waiting for it to).
+pub fn turn_away(
+    socket: TcpStream,
+    peer: SocketAddr,
+    max_unwelcomed: usize,
+    events: &mpsc::UnboundedSender<ConnEvent>,
+) {
+    let reason = format!(
+        "too many connections have not said hello yet (the limit is {max_unwelcomed}); \
+         try again later"
+    );
+    if let Ok(frame) = encode(&FromDriver::Rejected {
+        reason: reason.clone(),
+    }) {
+        let _ = socket.try_write(&frame);
+    }
+    let _ = events.send(ConnEvent::Refused { peer, reason });
+}
+
 /// Runs a welcomed connection until it ends; returns (clean, why).
 async fn welcomed(
-    conn: ConnId,
+    (conn, peer): (ConnId, SocketAddr),
     settings: Arc<ConnSettings>,
     events: &mpsc::UnboundedSender<ConnEvent>,
     (read_half, writer): (BufferedRead, OwnedWriteHalf),
-    inbox: mpsc::UnboundedReceiver<FromDriver>,
+    inbox: Inbox,
 ) -> (bool, String) {
     let heard = Arc::new(Heard::new());
     let (notes_tx, notes) = mpsc::unbounded_channel();
@@ -124,6 +226,7 @@ async fn welcomed(
     };
     let reader = tokio::spawn(reader.run(read_half));
     let link = Link {
+        peer,
         settings,
         writer,
         notes,
@@ -141,11 +244,11 @@ async fn handshake(
     conn: ConnId,
     settings: &ConnSettings,
     events: &mpsc::UnboundedSender<ConnEvent>,
-    outbox: mpsc::UnboundedSender<FromDriver>,
+    outbox: Outbox,
 ) -> Result<Welcome, String> {
     let first = tokio::time::timeout(
         settings.hello_timeout,
-        read_frame(reader, settings.max_frame),
+        read_frame(reader, settings.max_hello),
     )
     .await
     .map_err(|_| format!("no Hello within {:?}", settings.hello_timeout))?;
@@ -154,7 +257,7 @@ async fn handshake(
         Ok(other) => {
             return Err(format!(
                 "the first message must be a Hello, not {}",
-                kind(&other)
+                other.kind()
             ))
         }
         Err(error) => return Err(error.to_string()),
@@ -249,7 +352,7 @@ impl Reader {
             message => {
                 let event = ConnEvent::Message {
                     conn: self.conn,
-                    message,
+                    message: message.with_texts_cut(),
                 };
                 let gone = || ended("the driver is shutting down".into(), None);
                 self.events.send(event).map(|()| None).map_err(|_| gone())
@@ -261,10 +364,11 @@ impl Reader {
 /// The writing side of a welcomed connection: the run loop's messages,
 /// heartbeats, and the reader's complaints.
 struct Link {
+    peer: SocketAddr,
     settings: Arc<ConnSettings>,
     writer: OwnedWriteHalf,
     notes: mpsc::UnboundedReceiver<Note>,
-    inbox: mpsc::UnboundedReceiver<FromDriver>,
+    inbox: Inbox,
     heard: Arc<Heard>,
 }
 
@@ -272,7 +376,7 @@ impl Link {
     /// Runs until the connection ends; returns (clean, why).
     async fn run(mut self) -> (bool, String) {
         let mut heartbeat = tokio::time::interval(self.settings.heartbeat_interval);
-        let silence_limit = self.settings.heartbeat_interval * self.settings.heartbeat_misses;
+        let silence_limit = self.settings.silence_limit();
         let mut told_to_stop = false;
         loop {
             tokio::select! {
@@ -284,25 +388,41 @@ impl Link {
                         return (told_to_stop, why);
                     }
                 }
-                out = self.inbox.recv() => {
+                out = self.inbox.messages.recv() => {
                     let Some(message) = out else {
                         return (true, "closed by the driver".to_string());
                     };
                     told_to_stop |= matches!(message, FromDriver::Shutdown { .. });
-                    if let Err(error) = write_frame(&mut self.writer, &message).await {
-                        return (false, error.to_string());
+                    if let Err(why) = self.write(&message).await {
+                        return (false, why);
                     }
                 }
+                () = self.inbox.overflowed.notified() => return (false, self.unread()),
                 _ = heartbeat.tick() => {
                     let silent = self.heard.silent_for();
                     if silent > silence_limit {
                         return (false, format!("no message for {:.1} s", silent.as_secs_f64()));
                     }
-                    if let Err(error) = write_frame(&mut self.writer, &FromDriver::Heartbeat).await {
-                        return (false, error.to_string());
+                    if let Err(why) = self.write(&FromDriver::Heartbeat).await {
+                        return (false, why);
                     }
                 }
             }
+        }
+    }
+
+    /// Writes one message, unless the peer leaves it unread for as long
+    /// as silence would make it gone, or its outbox overflows meanwhile.
+    async fn write(&mut self, message: &FromDriver) -> Result<(), String> {
+        let limit = self.settings.silence_limit();
+        let write = tokio::time::timeout(limit, write_frame(&mut self.writer, message));
+        tokio::select! {
+            written = write => match written {
+                Ok(Ok(())) => Ok(()),
+                Ok(Err(error)) => Err(error.to_string()),
+                Err(_) => Err(self.disconnect(format!("the peer read nothing for {limit:?}"))),
+            },
+            () = self.inbox.overflowed.notified() => Err(self.unread()),
         }
     }
 
@@ -314,23 +434,27 @@ impl Link {
             Some(Note::Complain(reason)) => (Some(reason), None),
             Some(Note::Ended { why, answer }) => (answer, Some(why)),
         };
-        if let Some(reason) = reason {
-            let _ = write_frame(&mut self.writer, &FromDriver::Error { reason }).await;
-        }
-        ended.map_or(Ok(()), Err)
+        let written = match reason {
+            Some(reason) => self.write(&FromDriver::Error { reason }).await,
+            None => Ok(()),
+        };
+        // An ending connection ends for its own reason, written or not.
+        ended.map_or(written, Err)
     }
 }
 
-fn kind(message: &ToDriver) -> &'static str {
-    match message {
-        ToDriver::Hello(_) => "hello",
-        ToDriver::AcquireBlocks { .. } => "acquire_blocks",
-        ToDriver::ReleaseBlocks { .. } => "release_blocks",
-        ToDriver::Heartbeat => "heartbeat",
-        ToDriver::Draining { .. } => "draining",
-        ToDriver::ReturnBlocks { .. } => "return_blocks",
-        ToDriver::CannotServe { .. } => "cannot_serve",
-        ToDriver::GetSnapshot => "get_snapshot",
+impl Link {
+    /// Why a peer whose outbox overflowed is disconnected.
+    fn unread(&self) -> String {
+        let why = format!("the peer does not read: {OUTBOX_CAPACITY} messages for it were waiting");
+        self.disconnect(why)
+    }
+
+    /// Says why the driver ends this connection (the run loop records
+    /// only workers' ends); returns why.
+    fn disconnect(&self, why: String) -> String {
+        tracing::warn!(peer = %self.peer, "disconnected: {why}");
+        why
     }
 }
 
@@ -348,7 +472,7 @@ mod tests {
     struct Welcomed {
         peer: TcpStream,
         events: mpsc::UnboundedReceiver<ConnEvent>,
-        outbox: mpsc::UnboundedSender<FromDriver>,
+        outbox: Outbox,
     }
 
     impl Welcomed {
@@ -359,16 +483,7 @@ mod tests {
             let mut peer = TcpStream::connect(listener.local_addr().unwrap())
                 .await
                 .unwrap();
-            let (socket, address) = listener.accept().await.unwrap();
-            let settings = Arc::new(ConnSettings {
-                token: "secret".into(),
-                heartbeat_interval: heartbeat,
-                heartbeat_misses: 2,
-                max_frame: 1024,
-                hello_timeout: WAIT,
-            });
-            let (events_tx, mut events) = mpsc::unbounded_channel();
-            tokio::spawn(serve(socket, address, 1, settings, events_tx));
+            let mut events = spawn_serve(&listener, settings(heartbeat, WAIT)).await;
             write_frame(&mut peer, &hello()).await.unwrap();
             let Some(ConnEvent::Hello { outbox, reply, .. }) = next(&mut events).await else {
                 panic!("expected the Hello first");
@@ -401,6 +516,33 @@ mod tests {
         async fn event(&mut self) -> ConnEvent {
             next(&mut self.events).await.expect("an event")
         }
+    }
+
+    fn settings(heartbeat: Duration, hello_timeout: Duration) -> ConnSettings {
+        ConnSettings {
+            token: "secret".into(),
+            heartbeat_interval: heartbeat,
+            heartbeat_misses: 2,
+            max_frame: 1024,
+            max_hello: 512,
+            hello_timeout,
+            max_unwelcomed: 1,
+        }
+    }
+
+    /// Serves the next connection to `listener`; the run loop's side.
+    async fn spawn_serve(
+        listener: &TcpListener,
+        settings: ConnSettings,
+    ) -> mpsc::UnboundedReceiver<ConnEvent> {
+        let (socket, address) = listener.accept().await.unwrap();
+        let (events_tx, events) = mpsc::unbounded_channel();
+        let permit = Arc::new(tokio::sync::Semaphore::new(1))
+            .try_acquire_owned()
+            .unwrap();
+        let serving = serve(socket, address, 1, Arc::new(settings), events_tx, permit);
+        tokio::spawn(serving);
+        events
     }
 
     async fn next(events: &mut mpsc::UnboundedReceiver<ConnEvent>) -> Option<ConnEvent> {
@@ -481,19 +623,71 @@ mod tests {
         let FromDriver::Error { reason } = c.receive().await else {
             panic!("expected an Error");
         };
-        assert!(reason.contains("undecodable"), "{reason}");
+        let expected = "the frame is not a MessagePack map (its first byte is 0xc1)";
+        assert_eq!(reason, expected);
         let ConnEvent::Closed { clean, why, .. } = c.event().await else {
             panic!("expected Closed");
         };
         assert!(!clean);
-        assert!(why.contains("undecodable"), "{why}");
+        assert_eq!(why, expected);
+    }
+
+    #[tokio::test]
+    async fn a_peer_that_does_not_read_is_disconnected_when_its_outbox_is_full() {
+        let mut c = Welcomed::start(Duration::from_secs(10)).await;
+        // Far more than the socket buffers and the outbox hold together.
+        let big = FromDriver::Error {
+            reason: "x".repeat(64 * 1024),
+        };
+        let closed = loop {
+            c.outbox.send(big.clone());
+            if let Ok(event) = c.events.try_recv() {
+                break event;
+            }
+            tokio::task::yield_now().await;
+        };
+        let ConnEvent::Closed { clean, why, .. } = closed else {
+            panic!("expected Closed");
+        };
+        assert!(!clean);
+        assert!(why.starts_with("the peer does not read"), "{why}");
+    }
+
+    #[tokio::test]
+    async fn a_peer_that_says_nothing_is_refused_after_the_hello_timeout() {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let mut peer = TcpStream::connect(listener.local_addr().unwrap())
+            .await
+            .unwrap();
+        let limit = Duration::from_millis(50);
+        let mut events = spawn_serve(&listener, settings(WAIT, limit)).await;
+        let Some(ConnEvent::Refused { reason, .. }) = next(&mut events).await else {
+            panic!("expected a refusal");
+        };
+        assert_eq!(reason, "no Hello within 50ms");
+        let frame = tokio::time::timeout(WAIT, read_frame(&mut peer, 1024)).await;
+        assert!(matches!(frame, Ok(Ok(FromDriver::Rejected { .. }))));
+    }
+
+    #[tokio::test]
+    async fn a_first_frame_over_the_hello_limit_is_refused_before_it_is_read() {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let mut peer = TcpStream::connect(listener.local_addr().unwrap())
+            .await
+            .unwrap();
+        let mut events = spawn_serve(&listener, settings(WAIT, WAIT)).await;
+        peer.write_all(&1000u32.to_be_bytes()).await.unwrap();
+        let Some(ConnEvent::Refused { reason, .. }) = next(&mut events).await else {
+            panic!("expected a refusal");
+        };
+        assert_eq!(reason, "frame of 1000 bytes exceeds the limit of 512 bytes");
     }
 
     #[tokio::test]
     async fn a_peer_that_leaves_after_shutdown_leaves_cleanly() {
         let mut c = Welcomed::start(Duration::from_secs(10)).await;
         let reason = "the task is done".to_string();
-        c.outbox.send(FromDriver::Shutdown { reason }).unwrap();
+        c.outbox.send(FromDriver::Shutdown { reason });
         assert!(matches!(c.receive().await, FromDriver::Shutdown { .. }));
         c.peer.shutdown().await.unwrap();
         let ConnEvent::Closed { clean, .. } = c.event().await else {

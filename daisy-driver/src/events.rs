@@ -115,6 +115,12 @@ pub enum Event<'a> {
         peer: &'a str,
         reason: &'a str,
     },
+    /// More peers were turned away at the handshake than are recorded
+    /// one by one (`connection_refused`) within `seconds`.
+    ConnectionsRefused {
+        count: u64,
+        seconds: f64,
+    },
     /// A worker sent something that was refused; the run goes on.
     RequestRefused {
         task: &'a str,

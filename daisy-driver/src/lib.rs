@@ -22,6 +22,7 @@
 //!   process (debugging, small jobs).
 //! - [`status`]: `daisy-driver status`, offline and live.
 //! - [`retry`], [`reset`]: `run --retry-failed` and `--reset TASK`.
+//! - [`throttle`]: how often one kind of trouble is logged.
 //! - [`cli`]: the command line.
 pub mod budget;
 pub mod cli;
@@ -44,3 +45,4 @@ pub mod serial_run;
 pub mod slots;
 pub mod status;
 pub mod summary;
+pub mod throttle;

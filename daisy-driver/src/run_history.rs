@@ -118,6 +118,10 @@ pub enum EventKind {
         peer: String,
         reason: String,
     },
+    ConnectionsRefused {
+        count: u64,
+        seconds: f64,
+    },
     RequestRefused {
         task: String,
         worker_id: u64,
@@ -324,6 +328,10 @@ mod tests {
             Event::ConnectionRefused {
                 peer: "1.2.3.4:5",
                 reason: "wrong token",
+            },
+            Event::ConnectionsRefused {
+                count: 3,
+                seconds: 10.0,
             },
             Event::RequestRefused {
                 task: "t",

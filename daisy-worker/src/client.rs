@@ -21,8 +21,8 @@ mod tests;
 
 use connection::{Answer, Connection, Liveness};
 use daisy_core::protocol::{
-    read_frame, write_frame, BlockResult, FromDriver, Hello, Role, ToDriver, Welcome, WireBlock,
-    MAX_FRAME_BYTES, PROTOCOL_VERSION,
+    read_frame, write_frame, BlockResult, FromDriver, Hello, Message, Role, ToDriver, Welcome,
+    WireBlock, MAX_FRAME_BYTES, PROTOCOL_VERSION,
 };
 use std::fmt;
 use std::future::Future;
@@ -303,8 +303,8 @@ async fn handshake(
         FromDriver::Welcome(welcome) => Ok(welcome),
         FromDriver::Rejected { reason } => Err(HandshakeFailure::Rejected(reason)),
         unexpected => Err(HandshakeFailure::Other(format!(
-            "expected Welcome or Rejected, got {}",
-            connection::kind(&unexpected)
+            "expected welcome or rejected, got {}",
+            unexpected.kind()
         ))),
     }
 }

@@ -27,6 +27,10 @@ mod runner;
 pub mod runtime;
 pub mod user_code;
 
+/// Verbosity when RUST_LOG is unset: a worker's own messages, others'
+/// warnings (its stderr is a log file of the run).
+pub const DEFAULT_LOG: &str = "warn,daisy_worker=info,daisy_core=info";
+
 pub use client::{Acquired, Client, ClientError, ConnectError, ConnectOpts};
 pub use runtime::{run, RunConfig, RunError, Stopped};
 

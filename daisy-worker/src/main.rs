@@ -6,11 +6,9 @@ use std::io::IsTerminal;
 use std::process::ExitCode;
 use tracing_subscriber::EnvFilter;
 
-/// Verbosity when RUST_LOG is unset: our own messages, others' warnings.
-const DEFAULT_LOG: &str = "warn,daisy_worker=info,daisy_core=info";
-
 fn main() -> ExitCode {
-    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(DEFAULT_LOG));
+    let filter = EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| EnvFilter::new(daisy_worker::DEFAULT_LOG));
     tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)

@@ -15,7 +15,7 @@ use std::sync::Once;
 /// `daisy-driver ARGS…`; returns the exit status.
 #[pyfunction]
 pub fn driver_main(py: Python<'_>, args: Vec<String>) -> i32 {
-    init_logging();
+    init_logging(DRIVER_LOG);
     let argv = std::iter::once("daisy-driver".to_string()).chain(args);
     let cli = match daisy_driver::cli::Cli::try_parse_from(argv) {
         Ok(cli) => cli,
@@ -33,7 +33,7 @@ pub fn driver_main(py: Python<'_>, args: Vec<String>) -> i32 {
 /// `daisy-worker ARGS…`; returns the exit status.
 #[pyfunction]
 pub fn worker_main(py: Python<'_>, args: Vec<String>) -> i32 {
-    init_logging();
+    init_logging(daisy_worker::DEFAULT_LOG);
     let argv = std::iter::once("daisy-worker".to_string()).chain(args);
     let cli = match daisy_worker::cli::Cli::try_parse_from(argv) {
         Ok(cli) => cli,
@@ -49,13 +49,16 @@ fn usage_exit(usage: clap::Error) -> i32 {
     usage.exit_code()
 }
 
-/// Warnings and above on stderr unless RUST_LOG says otherwise, as the
-/// binaries do; once per process.
-fn init_logging() {
+/// `daisy-driver`'s verbosity when RUST_LOG is unset.
+const DRIVER_LOG: &str = "warn";
+
+/// Log lines on stderr as the binaries write them, `default` unless
+/// RUST_LOG says otherwise; once per process.
+fn init_logging(default: &str) {
     static INIT: Once = Once::new();
     INIT.call_once(|| {
         let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-            .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
+            .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
         let _ = tracing_subscriber::fmt()
             .with_env_filter(filter)
             .with_writer(std::io::stderr)

@@ -9,6 +9,7 @@ mod failures;
 mod netns;
 mod plan;
 mod plan_cluster;
+mod port;
 mod preemption;
 mod protocol;
 mod proxy;

@@ -5,10 +5,13 @@
 //! with TCP_NODELAY a message leaves in one segment (daisy 2.0 wrote the
 //! length and the payload separately and stalled ~40 ms per message on
 //! Linux through Nagle + delayed ACK). A length over the limit is refused
-//! before anything is allocated, so garbage cannot make the reader
-//! allocate gigabytes.
+//! before anything is allocated, and a length under it reserves nothing:
+//! the payload's buffer grows as its bytes arrive, so a peer that sends
+//! only a length (or garbage that reads as one) costs a few bytes, not
+//! what it declared.
 
-use serde::de::DeserializeOwned;
+use crate::protocol::explain::{explain, not_a_map};
+use crate::protocol::messages::Message;
 use serde::Serialize;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 
@@ -23,7 +26,8 @@ pub enum FrameError {
     Truncated,
     #[error("frame of {len} bytes exceeds the limit of {max} bytes")]
     TooLarge { len: u32, max: u32 },
-    #[error("undecodable message: {0}")]
+    /// The payload is not a message; the reason is in the protocol's words.
+    #[error("{0}")]
     Decode(String),
     #[error("cannot encode message: {0}")]
     Encode(String),
@@ -42,9 +46,12 @@ pub fn encode<T: Serialize>(message: &T) -> Result<Vec<u8>, FrameError> {
     Ok(frame)
 }
 
-/// Decodes a payload (the bytes after the length prefix).
-pub fn decode<T: DeserializeOwned>(payload: &[u8]) -> Result<T, FrameError> {
-    rmp_serde::from_slice(payload).map_err(|e| FrameError::Decode(e.to_string()))
+/// Decodes a payload (the bytes after the length prefix): a map, as the
+/// protocol says (the decoder alone would also take an array whose first
+/// item is a variant's index).
+pub fn decode<T: Message>(payload: &[u8]) -> Result<T, FrameError> {
+    not_a_map(payload).map_or(Ok(()), |reason| Err(FrameError::Decode(reason)))?;
+    rmp_serde::from_slice(payload).map_err(|e| FrameError::Decode(explain::<T>(payload, &e)))
 }
 
 /// Writes one message as one frame.
@@ -64,14 +71,20 @@ where
 pub async fn read_frame<R, T>(reader: &mut R, max: u32) -> Result<T, FrameError>
 where
     R: AsyncRead + Unpin,
-    T: DeserializeOwned,
+    T: Message,
 {
     let len = read_length(reader).await?;
     if len > max {
         return Err(FrameError::TooLarge { len, max });
     }
-    let mut payload = vec![0u8; len as usize];
-    reader.read_exact(&mut payload).await.map_err(truncated)?;
+    let mut payload = Vec::new();
+    (&mut *reader)
+        .take(u64::from(len))
+        .read_to_end(&mut payload)
+        .await?;
+    if payload.len() < len as usize {
+        return Err(FrameError::Truncated);
+    }
     decode(&payload)
 }
 
@@ -134,6 +147,47 @@ mod tests {
         assert!(
             matches!(undecodable, Err(FrameError::Decode(_))),
             "{undecodable:?}"
+        );
+    }
+
+    /// Hands out a 16 MiB length, then one byte per read, recording the
+    /// most room a read was given: the room the frame's buffer had.
+    struct Trickle {
+        bytes: Vec<u8>,
+        at: usize,
+        most_room: usize,
+    }
+
+    impl AsyncRead for Trickle {
+        fn poll_read(
+            mut self: std::pin::Pin<&mut Self>,
+            _: &mut std::task::Context<'_>,
+            buf: &mut tokio::io::ReadBuf<'_>,
+        ) -> std::task::Poll<std::io::Result<()>> {
+            self.most_room = self.most_room.max(buf.remaining());
+            if let Some(&byte) = self.bytes.get(self.at) {
+                buf.put_slice(&[byte]);
+                self.at += 1;
+            }
+            std::task::Poll::Ready(Ok(()))
+        }
+    }
+
+    #[tokio::test]
+    async fn a_declared_length_reserves_nothing_until_bytes_arrive() {
+        let mut bytes = (16u32 << 20).to_be_bytes().to_vec();
+        bytes.extend([0x81; 100]);
+        let mut reader = Trickle {
+            bytes,
+            at: 0,
+            most_room: 0,
+        };
+        let result = read_frame::<_, ToDriver>(&mut reader, 16 << 20).await;
+        assert!(matches!(result, Err(FrameError::Truncated)), "{result:?}");
+        assert!(
+            reader.most_room < 4096,
+            "room for {} bytes",
+            reader.most_room
         );
     }
 }

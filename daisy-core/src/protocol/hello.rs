@@ -2,6 +2,7 @@
 //! is believed. The token is compared in constant time so that timing
 //! does not leak how much of a guess was right.
 
+use crate::protocol::limits::oversized_name;
 use crate::protocol::messages::{Hello, Role};
 use crate::protocol::PROTOCOL_VERSION;
 
@@ -13,6 +14,9 @@ pub fn check_hello(hello: &Hello, token: &str) -> Result<(), String> {
             "protocol version {} is not supported: this driver speaks version {PROTOCOL_VERSION}",
             hello.protocol
         ));
+    }
+    if let Some(reason) = oversized_name(hello) {
+        return Err(reason);
     }
     if !tokens_equal(hello.token.as_bytes(), token.as_bytes()) {
         return Err("wrong token: this worker does not belong to this run".to_string());

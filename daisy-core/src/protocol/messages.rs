@@ -5,8 +5,27 @@
 
 use crate::protocol::user_code::{BlockResult, WireBlock};
 use crate::scheduler::TaskCounters;
-use serde::{Deserialize, Serialize};
+use serde::de::DeserializeOwned;
+use serde::{Deserialize, Deserializer, Serialize};
 use std::collections::BTreeMap;
+
+/// A direction's messages: what their `type` key may say.
+pub trait Message: DeserializeOwned {
+    /// Every `type` of this direction, in the order of the docs.
+    const TYPES: &'static [&'static str];
+    /// This message's `type`, for logs (its content may be large).
+    fn kind(&self) -> &'static str;
+}
+
+/// Reads nil as the default, as an absent key is: docs/protocol.md calls
+/// such fields optional, and "optional" means nil too.
+fn nil_as_default<'de, D, T>(deserializer: D) -> Result<T, D::Error>
+where
+    D: Deserializer<'de>,
+    T: Default + Deserialize<'de>,
+{
+    Ok(Option::<T>::deserialize(deserializer)?.unwrap_or_default())
+}
 
 /// Who is connecting; a Hello without a role is a worker's.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -25,7 +44,7 @@ pub struct Hello {
     pub protocol: u32,
     /// The run's secret token (from DAISY_CONTEXT or a token file).
     pub token: String,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "nil_as_default")]
     pub role: Role,
     /// The task a worker serves (required for workers).
     #[serde(default)]
@@ -37,9 +56,9 @@ pub struct Hello {
     /// The batch job the worker runs in (SLURM/LSF job id), if any.
     #[serde(default)]
     pub job_id: Option<String>,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "nil_as_default")]
     pub host: String,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "nil_as_default")]
     pub pid: u32,
 }
 
@@ -223,7 +242,11 @@ pub enum ToDriver {
         /// Because its job's walltime is too short for another block (not
         /// a signal): a worker that drains so before reporting any block
         /// made no progress and will not on a new job either.
-        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        #[serde(
+            default,
+            deserialize_with = "nil_as_default",
+            skip_serializing_if = "std::ops::Not::not"
+        )]
         out_of_time: bool,
     },
     /// The worker cannot run the task's code (an unknown placeholder, a
@@ -241,6 +264,32 @@ pub enum ToDriver {
     },
     /// An observer asks for a [`RunSnapshot`].
     GetSnapshot,
+}
+
+impl Message for ToDriver {
+    const TYPES: &'static [&'static str] = &[
+        "hello",
+        "acquire_blocks",
+        "release_blocks",
+        "heartbeat",
+        "draining",
+        "cannot_serve",
+        "return_blocks",
+        "get_snapshot",
+    ];
+
+    fn kind(&self) -> &'static str {
+        match self {
+            ToDriver::Hello(_) => "hello",
+            ToDriver::AcquireBlocks { .. } => "acquire_blocks",
+            ToDriver::ReleaseBlocks { .. } => "release_blocks",
+            ToDriver::Heartbeat => "heartbeat",
+            ToDriver::Draining { .. } => "draining",
+            ToDriver::CannotServe { .. } => "cannot_serve",
+            ToDriver::ReturnBlocks { .. } => "return_blocks",
+            ToDriver::GetSnapshot => "get_snapshot",
+        }
+    }
 }
 
 /// Messages the driver sends.
@@ -266,6 +315,30 @@ pub enum FromDriver {
         reason: String,
     },
     Snapshot(RunSnapshot),
+}
+
+impl Message for FromDriver {
+    const TYPES: &'static [&'static str] = &[
+        "welcome",
+        "rejected",
+        "blocks",
+        "shutdown",
+        "heartbeat",
+        "error",
+        "snapshot",
+    ];
+
+    fn kind(&self) -> &'static str {
+        match self {
+            FromDriver::Welcome(_) => "welcome",
+            FromDriver::Rejected { .. } => "rejected",
+            FromDriver::Blocks { .. } => "blocks",
+            FromDriver::Shutdown { .. } => "shutdown",
+            FromDriver::Heartbeat => "heartbeat",
+            FromDriver::Error { .. } => "error",
+            FromDriver::Snapshot(_) => "snapshot",
+        }
+    }
 }
 
 #[cfg(test)]
@@ -299,5 +372,82 @@ mod tests {
         assert_eq!(hello.task_id.as_deref(), Some("predict"));
         assert_eq!(hello.role, Role::Worker);
         assert_eq!((hello.worker_id, hello.pid), (None, 0));
+    }
+
+    #[test]
+    fn optional_hello_fields_may_be_nil() {
+        let value = serde_json::json!({
+            "type": "hello", "protocol": 1, "token": "t", "role": null,
+            "task_id": "predict", "host": null, "pid": null
+        });
+        let bytes = rmp_serde::to_vec_named(&value).unwrap();
+        let message: ToDriver = rmp_serde::from_slice(&bytes).unwrap();
+        let ToDriver::Hello(hello) = message else {
+            panic!("not a hello: {message:?}");
+        };
+        assert_eq!(
+            (hello.role, hello.host.as_str(), hello.pid),
+            (Role::Worker, "", 0)
+        );
+    }
+
+    /// The `type` each message is written with is its kind, and a listed type.
+    fn assert_types<T: Message + Serialize>(messages: &[T]) {
+        for message in messages {
+            let bytes = rmp_serde::to_vec_named(message).unwrap();
+            let value: serde_json::Value = rmp_serde::from_slice(&bytes).unwrap();
+            assert_eq!(value["type"], message.kind());
+            assert!(T::TYPES.contains(&message.kind()), "{}", message.kind());
+        }
+        assert_eq!(messages.len(), T::TYPES.len(), "one example per type");
+    }
+
+    #[test]
+    fn every_message_type_is_listed_under_its_kind() {
+        let reason = || "r".to_string();
+        assert_types(&[
+            ToDriver::Hello(Hello {
+                protocol: 1,
+                token: reason(),
+                role: Role::Observer,
+                task_id: None,
+                worker_id: None,
+                job_id: None,
+                host: reason(),
+                pid: 0,
+            }),
+            ToDriver::AcquireBlocks { max: 1 },
+            ToDriver::ReleaseBlocks { results: vec![] },
+            ToDriver::Heartbeat,
+            ToDriver::Draining {
+                reason: reason(),
+                out_of_time: false,
+            },
+            ToDriver::CannotServe { reason: reason() },
+            ToDriver::ReturnBlocks {
+                block_ids: vec![],
+                reason: reason(),
+            },
+            ToDriver::GetSnapshot,
+        ]);
+        assert_types(&[
+            FromDriver::Welcome(Welcome {
+                worker_id: 0,
+                heartbeat_interval_s: 1.0,
+                heartbeat_misses: 1,
+                code: None,
+                longest_block_s: None,
+            }),
+            FromDriver::Rejected { reason: reason() },
+            FromDriver::Blocks { blocks: vec![] },
+            FromDriver::Shutdown { reason: reason() },
+            FromDriver::Heartbeat,
+            FromDriver::Error { reason: reason() },
+            FromDriver::Snapshot(RunSnapshot {
+                pipeline: reason(),
+                tasks: vec![],
+                seconds: 0.0,
+            }),
+        ]);
     }
 }

@@ -9,15 +9,21 @@
 //! - [`messages`]: what driver and workers say to each other.
 //! - [`frame`]: how a message travels (4-byte length + MessagePack).
 //! - [`hello`]: the handshake check (protocol version, token).
+//! - [`limits`]: what a peer can make the other side hold or log.
+//! - [`explain`]: why a frame is not a message, in the protocol's words.
 
+pub mod explain;
 pub mod frame;
 pub mod hello;
+pub mod limits;
 pub mod messages;
 pub mod user_code;
 
 pub use frame::{read_frame, write_frame, FrameError};
+pub use limits::{MAX_HELLO_BYTES, MAX_NAME_BYTES, MAX_TEXT_BYTES};
 pub use messages::{
-    CodeKind, FromDriver, FunctionCode, FunctionSource, Hello, Role, TaskCode, ToDriver, Welcome,
+    CodeKind, FromDriver, FunctionCode, FunctionSource, Hello, Message, Role, TaskCode, ToDriver,
+    Welcome,
 };
 pub use user_code::{BlockResult, WireBlock, WireRoi};
 
@@ -25,5 +31,6 @@ pub use user_code::{BlockResult, WireBlock, WireRoi};
 /// rejected, naming both.
 pub const PROTOCOL_VERSION: u32 = 1;
 
-/// Frames longer than this are refused before anything is allocated.
+/// Frames longer than this are refused as soon as their length is read;
+/// shorter ones are read into a buffer that grows as their bytes arrive.
 pub const MAX_FRAME_BYTES: u32 = 16 * 1024 * 1024;

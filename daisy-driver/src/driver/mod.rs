@@ -9,6 +9,7 @@
 //! touches the scheduler, so there are no locks. All of it runs on one
 //! thread of its own (see [`run`] for why).
 
+mod journal;
 mod launcher_thread;
 mod state;
 
@@ -27,7 +28,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::net::TcpListener;
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::{mpsc, oneshot, Semaphore};
 
 /// How often the run loop polls job states, starts workers and reports.
 const TICK: Duration = Duration::from_millis(100);
@@ -42,6 +43,11 @@ const EVENTS_PER_TURN: usize = 64;
 /// finish right away are still recorded, the rest are stopped.
 const GOODBYE_FINISHED: Duration = Duration::from_secs(2);
 const GOODBYE_INTERRUPTED: Duration = Duration::from_millis(300);
+
+/// The most connections that may be waiting to be welcomed at a time: a
+/// thousand workers connecting at once take a few rounds of retries, and
+/// a flood of connections that never say hello costs a few MB.
+const MAX_UNWELCOMED: usize = 256;
 
 /// Settings of a distributed run (resolved from the command line).
 #[derive(Debug, Clone)]
@@ -143,7 +149,9 @@ async fn serve(
         heartbeat_interval: options.heartbeat_interval,
         heartbeat_misses: options.heartbeat_misses,
         max_frame: daisy_core::protocol::MAX_FRAME_BYTES,
+        max_hello: daisy_core::protocol::MAX_HELLO_BYTES,
         hello_timeout: Duration::from_secs(10),
+        max_unwelcomed: MAX_UNWELCOMED,
     });
     let accept = tokio::spawn(accept_loop(listener, settings, events_tx));
     let (launcher_tx, launcher_rx) = mpsc::unbounded_channel();
@@ -155,22 +163,29 @@ async fn serve(
     driver.finish(end, started.elapsed())
 }
 
-/// One task per accepted connection.
+/// One task per accepted connection, as long as few enough of them have
+/// not been welcomed yet; the others are turned away.
 async fn accept_loop(
     listener: TcpListener,
     settings: Arc<ConnSettings>,
     events: mpsc::UnboundedSender<ConnEvent>,
 ) {
+    let unwelcomed = Arc::new(Semaphore::new(settings.max_unwelcomed));
     let mut next_conn = 1;
     loop {
         match listener.accept().await {
             Ok((socket, peer)) => {
+                let Ok(permit) = unwelcomed.clone().try_acquire_owned() else {
+                    connection::turn_away(socket, peer, settings.max_unwelcomed, &events);
+                    continue;
+                };
                 tokio::spawn(connection::serve(
                     socket,
                     peer,
                     next_conn,
                     settings.clone(),
                     events.clone(),
+                    permit,
                 ));
                 next_conn += 1;
             }

@@ -2,9 +2,11 @@
 //! event. Everything here is synchronous; I/O happens by sending on a
 //! connection's outbox or calling the launcher (which returns at once).
 
+use super::journal::Journal;
 use super::launcher_thread::{LauncherEvent, LauncherThread};
 use super::RunOptions;
 use crate::budget::{worker_demand, Budget};
+use crate::connection::Outbox;
 use crate::connection::{ConnEvent, ConnId};
 use crate::done_marker::DoneMarker;
 use crate::events::{Event, EventLog};
@@ -15,6 +17,7 @@ use crate::recent_rate::RecentRate;
 use crate::run_dir::RunDir;
 use crate::slots::{Gone, SlotId, SlotState, Slots};
 use crate::summary::{RunEnd, RunSummary, TaskSummary};
+use crate::throttle::Throttle;
 use anyhow::Context as _;
 use daisy_core::context::{WorkerContext, CONTEXT_ENV};
 use daisy_core::protocol::messages::{InFlightBlock, RunSnapshot, TaskSnapshot, WorkerCounts};
@@ -23,21 +26,29 @@ use daisy_core::scheduler::Released;
 use daisy_core::{BlockId, BlockOutcome, Scheduler, TaskIdx};
 use launchers::WorkerRequest;
 use std::collections::{BTreeSet, HashMap};
+use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::oneshot;
 
 /// How long past its task's `timeout` a block may be held before the
 /// driver takes it back (the worker's own timeout, its SIGTERM grace and
 /// the report should all fit in it).
 const RECLAIM_MARGIN: Duration = Duration::from_secs(10);
 
+/// Refused connections logged one by one per window; more are counted.
+const REFUSALS_WINDOW: Duration = Duration::from_secs(10);
+const REFUSALS_TOLD_PER_WINDOW: u32 = 20;
+
+/// Block ids a refusal names; it counts the rest.
+const IDS_NAMED: usize = 5;
+
 /// The most blocks handed out in one `Blocks` message.
 const MAX_BATCH: u32 = 1024;
 
 /// A welcomed connection as the run loop sees it.
 struct Conn {
-    outbox: mpsc::UnboundedSender<FromDriver>,
+    outbox: Outbox,
     role: Role,
     task: TaskIdx,
     slot: SlotId,
@@ -57,10 +68,10 @@ struct Conn {
 }
 
 impl Conn {
+    /// A connection that is ending, or whose peer does not read, sends
+    /// nothing more; its Closed event follows and cleans up.
     fn send(&self, message: FromDriver) {
-        // A closed outbox means the connection is ending; its Closed event
-        // follows and cleans up.
-        let _ = self.outbox.send(message);
+        self.outbox.send(message);
     }
 }
 
@@ -70,7 +81,7 @@ pub struct Driver {
     options: RunOptions,
     scheduler: Scheduler,
     markers: Vec<DoneMarker>,
-    events: EventLog,
+    events: Journal,
     budget: Budget,
     slots: Slots,
     launcher: LauncherThread,
@@ -95,6 +106,8 @@ pub struct Driver {
     rates: Vec<RecentRate>,
     /// An error that ends the run (a done marker that cannot be written).
     fatal: Option<anyhow::Error>,
+    /// Connections turned away at the handshake, for logging.
+    refusals: Throttle,
 }
 
 impl Driver {
@@ -135,7 +148,8 @@ impl Driver {
             started: Instant::now(),
             fatal: None,
             markers,
-            events,
+            events: Journal::new(events),
+            refusals: Throttle::new(REFUSALS_WINDOW, REFUSALS_TOLD_PER_WINDOW),
             launcher,
             context,
             pipeline,
@@ -151,7 +165,7 @@ impl Driver {
     }
 
     fn record(&mut self, event: &Event) {
-        warn_on_error(self.events.record(event), &self.events);
+        self.events.record(event);
     }
 
     /// Prints where the driver listens and how to start workers by hand.
@@ -221,13 +235,31 @@ impl Driver {
             } => self.on_hello(conn, hello, outbox, reply),
             ConnEvent::Message { conn, message } => self.on_message(conn, message),
             ConnEvent::Closed { conn, clean, why } => self.on_closed(conn, clean, &why),
-            ConnEvent::Refused { peer, reason } => {
-                self.record(&Event::ConnectionRefused {
-                    peer: &peer.to_string(),
-                    reason: &reason,
-                });
-            }
+            ConnEvent::Refused { peer, reason } => self.on_refused(peer, &reason),
         }
+    }
+
+    /// A peer was turned away: logged and recorded, the first few of each
+    /// window one by one, the rest as a count (a flood of connections
+    /// must not fill the disk).
+    fn on_refused(&mut self, peer: SocketAddr, reason: &str) {
+        if !self.refusals.admit(Instant::now()) {
+            return;
+        }
+        tracing::warn!(%peer, "refused a connection: {reason}");
+        self.record(&Event::ConnectionRefused {
+            peer: &peer.to_string(),
+            reason,
+        });
+    }
+
+    fn say_unsaid_refusals(&mut self) {
+        let Some(count) = self.refusals.take_unsaid(Instant::now()) else {
+            return;
+        };
+        let seconds = self.refusals.window().as_secs_f64();
+        tracing::warn!("refused {count} more connections in the last {seconds} s");
+        self.record(&Event::ConnectionsRefused { count, seconds });
     }
 
     /// Answers a Hello; a refusal is recorded when the connection reports
@@ -236,7 +268,7 @@ impl Driver {
         &mut self,
         conn: ConnId,
         hello: Hello,
-        outbox: mpsc::UnboundedSender<FromDriver>,
+        outbox: Outbox,
         reply: oneshot::Sender<Result<Welcome, String>>,
     ) {
         let answer = match hello.role {
@@ -257,11 +289,7 @@ impl Driver {
         }
     }
 
-    fn welcome_observer(
-        &mut self,
-        conn: ConnId,
-        outbox: mpsc::UnboundedSender<FromDriver>,
-    ) -> Welcome {
+    fn welcome_observer(&mut self, conn: ConnId, outbox: Outbox) -> Welcome {
         let observer = Conn {
             outbox,
             role: Role::Observer,
@@ -282,7 +310,7 @@ impl Driver {
         &mut self,
         conn: ConnId,
         hello: &Hello,
-        outbox: mpsc::UnboundedSender<FromDriver>,
+        outbox: Outbox,
     ) -> Result<Welcome, String> {
         let task_id = hello.task_id.as_deref().unwrap_or_default();
         let task = self.scheduler.graph().task_index(task_id).ok_or_else(|| {
@@ -457,16 +485,13 @@ impl Driver {
     }
 
     fn on_release(&mut self, conn: ConnId, results: Vec<BlockResult>) {
+        let mut not_held = Vec::new();
         for result in results {
             let Some(c) = self.conns.get_mut(&conn) else {
                 return;
             };
             if c.held.remove(&result.block_id).is_none() {
-                let reason = format!(
-                    "block {} is not held by this worker (released twice, or never handed out)",
-                    result.block_id
-                );
-                self.refuse(conn, reason);
+                not_held.push(result.block_id);
                 continue;
             }
             c.reported = true;
@@ -474,28 +499,38 @@ impl Driver {
                 // It asked ahead while it ran blocks: idle from now on.
                 c.idle_since = Some(Instant::now());
             }
-            let (id, worker_id) = (
-                BlockId {
-                    task: c.task,
-                    spatial: result.block_id,
-                },
-                c.slot,
+            let (task, worker_id) = (c.task, c.slot);
+            self.on_result(task, worker_id, result);
+        }
+        if !not_held.is_empty() {
+            let reason = format!(
+                "{} not held by this worker (released twice, or never handed out)",
+                name_blocks(&not_held)
             );
-            if let Some(seconds) = result.seconds.filter(|s| s.is_finite()) {
-                let longest = &mut self.longest_block_s[id.task.index()];
-                *longest = Some(longest.map_or(seconds, |l| l.max(seconds)));
-            }
-            match result.ok {
-                true => self.record_success(id, worker_id, result.seconds),
-                false => self.record_failure(
-                    id,
-                    worker_id,
-                    result.error.as_deref().unwrap_or("no reason given"),
-                    result.seconds,
-                ),
-            }
+            self.refuse(conn, reason);
         }
         self.serve_parked();
+    }
+
+    /// Records one block's result reported by `worker_id`.
+    fn on_result(&mut self, task: TaskIdx, worker_id: u64, result: BlockResult) {
+        let id = BlockId {
+            task,
+            spatial: result.block_id,
+        };
+        if let Some(seconds) = result.seconds.filter(|s| s.is_finite()) {
+            let longest = &mut self.longest_block_s[id.task.index()];
+            *longest = Some(longest.map_or(seconds, |l| l.max(seconds)));
+        }
+        match result.ok {
+            true => self.record_success(id, worker_id, result.seconds),
+            false => self.record_failure(
+                id,
+                worker_id,
+                result.error.as_deref().unwrap_or("no reason given"),
+                result.seconds,
+            ),
+        }
     }
 
     /// Marks the block done, then tells the scheduler: a block reported
@@ -521,7 +556,7 @@ impl Driver {
             worker_id: Some(worker_id),
             seconds,
         };
-        warn_on_error(self.events.record_buffered(&done), &self.events);
+        self.events.record_buffered(&done);
     }
 
     fn record_failure(&mut self, id: BlockId, worker_id: u64, error: &str, seconds: Option<f64>) {
@@ -579,9 +614,12 @@ impl Driver {
                 why: reason,
             });
         }
-        for spatial in not_held {
-            let reason =
-                format!("block {spatial} is not held by this worker, so it cannot be returned");
+        if !not_held.is_empty() {
+            let them = if not_held.len() == 1 { "it" } else { "they" };
+            let reason = format!(
+                "{} not held by this worker, so {them} cannot be returned",
+                name_blocks(&not_held)
+            );
             self.refuse(conn, reason);
         }
         self.serve_parked();
@@ -745,7 +783,8 @@ impl Driver {
         self.start_workers();
         self.note_finished_tasks();
         self.update_progress();
-        warn_on_error(self.events.flush(), &self.events);
+        self.say_unsaid_refusals();
+        self.events.flush();
     }
 
     /// Launched workers that waited for blocks longer than their task's
@@ -1108,8 +1147,27 @@ impl Driver {
 }
 
 /// Logs a failed write to `events.jsonl`; the run goes on without it.
-fn warn_on_error(result: std::io::Result<()>, events: &EventLog) {
-    if let Err(error) = result {
-        tracing::warn!("cannot write to {}: {error}", events.path().display());
+/// "block 7 is", "blocks 7, 8 are", or with more than [`IDS_NAMED`] ids
+/// "blocks 7, 8, 9, 10, 11 and 995 more are": a refusal's size does not
+/// grow with what a peer sent.
+fn name_blocks(ids: &[u64]) -> String {
+    let named: Vec<String> = ids.iter().take(IDS_NAMED).map(u64::to_string).collect();
+    match ids.len() {
+        1 => format!("block {} is", named[0]),
+        n if n <= IDS_NAMED => format!("blocks {} are", named.join(", ")),
+        n => format!("blocks {} and {} more are", named.join(", "), n - IDS_NAMED),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::name_blocks;
+
+    #[test]
+    fn a_refusal_names_a_few_blocks_and_counts_the_rest() {
+        assert_eq!(name_blocks(&[7]), "block 7 is");
+        assert_eq!(name_blocks(&[7, 8]), "blocks 7, 8 are");
+        let many: Vec<u64> = (0..1000).collect();
+        assert_eq!(name_blocks(&many), "blocks 0, 1, 2, 3, 4 and 995 more are");
     }
 }

@@ -96,9 +96,15 @@ fn receive(stream: &mut TcpStream) -> anyhow::Result<FromDriver> {
     if len > MAX_FRAME_BYTES {
         bail!("the driver sent a frame of {len} bytes, over the limit of {MAX_FRAME_BYTES}");
     }
-    let mut payload = vec![0u8; len as usize];
-    stream
-        .read_exact(&mut payload)
+    // Grows as bytes arrive: whatever answers on the port, a length
+    // alone reserves nothing.
+    let mut payload = Vec::new();
+    Read::by_ref(stream)
+        .take(u64::from(len))
+        .read_to_end(&mut payload)
         .context("reading from the driver")?;
+    if payload.len() < len as usize {
+        bail!("the driver closed the connection in the middle of a frame");
+    }
     Ok(decode(&payload)?)
 }

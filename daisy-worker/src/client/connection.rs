@@ -15,7 +15,7 @@
 use super::ClientError;
 use daisy_core::protocol::frame::encode;
 use daisy_core::protocol::{
-    read_frame, FrameError, FromDriver, ToDriver, Welcome, WireBlock, MAX_FRAME_BYTES,
+    read_frame, FrameError, FromDriver, Message, ToDriver, Welcome, WireBlock, MAX_FRAME_BYTES,
 };
 use std::future::Future;
 use std::sync::Arc;
@@ -250,7 +250,7 @@ fn on_message(message: FromDriver, answers: &mpsc::UnboundedSender<Answer>) -> R
             return Ok(());
         }
         other => {
-            tracing::warn!("ignored an unexpected {} from the driver", kind(&other));
+            tracing::warn!("ignored an unexpected {} from the driver", other.kind());
             return Ok(());
         }
     };
@@ -266,18 +266,5 @@ fn from_frame_error(error: FrameError) -> ClientError {
         other => ClientError::Protocol {
             reason: other.to_string(),
         },
-    }
-}
-
-/// A message's type, for logs (its content may be large).
-pub(super) fn kind(message: &FromDriver) -> &'static str {
-    match message {
-        FromDriver::Welcome(_) => "Welcome",
-        FromDriver::Rejected { .. } => "Rejected",
-        FromDriver::Blocks { .. } => "Blocks",
-        FromDriver::Shutdown { .. } => "Shutdown",
-        FromDriver::Heartbeat => "Heartbeat",
-        FromDriver::Error { .. } => "Error",
-        FromDriver::Snapshot(_) => "Snapshot",
     }
 }

@@ -1,0 +1,152 @@
+//! Why a payload is not a message, in the protocol's words.
+//!
+//! The decoder's own errors speak of its internals ("IO error while
+//! reading marker", "expected internally tagged enum ToDriver"); a peer
+//! written from docs/protocol.md needs to hear what in its frame is wrong:
+//! not a map, no or an unknown `type`, which field of which message.
+
+use crate::protocol::messages::Message;
+use rmp_serde::decode::Error;
+use serde::Deserialize;
+
+/// How much of a peer's unknown `type` a reason quotes.
+const QUOTED_BYTES: usize = 64;
+
+/// Explains why `payload` did not decode as a `T` (`error` says why, in
+/// the decoder's words).
+pub fn explain<T: Message>(payload: &[u8], error: &Error) -> String {
+    if let Some(reason) = not_a_map(payload) {
+        return reason;
+    }
+    let kind = match rmp_serde::from_slice::<Tag>(payload) {
+        Ok(Tag { kind: Some(kind) }) => kind,
+        Ok(Tag { kind: None }) => return "the message has no `type` field".to_string(),
+        Err(error) => return describe(&error),
+    };
+    if !T::TYPES.contains(&kind.as_str()) {
+        let mut quoted = kind;
+        super::limits::cut(&mut quoted, QUOTED_BYTES);
+        return format!(
+            "unknown message type {quoted:?} (expected one of {})",
+            T::TYPES.join(", ")
+        );
+    }
+    format!("{} in {kind}", describe(error))
+}
+
+/// Only the `type` of a message map, whatever else it holds.
+#[derive(Deserialize)]
+struct Tag {
+    #[serde(rename = "type", default)]
+    kind: Option<String>,
+}
+
+/// Why `payload` is not a MessagePack map, if it is not: a map begins
+/// with a fixmap (0x80..=0x8f), map16 (0xde) or map32 (0xdf) marker.
+pub fn not_a_map(payload: &[u8]) -> Option<String> {
+    match payload.first() {
+        None => Some("the frame is empty, not a MessagePack map".to_string()),
+        Some(0x80..=0x8f | 0xde | 0xdf) => None,
+        Some(first) => Some(format!(
+            "the frame is not a MessagePack map (its first byte is 0x{first:02x})"
+        )),
+    }
+}
+
+/// One decoder error, as the protocol's reader should hear it.
+fn describe(error: &Error) -> String {
+    match error {
+        Error::InvalidMarkerRead(_) | Error::InvalidDataRead(_) => {
+            "the frame ends in the middle of a MessagePack value".to_string()
+        }
+        Error::TypeMismatch(marker) => format!("unexpected MessagePack value ({marker:?})"),
+        Error::OutOfRange => "a number is out of range for its field".to_string(),
+        Error::LengthMismatch(_) => "an array has the wrong length".to_string(),
+        Error::Utf8Error(_) => "a string is not valid UTF-8".to_string(),
+        Error::DepthLimitExceeded => "values are nested too deeply".to_string(),
+        Error::Uncategorized(text) | Error::Syntax(text) => reword(text),
+    }
+}
+
+/// serde says "missing field `max`"; the protocol says which is missing.
+fn reword(text: &str) -> String {
+    match text.strip_prefix("missing field ") {
+        Some(field) => format!("field {field} missing"),
+        None => text.to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::protocol::frame::decode;
+    use crate::protocol::{FromDriver, ToDriver};
+    use serde_json::json;
+
+    fn reason(value: serde_json::Value) -> String {
+        let payload = rmp_serde::to_vec_named(&value).unwrap();
+        reason_of_bytes(&payload)
+    }
+
+    fn reason_of_bytes(payload: &[u8]) -> String {
+        decode::<ToDriver>(payload).unwrap_err().to_string()
+    }
+
+    #[test]
+    fn a_frame_that_is_not_a_map_is_called_so() {
+        assert_eq!(
+            reason(json!([1, 2])),
+            "the frame is not a MessagePack map (its first byte is 0x92)"
+        );
+        assert_eq!(
+            reason_of_bytes(&[0xc1, 0xc1]),
+            "the frame is not a MessagePack map (its first byte is 0xc1)"
+        );
+        assert_eq!(
+            reason_of_bytes(&[]),
+            "the frame is empty, not a MessagePack map"
+        );
+    }
+
+    #[test]
+    fn a_missing_or_unknown_type_is_named_with_the_known_ones() {
+        assert_eq!(reason(json!({"max": 1})), "the message has no `type` field");
+        assert_eq!(
+            reason(json!({"type": "x"})),
+            "unknown message type \"x\" (expected one of hello, acquire_blocks, \
+             release_blocks, heartbeat, draining, cannot_serve, return_blocks, get_snapshot)"
+        );
+        let payload = rmp_serde::to_vec_named(&json!({"type": "welcome"})).unwrap();
+        let from_driver = decode::<FromDriver>(&payload).unwrap_err().to_string();
+        assert!(
+            from_driver.contains("field `worker_id` missing in welcome"),
+            "{from_driver}"
+        );
+    }
+
+    #[test]
+    fn a_field_error_names_the_field_and_the_message() {
+        assert_eq!(
+            reason(json!({"type": "acquire_blocks"})),
+            "field `max` missing in acquire_blocks"
+        );
+        assert_eq!(
+            reason(json!({"type": "acquire_blocks", "max": "x"})),
+            "invalid type: string \"x\", expected u32 in acquire_blocks"
+        );
+        assert_eq!(
+            reason(json!({"type": "hello", "protocol": 1, "token": "t", "role": "boss"})),
+            "unknown variant `boss`, expected `worker` or `observer` in hello"
+        );
+    }
+
+    #[test]
+    fn a_map_cut_short_says_so() {
+        // A map of two entries whose second never comes.
+        let mut payload = rmp_serde::to_vec_named(&json!({"type": "heartbeat"})).unwrap();
+        payload[0] = 0x82;
+        assert_eq!(
+            reason_of_bytes(&payload),
+            "the frame ends in the middle of a MessagePack value"
+        );
+    }
+}

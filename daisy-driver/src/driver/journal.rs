@@ -1,0 +1,68 @@
+//! The run loop's `events.jsonl`, and what it says when the file cannot
+//! be written: a run goes on when its event log fails (the done markers
+//! are what must not), but never silently. The first failures of each
+//! window are logged as warnings with the count so far, the rest as one
+//! count when the window is over (a full disk fails every line).
+
+use crate::events::{Event, EventLog};
+use crate::throttle::Throttle;
+use std::time::{Duration, Instant};
+
+/// How often write failures are summed up, and how many are told in full
+/// before that.
+const WINDOW: Duration = Duration::from_secs(30);
+const TOLD_PER_WINDOW: u32 = 3;
+
+pub struct Journal {
+    log: EventLog,
+    failures: Throttle,
+}
+
+impl Journal {
+    pub fn new(log: EventLog) -> Self {
+        Self {
+            log,
+            failures: Throttle::new(WINDOW, TOLD_PER_WINDOW),
+        }
+    }
+
+    /// Writes one event at once (after any buffered ones).
+    pub fn record(&mut self, event: &Event) {
+        let written = self.log.record(event);
+        self.check(written);
+    }
+
+    /// Buffers one event; the next `record` or `flush` writes it.
+    pub fn record_buffered(&mut self, event: &Event) {
+        let written = self.log.record_buffered(event);
+        self.check(written);
+    }
+
+    /// Writes the buffered events, and sums up the failures of a window
+    /// that is over.
+    pub fn flush(&mut self) {
+        let written = self.log.flush();
+        self.check(written);
+        if let Some(count) = self.failures.take_unsaid(Instant::now()) {
+            tracing::warn!(
+                "{count} more writes to {} failed in the last {:?} ({} so far)",
+                self.log.path().display(),
+                self.failures.window(),
+                self.failures.total()
+            );
+        }
+    }
+
+    fn check(&mut self, written: std::io::Result<()>) {
+        let Err(error) = written else {
+            return;
+        };
+        if self.failures.admit(Instant::now()) {
+            tracing::warn!(
+                "cannot write to {}: {error} ({} failed writes so far; the run goes on)",
+                self.log.path().display(),
+                self.failures.total()
+            );
+        }
+    }
+}
