@@ -250,6 +250,7 @@ fn command_plan(opts: PlanOpts) -> anyhow::Result<ExitCode> {
 
 fn command_run(opts: RunOpts) -> anyhow::Result<ExitCode> {
     let (pipeline, run_dir) = load(&opts.pipeline)?;
+    refuse_programs_that_cannot_start(&pipeline, opts.serial)?;
     if !opts.reset.is_empty() {
         let markers = crate::reset::markers_to_delete(&pipeline, &run_dir, &opts.reset)?;
         crate::reset::confirm_and_delete(&markers, opts.yes)?;
@@ -281,6 +282,18 @@ fn command_run(opts: RunOpts) -> anyhow::Result<ExitCode> {
     };
     print!("{}", summary.render());
     Ok(summary.exit_code())
+}
+
+/// A program that will not start would fail every try of every block:
+/// the run does not start (see [`crate::program_check`]).
+fn refuse_programs_that_cannot_start(pipeline: &Pipeline, serial: bool) -> anyhow::Result<()> {
+    let dir = std::env::current_dir().context("reading the working directory")?;
+    let problems = crate::program_check::check_programs(pipeline, &dir, serial).problems;
+    match problems.as_slice() {
+        [] => Ok(()),
+        [one] => anyhow::bail!("{one}"),
+        many => anyhow::bail!("{} programs cannot start:\n  - {}", many.len(), many.join("\n  - ")),
+    }
 }
 
 fn run_options(

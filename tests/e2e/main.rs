@@ -8,6 +8,7 @@ mod distributed;
 mod failures;
 mod plan;
 mod plan_cluster;
+mod programs;
 mod preemption;
 mod protocol;
 mod proxy;

@@ -1,6 +1,11 @@
 //! `daisy-driver plan`: the dry run, its JSON, and the validation report.
 
 use crate::util::*;
+use std::os::unix::fs::PermissionsExt;
+
+fn executable(path: &std::path::Path) {
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o755)).unwrap();
+}
 
 const TWO_TASKS: &str = r#"
 name = "seg"
@@ -30,6 +35,7 @@ block_command = ["./relabel", "{block_id}"]
 fn plan_reports_blocks_levels_roots_and_workers() {
     let dir = TestDir::new();
     dir.write("seg.toml", TWO_TASKS);
+    executable(&dir.write("relabel", "#!/bin/sh\n"));
     let json = run_ok(&mut dir.driver(&["plan", "seg.toml", "--json"]));
     let plan: serde_json::Value = serde_json::from_str(&json).unwrap();
     assert_eq!(plan["pipeline"], "seg");

@@ -86,6 +86,10 @@ pub struct Driver {
     started: Instant,
     /// Why each abandoned task was abandoned.
     abandon_reasons: Vec<Option<String>>,
+    /// Per task, why a worker we started could not run its code: no more
+    /// are started for it (each would fail the same way), and it is
+    /// abandoned once no worker of it is left.
+    unservable: Vec<Option<String>>,
     /// The last error of a block of each task, for the summary.
     last_errors: Vec<Option<String>>,
     /// Seconds into the run at which each task was done.
@@ -129,6 +133,7 @@ impl Driver {
             longest_block_s: vec![None; pipeline.tasks.len()],
             rates: vec![RecentRate::new(Instant::now()); pipeline.tasks.len()],
             abandon_reasons: vec![None; pipeline.tasks.len()],
+            unservable: vec![None; pipeline.tasks.len()],
             last_errors: vec![None; pipeline.tasks.len()],
             run_dir: run_dir.clone(),
             options: options.clone(),
@@ -345,14 +350,25 @@ impl Driver {
             ToDriver::ReturnBlocks { block_ids, reason } => {
                 self.on_return(conn, &block_ids, &reason)
             }
-            ToDriver::CannotServe { reason } => {
-                if let Some(c) = self.conns.get_mut(&conn) {
-                    tracing::warn!(worker_id = c.slot, "the worker cannot serve: {reason}");
-                    c.cannot_serve = Some(reason);
-                }
-            }
+            ToDriver::CannotServe { reason } => self.on_cannot_serve(conn, reason),
             ToDriver::GetSnapshot => self.on_snapshot_request(conn),
             ToDriver::Hello(_) | ToDriver::Heartbeat => {}
+        }
+    }
+
+    /// A worker cannot run its task's code. If we started it, the next
+    /// one would fail the same way: no more are started for the task.
+    fn on_cannot_serve(&mut self, conn: ConnId, reason: String) {
+        let Some(c) = self.conns.get_mut(&conn) else {
+            return;
+        };
+        let task = self.pipeline.tasks[c.task.index()].spec.id.as_str();
+        tracing::warn!(task, worker_id = c.slot, "the worker cannot serve: {reason}");
+        c.cannot_serve = Some(reason.clone());
+        let launched = self.slots.get(c.slot).is_some_and(|s| s.launched);
+        let unservable = &mut self.unservable[c.task.index()];
+        if launched && unservable.is_none() {
+            *unservable = Some(reason);
         }
     }
 
@@ -858,26 +874,38 @@ impl Driver {
         });
     }
 
+    /// Abandons tasks that no worker is left for and none will be started
+    /// for: their restarts are used up, or a worker could not run their code.
     fn abandon_hopeless_tasks(&mut self) {
-        let hopeless: Vec<TaskIdx> = self
+        let hopeless: Vec<(TaskIdx, String)> = self
             .scheduler
             .graph()
             .task_indices()
             .filter(|&t| {
                 !self.scheduler.is_abandoned(t)
                     && !self.scheduler.counters(t).is_done()
-                    && self.slots.unclean_exits(t) > self.config(t).max_worker_restarts
                     && self.slots.live(t) == 0
             })
+            .filter_map(|t| Some((t, self.why_no_workers(t)?)))
             .collect();
-        for task in hopeless {
-            let exits = self.slots.unclean_exits(task);
-            let why = match self.slots.last_unclean_exit(task) {
-                Some(last) => format!("{exits} unclean worker exits, the last: {last}"),
-                None => format!("{exits} unclean worker exits"),
-            };
+        for (task, why) in hopeless {
             self.abandon(task, &why);
         }
+    }
+
+    /// Why no more workers are started for `task`, if none are.
+    fn why_no_workers(&self, task: TaskIdx) -> Option<String> {
+        if let Some(reason) = &self.unservable[task.index()] {
+            return Some(format!("a worker could not serve it: {reason}"));
+        }
+        let exits = self.slots.unclean_exits(task);
+        if exits <= self.config(task).max_worker_restarts {
+            return None;
+        }
+        Some(match self.slots.last_unclean_exit(task) {
+            Some(last) => format!("{exits} unclean worker exits, the last: {last}"),
+            None => format!("{exits} unclean worker exits"),
+        })
     }
 
     /// Gives up on a task and its downstream tasks, saying why.
@@ -921,12 +949,10 @@ impl Driver {
     /// in an earlier run are skipped first, so a resumed run starts no
     /// worker for work that is done.
     fn workers_wanted(&mut self, task: TaskIdx) -> u32 {
-        let config = &self.pipeline.tasks[task.index()];
-        if self.scheduler.is_abandoned(task)
-            || self.slots.unclean_exits(task) > config.max_worker_restarts
-        {
+        if self.scheduler.is_abandoned(task) || self.why_no_workers(task).is_some() {
             return 0;
         }
+        let config = &self.pipeline.tasks[task.index()];
         let marker = &self.markers[task.index()];
         if !self
             .scheduler

@@ -1,0 +1,59 @@
+//! Whether each task's program can start, checked before a run starts
+//! anything: a program that does not exist (`pyhton3`, `./segg.sh`) would
+//! otherwise fail every try of every block.
+//!
+//! Workers of the local launcher (and a `--serial` run) start the program
+//! on this machine, in this directory, so a program that does not resolve
+//! here is a problem. Cluster workers run on compute nodes, whose PATH and
+//! file systems may differ: there the same finding is only a warning, and
+//! each worker checks again where it runs (refusing with `cannot_serve`).
+
+use crate::pipeline::{LauncherKind, Pipeline, TaskConfig, UserCommand};
+use daisy_worker::user_code::{check_program, BlockCommand};
+use std::collections::BTreeMap;
+use std::path::Path;
+
+/// What a program that cannot start here means for a run.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct ProgramFindings {
+    /// Programs that will not start: the run must not start.
+    pub problems: Vec<String>,
+    /// Programs that do not start here but may where workers run.
+    pub warnings: Vec<String>,
+}
+
+/// Checks every task's program as workers started from `dir` would find
+/// it; `serial` runs start it here whatever the launcher.
+pub fn check_programs(pipeline: &Pipeline, dir: &Path, serial: bool) -> ProgramFindings {
+    let mut findings = ProgramFindings::default();
+    let here = serial || pipeline.launcher.kind == LauncherKind::Local;
+    for task in &pipeline.tasks {
+        let Some(finding) = program_problem(task, dir) else {
+            continue;
+        };
+        match here {
+            true => findings.problems.push(finding),
+            false => findings.warnings.push(format!(
+                "{finding} here (it may exist only on the compute nodes)"
+            )),
+        }
+    }
+    findings
+}
+
+/// `task "seg": block_command = ["./segg.sh"]: program "./segg.sh" does
+/// not exist (looked for /work/./segg.sh)`, if it does not start.
+fn program_problem(task: &TaskConfig, dir: &Path) -> Option<String> {
+    let (field, argv, program) = match &task.command {
+        UserCommand::Worker(argv) => ("command", argv, argv.first().cloned()),
+        UserCommand::PerBlock(argv) => {
+            let command = BlockCommand::new(argv, BTreeMap::new(), None).ok()?;
+            ("block_command", argv, command.program().map(str::to_owned))
+        }
+    };
+    let error = check_program(&program?, dir, &task.env).err()?;
+    Some(format!(
+        "task {:?}: {field} = {argv:?}: {error}",
+        task.spec.id
+    ))
+}
