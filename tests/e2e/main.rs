@@ -19,4 +19,5 @@ mod restarts;
 mod retries;
 mod serial;
 mod status;
+mod summary;
 mod util;

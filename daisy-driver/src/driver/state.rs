@@ -1119,7 +1119,7 @@ impl Driver {
                 id: self.task_id(t).to_string(),
                 counters: self.scheduler.counters(t),
                 logs: self.run_dir.task_logs(self.task_id(t)),
-                workers_started: self.slots.started(t),
+                workers: self.slots.connected(t),
                 restarts: self.slots.unclean_exits(t),
                 seconds: self.done_at[t.index()].unwrap_or(elapsed.as_secs_f64()),
                 abandoned: self.abandon_reasons[t.index()].clone(),

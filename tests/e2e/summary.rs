@@ -1,0 +1,53 @@
+//! Issue 11, item 13: the summary `run` prints at its end says what
+//! happened: lost workers are not "failures" with logs that do not exist,
+//! hand-started workers are counted, and skipped blocks are explained.
+
+use crate::util::*;
+
+#[test]
+fn workers_that_never_started_are_named_without_pointing_at_missing_logs() {
+    let dir = TestDir::new();
+    let pipeline = format!(
+        "name = \"nostart\"\n{}",
+        task("t", 4, "true", "max_worker_restarts = 1")
+    );
+    dir.write("p.toml", &pipeline);
+    let mut run = dir.driver(&["run", "p.toml", "--worker-bin", "/nonexistent/daisy-worker"]);
+    let out = run_fails(&mut run, 1);
+    assert!(
+        out.contains(
+            "task \"t\": 2 workers ended uncleanly (lost, or failed to start); \
+             no worker of it wrote a log (see the events)"
+        ),
+        "{out}"
+    );
+    assert!(!out.contains("had failures"), "{out}");
+}
+
+#[test]
+fn hand_started_workers_are_counted_and_skipped_blocks_explained() {
+    let dir = TestDir::new();
+    let pipeline = format!("name = \"hand\"\n{}", task("t", 4, "true", "max_workers = 0"));
+    dir.write("p.toml", &pipeline);
+    let run_dir = dir.join("daisy_run/hand");
+    let log = dir.join("driver.log");
+    let driver = ChildGuard::spawn_logged(&mut dir.driver(&["run", "p.toml"]), &log);
+    wait_until("the driver listens", || run_dir.join("context.json").exists());
+    let context = run_dir.join("context.json");
+    let args = ["--context-file", context.to_str().unwrap(), "--task", "t"];
+    let worker = ChildGuard::spawn(&mut dir.worker(&args));
+    assert!(driver.wait_for_exit().success());
+    worker.wait_for_exit();
+    let out = std::fs::read_to_string(&log).unwrap();
+    let row = out.lines().find(|l| l.starts_with("t ")).unwrap();
+    let cells: Vec<&str> = row.split_whitespace().collect();
+    assert_eq!(&cells[1..4], ["4", "4", "0"], "{out}");
+    assert!(row.contains(" 0+1 by hand "), "{out}");
+    assert!(!out.contains("completed includes skipped"), "{out}");
+
+    let again = run_ok(&mut dir.driver(&["run", "p.toml"]));
+    assert!(
+        again.contains("(completed includes skipped: blocks already done by an earlier run)"),
+        "{again}"
+    );
+}
