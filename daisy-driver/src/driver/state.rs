@@ -123,12 +123,15 @@ impl Driver {
             mode: "distributed",
             retry_failed: options.only_blocks.is_some(),
         })?;
-        let ids: Vec<&str> = pipeline.tasks.iter().map(|t| t.spec.id.as_str()).collect();
+        let scheduler = crate::retry::scheduler(&pipeline, options.only_blocks.as_ref());
+        let totals: Vec<(&str, u64)> = (scheduler.graph().task_indices())
+            .map(|t| (pipeline.tasks[t.index()].spec.id.as_str(), scheduler.counters(t).total))
+            .collect();
         Ok(Self {
-            scheduler: crate::retry::scheduler(&pipeline, options.only_blocks.as_ref()),
+            progress: Progress::new(&totals, options.status_every),
+            scheduler,
             budget: Budget::new(pipeline.resources.clone()),
             slots: Slots::new(pipeline.tasks.len()),
-            progress: Progress::new(&ids, options.status_every),
             done_at: vec![None; pipeline.tasks.len()],
             longest_block_s: vec![None; pipeline.tasks.len()],
             rates: vec![RecentRate::new(Instant::now()); pipeline.tasks.len()],
