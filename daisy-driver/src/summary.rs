@@ -2,6 +2,7 @@
 //! it implies.
 
 use crate::slots::WorkerCount;
+use daisy_core::printable::printable;
 use daisy_core::TaskCounters;
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
@@ -94,7 +95,13 @@ impl RunSummary {
         }
     }
 
+    /// The summary as text, control characters escaped (it quotes the
+    /// last block error, a user process's stderr).
     pub fn render(&self) -> String {
+        printable(&self.render_raw()).into_owned()
+    }
+
+    fn render_raw(&self) -> String {
         let mut out = String::new();
         let [task, blocks, completed, skipped, failed, orphaned, workers, restarts, time, rate] =
             COLUMNS;

@@ -33,6 +33,7 @@ pub use program::{check_program, ProgramError};
 pub use template::CommandError;
 pub use worker_command::{Outcome, StartError, WorkerCommand};
 
+use daisy_core::printable::printable;
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, Read, Seek, SeekFrom};
 use std::path::{Path, PathBuf};
@@ -170,9 +171,11 @@ pub struct BlockFailure {
 }
 
 impl BlockFailure {
+    /// A failure saying `message`, its control characters escaped (it
+    /// quotes the user's stderr, which may hold terminal escapes).
     pub fn new(message: impl Into<String>) -> Self {
         Self {
-            message: message.into(),
+            message: printable(&message.into()).into_owned(),
             by_signal: false,
         }
     }

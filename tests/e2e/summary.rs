@@ -51,3 +51,25 @@ fn hand_started_workers_are_counted_and_skipped_blocks_explained() {
         "{again}"
     );
 }
+
+/// Issue 11, item 13: raw control bytes from a block's stderr reached the
+/// terminal (a colour, a carriage return, a bell).
+#[test]
+fn control_bytes_from_a_blocks_stderr_are_escaped_in_summary_and_status() {
+    let dir = TestDir::new();
+    let command = "printf 'bad \\\\033[31mred\\\\033[0m\\\\r\\\\007 end\\\\n' >&2; exit 3";
+    let pipeline = format!(
+        "name = \"ctl\"\n{}",
+        task("t", 1, command, "max_retries = 0")
+    );
+    dir.write("p.toml", &pipeline);
+    let escaped = "bad \\x1b[31mred\\x1b[0m\\x0d\\x07 end";
+    let out = run_fails(&mut dir.driver(&["run", "p.toml"]), 1);
+    let status = run(&mut dir.driver(&["status", "daisy_run/ctl"]));
+    let status = String::from_utf8_lossy(&status.stdout);
+    for text in [&*out, &*status] {
+        assert!(text.contains(escaped), "missing {escaped:?} in:\n{text}");
+        let raw = text.chars().filter(|c| c.is_control() && *c != '\n' && *c != '\t');
+        assert_eq!(raw.count(), 0, "raw control characters in:\n{text:?}");
+    }
+}

@@ -21,6 +21,7 @@ use daisy_core::protocol::messages::{InFlightBlock, RunSnapshot, TaskSnapshot, W
 use daisy_core::protocol::{
     BlockResult, CodeKind, FromDriver, Hello, Role, TaskCode, ToDriver, Welcome, WireBlock,
 };
+use daisy_core::printable::printable;
 use daisy_core::scheduler::Released;
 use daisy_core::{BlockId, BlockOutcome, Scheduler, TaskIdx};
 use launchers::WorkerRequest;
@@ -321,7 +322,7 @@ impl Driver {
         self.record(&Event::WorkerConnected {
             task: task_id,
             worker_id: slot,
-            host: &hello.host,
+            host: &printable(&hello.host),
             pid: hello.pid,
             by_hand,
             requeued,
@@ -349,11 +350,13 @@ impl Driver {
             ToDriver::Draining {
                 reason,
                 out_of_time,
-            } => self.on_draining(conn, &reason, out_of_time),
+            } => self.on_draining(conn, &printable(&reason), out_of_time),
             ToDriver::ReturnBlocks { block_ids, reason } => {
-                self.on_return(conn, &block_ids, &reason)
+                self.on_return(conn, &block_ids, &printable(&reason))
             }
-            ToDriver::CannotServe { reason } => self.on_cannot_serve(conn, reason),
+            ToDriver::CannotServe { reason } => {
+                self.on_cannot_serve(conn, printable(&reason).into_owned())
+            }
             ToDriver::GetSnapshot => self.on_snapshot_request(conn),
             ToDriver::Hello(_) | ToDriver::Heartbeat => {}
         }
@@ -545,7 +548,11 @@ impl Driver {
         warn_on_error(self.events.record_buffered(&done), &self.events);
     }
 
+    /// Records a failed attempt; `error` (a user process's stderr, as a
+    /// worker sent it) is escaped before it reaches a log, the events or
+    /// the terminal.
     fn record_failure(&mut self, id: BlockId, worker_id: u64, error: &str, seconds: Option<f64>) {
+        let error = &*printable(error);
         let released = self
             .scheduler
             .release_at(id, BlockOutcome::Failure, Instant::now());

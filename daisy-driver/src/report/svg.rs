@@ -6,6 +6,7 @@
 //! Hover text is an SVG `<title>` child: browsers show it as a tooltip,
 //! with no script.
 
+use daisy_core::printable::printable;
 use std::fmt::{self, Write as _};
 
 /// A block that finished.
@@ -47,8 +48,11 @@ impl fmt::Display for Escaped<'_> {
                 '>' => f.write_str("&gt;")?,
                 '"' => f.write_str("&quot;")?,
                 '\'' => f.write_str("&#39;")?,
-                // Control characters are not allowed in XML 1.0.
-                c if c.is_control() && c != '\n' && c != '\t' => f.write_char(' ')?,
+                // Control characters are not allowed in XML 1.0; written
+                // as `\x1b`, as the terminal output shows them.
+                c if c.is_control() && c != '\n' && c != '\t' => {
+                    f.write_str(&printable(c.encode_utf8(&mut [0; 4])))?
+                }
                 c => f.write_char(c)?,
             }
         }
@@ -244,7 +248,7 @@ mod tests {
         let out = svg.finish().svg;
         assert!(out.contains(">a&lt;b &amp; &quot;c&quot;</text>"), "{out}");
         assert!(
-            out.contains("<title>exit &lt;1&gt; </title></rect>"),
+            out.contains("<title>exit &lt;1&gt;\\x01</title></rect>"),
             "{out}"
         );
         assert!(out.ends_with("</svg>"));
