@@ -1,6 +1,7 @@
-//! Whether each task's program can start, checked before a run starts
-//! anything: a program that does not exist (`pyhton3`, `./segg.sh`) would
-//! otherwise fail every try of every block.
+//! Whether each task's program, and the worker program, can start, checked
+//! before a run starts anything: a program that does not exist (`pyhton3`,
+//! `./segg.sh`) would otherwise fail every try of every block, and a
+//! `--worker-bin` that does not exist every worker start.
 //!
 //! Workers of the local launcher (and a `--serial` run) start the program
 //! on this machine, in this directory, so a program that does not resolve
@@ -22,15 +23,16 @@ pub struct ProgramFindings {
     pub warnings: Vec<String>,
 }
 
-/// Checks every task's program as workers started from `dir` would find
-/// it; `serial` runs start it here whatever the launcher.
-pub fn check_programs(pipeline: &Pipeline, dir: &Path, serial: bool) -> ProgramFindings {
+/// Checks every task's program, and `worker` (the program workers run),
+/// as workers started from `dir` would find them; `worker` is `None` for a
+/// `--serial` run, which starts the tasks' programs here whatever the
+/// launcher.
+pub fn check_programs(pipeline: &Pipeline, dir: &Path, worker: Option<&Path>) -> ProgramFindings {
     let mut findings = ProgramFindings::default();
-    let here = serial || pipeline.launcher.kind == LauncherKind::Local;
-    for task in &pipeline.tasks {
-        let Some(finding) = program_problem(task, dir) else {
-            continue;
-        };
+    let here = worker.is_none() || pipeline.launcher.kind == LauncherKind::Local;
+    let worker = worker.and_then(|worker| worker_problem(worker, dir));
+    let tasks = pipeline.tasks.iter().filter_map(|task| program_problem(task, dir));
+    for finding in worker.into_iter().chain(tasks) {
         match here {
             true => findings.problems.push(finding),
             false => findings.warnings.push(format!(
@@ -39,6 +41,14 @@ pub fn check_programs(pipeline: &Pipeline, dir: &Path, serial: bool) -> ProgramF
         }
     }
     findings
+}
+
+/// `--worker-bin = "/opt/daisy-worker": program "/opt/daisy-worker" does
+/// not exist (looked for /opt/daisy-worker)`, if it does not start.
+fn worker_problem(worker: &Path, dir: &Path) -> Option<String> {
+    let program = worker.to_string_lossy();
+    let error = check_program(&program, dir, &BTreeMap::new()).err()?;
+    Some(format!("the worker program (--worker-bin, DAISY_WORKER_BIN) {program:?}: {error}"))
 }
 
 /// `task "seg": block_command = ["./segg.sh"]: program "./segg.sh" does

@@ -59,6 +59,19 @@ fn a_local_run_refuses_programs_that_do_not_resolve_before_anything_starts() {
     assert!(!dir.join("run").exists(), "nothing started");
     assert!(!dir.join("daisy_run").exists(), "nothing started");
 
+    // The same for the program local workers run.
+    dir.write("p.toml", &pipeline("local", "loc", "true").replace("pyhton3", "sh"));
+    let worker = ["--worker-bin", "/nonexistent/daisy-worker"];
+    let plan = run_fails(dir.driver(&["plan", "p.toml"]).args(worker), 1);
+    let run = run_fails(dir.driver(&["run", "p.toml"]).args(worker), 2);
+    let expected = "the worker program (--worker-bin, DAISY_WORKER_BIN) \
+                    \"/nonexistent/daisy-worker\": program \"/nonexistent/daisy-worker\" \
+                    does not exist";
+    for out in [plan, run] {
+        assert!(out.contains(expected), "missing {expected:?} in:\n{out}");
+    }
+    assert!(!dir.join("daisy_run").exists(), "nothing started");
+
     // A relative path resolves against the directory workers run in.
     let script = dir.write("seg.sh", "#!/bin/sh\necho \"$1\" >> ran.txt\n");
     std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).unwrap();

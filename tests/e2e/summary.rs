@@ -12,7 +12,8 @@ fn workers_that_never_started_are_named_without_pointing_at_missing_logs() {
         task("t", 4, "true", "max_worker_restarts = 1")
     );
     dir.write("p.toml", &pipeline);
-    let mut run = dir.driver(&["run", "p.toml", "--worker-bin", "/nonexistent/daisy-worker"]);
+    // A worker program that exits at once, writing nothing.
+    let mut run = dir.driver(&["run", "p.toml", "--worker-bin", "/bin/true"]);
     let out = run_fails(&mut run, 1);
     assert!(
         out.contains(

@@ -108,7 +108,7 @@ pub fn plan(pipeline: &Pipeline, run_dir: &RunDir, worker: WorkerProgram) -> Pla
         scripts::first_submissions(pipeline, run_dir, worker, &allocation.grants, &mut problems);
     problems.extend(launcher_problem(pipeline));
     let dir = std::env::current_dir().unwrap_or_else(|_| ".".into());
-    let programs = check_programs(pipeline, &dir, false);
+    let programs = check_programs(pipeline, &dir, Some(worker.path));
     problems.extend(programs.problems);
     Plan {
         pipeline: pipeline.name.clone(),
