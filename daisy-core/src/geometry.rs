@@ -8,8 +8,8 @@
 
 use crate::block::{Block, TaskIdx};
 use crate::coordinate::{Coordinate, MAX_COORDINATE, MAX_DIMS};
-use crate::roi::Roi;
 use crate::graph::level_stride;
+use crate::roi::Roi;
 use crate::task::{Fit, TaskSpec};
 
 /// The most levels a task may have: each level keeps its offset and its
@@ -287,7 +287,10 @@ fn blocks_per_axis(grid: &BlockGrid) -> Coordinate {
 
 fn no_blocks(spec: &TaskSpec, grid: &BlockGrid) -> String {
     let room = match spec.fit {
-        Fit::Valid => format!("no room for a whole write_roi of shape {}", grid.write_shape),
+        Fit::Valid => format!(
+            "no room for a whole write_roi of shape {}",
+            grid.write_shape
+        ),
         Fit::Overhang | Fit::Shrink => "which is empty".to_string(),
     };
     format!(
@@ -395,7 +398,10 @@ mod tests {
         );
         // One voxel of total write region is enough for overhang, not valid.
         assert!(geometry_problems(&one_dim(11, 12, (1, 2), Fit::Shrink)).is_empty());
-        assert_eq!(geometry_problems(&one_dim(11, 12, (1, 2), Fit::Valid)).len(), 1);
+        assert_eq!(
+            geometry_problems(&one_dim(11, 12, (1, 2), Fit::Valid)).len(),
+            1
+        );
     }
 
     #[test]
@@ -409,15 +415,23 @@ mod tests {
         );
         let problems = geometry_problems(&beyond);
         assert_eq!(problems.len(), 1, "{problems:?}");
-        assert!(problems[0].message.contains("beyond the supported ±1099511627776"));
+        assert!(problems[0]
+            .message
+            .contains("beyond the supported ±1099511627776"));
         let block = Roi::from_slices(&[0; 8], &[1; 8]);
         let many = TaskSpec::new("t", Roi::from_slices(&[0; 8], &[max; 8]), block, block);
         let problems = geometry_problems(&many);
-        assert!(problems[0].message.contains("more than 2^64 in all"), "{problems:?}");
+        assert!(
+            problems[0].message.contains("more than 2^64 in all"),
+            "{problems:?}"
+        );
         let wide_context = one_dim(max, max / 2, (max / 4, 1), Fit::Valid);
         let problems = geometry_problems(&wide_context);
         assert_eq!(problems[0].field, "read_roi");
-        assert!(problems[0].message.contains("levels per axis"), "{problems:?}");
+        assert!(
+            problems[0].message.contains("levels per axis"),
+            "{problems:?}"
+        );
         let no_conflict = TaskSpec {
             read_write_conflict: false,
             ..wide_context

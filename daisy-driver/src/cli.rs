@@ -296,7 +296,11 @@ fn refuse_programs_that_cannot_start(
     match problems.as_slice() {
         [] => Ok(()),
         [one] => anyhow::bail!("{one}"),
-        many => anyhow::bail!("{} programs cannot start:\n  - {}", many.len(), many.join("\n  - ")),
+        many => anyhow::bail!(
+            "{} programs cannot start:\n  - {}",
+            many.len(),
+            many.join("\n  - ")
+        ),
     }
 }
 

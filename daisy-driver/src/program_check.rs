@@ -31,7 +31,10 @@ pub fn check_programs(pipeline: &Pipeline, dir: &Path, worker: Option<&Path>) ->
     let mut findings = ProgramFindings::default();
     let here = worker.is_none() || pipeline.launcher.kind == LauncherKind::Local;
     let worker = worker.and_then(|worker| worker_problem(worker, dir));
-    let tasks = pipeline.tasks.iter().filter_map(|task| program_problem(task, dir));
+    let tasks = pipeline
+        .tasks
+        .iter()
+        .filter_map(|task| program_problem(task, dir));
     for finding in worker.into_iter().chain(tasks) {
         match here {
             true => findings.problems.push(finding),
@@ -48,7 +51,9 @@ pub fn check_programs(pipeline: &Pipeline, dir: &Path, worker: Option<&Path>) ->
 fn worker_problem(worker: &Path, dir: &Path) -> Option<String> {
     let program = worker.to_string_lossy();
     let error = check_program(&program, dir, &BTreeMap::new()).err()?;
-    Some(format!("the worker program (--worker-bin, DAISY_WORKER_BIN) {program:?}: {error}"))
+    Some(format!(
+        "the worker program (--worker-bin, DAISY_WORKER_BIN) {program:?}: {error}"
+    ))
 }
 
 /// `task "seg": block_command = ["./segg.sh"]: program "./segg.sh" does

@@ -259,7 +259,10 @@ mod tests {
             ),
             "{text}"
         );
-        assert!(!text.contains("had failures") && !text.contains("/nonexistent"), "{text}");
+        assert!(
+            !text.contains("had failures") && !text.contains("/nonexistent"),
+            "{text}"
+        );
         let logs = tempfile::tempdir().unwrap();
         std::fs::write(logs.path().join("worker-1.err"), "").unwrap();
         let text = summary(TaskSummary {
@@ -267,7 +270,10 @@ mod tests {
             ..task(counters, logs.path().to_path_buf())
         })
         .render();
-        assert!(text.contains("no worker of it wrote a log"), "empty files: {text}");
+        assert!(
+            text.contains("no worker of it wrote a log"),
+            "empty files: {text}"
+        );
         std::fs::write(logs.path().join("worker-1.err"), "Traceback").unwrap();
         let failed = TaskSummary {
             counters: TaskCounters {
@@ -304,7 +310,10 @@ mod tests {
         let row = text.lines().nth(1).unwrap();
         assert!(row.contains(" 1+2 by hand "), "{row}");
         assert!(text.contains(SKIPPED_LEGEND), "{text}");
-        let none_skipped = TaskCounters { skipped: 0, ..counters };
+        let none_skipped = TaskCounters {
+            skipped: 0,
+            ..counters
+        };
         let text = summary(task(none_skipped, PathBuf::from("logs"))).render();
         assert!(!text.contains(SKIPPED_LEGEND), "{text}");
     }

@@ -123,8 +123,8 @@ fn check_starts(program: Option<&str>, env: &BTreeMap<String, String>) -> Result
     let Some(program) = program else {
         return Ok(());
     };
-    let dir = std::env::current_dir()
-        .map_err(|e| format!("cannot read the working directory: {e}"))?;
+    let dir =
+        std::env::current_dir().map_err(|e| format!("cannot read the working directory: {e}"))?;
     check_program(program, &dir, env).map_err(|e| e.to_string())
 }
 

@@ -60,7 +60,10 @@ fn a_local_run_refuses_programs_that_do_not_resolve_before_anything_starts() {
     assert!(!dir.join("daisy_run").exists(), "nothing started");
 
     // The same for the program local workers run.
-    dir.write("p.toml", &pipeline("local", "loc", "true").replace("pyhton3", "sh"));
+    dir.write(
+        "p.toml",
+        &pipeline("local", "loc", "true").replace("pyhton3", "sh"),
+    );
     let worker = ["--worker-bin", "/nonexistent/daisy-worker"];
     let plan = run_fails(dir.driver(&["plan", "p.toml"]).args(worker), 1);
     let run = run_fails(dir.driver(&["run", "p.toml"]).args(worker), 2);
@@ -102,8 +105,15 @@ fn cluster_workers_that_cannot_start_the_program_report_it_once() {
     let events = events(&run_dir);
     let named = |name: &str| events.iter().filter(|e| e["event"] == name).count();
     assert_eq!(named("block_failed"), 0, "no block was tried:\n{out}");
-    assert_eq!(named("worker_submitted"), 2, "no worker was started again:\n{out}");
-    let abandoned = events.iter().find(|e| e["event"] == "task_abandoned").unwrap();
+    assert_eq!(
+        named("worker_submitted"),
+        2,
+        "no worker was started again:\n{out}"
+    );
+    let abandoned = events
+        .iter()
+        .find(|e| e["event"] == "task_abandoned")
+        .unwrap();
     let why = abandoned["why"].as_str().unwrap();
     assert!(
         why.starts_with("a worker could not serve it: its code cannot run: program \"./segg.sh\" does not exist"),

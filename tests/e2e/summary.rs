@@ -28,12 +28,17 @@ fn workers_that_never_started_are_named_without_pointing_at_missing_logs() {
 #[test]
 fn hand_started_workers_are_counted_and_skipped_blocks_explained() {
     let dir = TestDir::new();
-    let pipeline = format!("name = \"hand\"\n{}", task("t", 4, "true", "max_workers = 0"));
+    let pipeline = format!(
+        "name = \"hand\"\n{}",
+        task("t", 4, "true", "max_workers = 0")
+    );
     dir.write("p.toml", &pipeline);
     let run_dir = dir.join("daisy_run/hand");
     let log = dir.join("driver.log");
     let driver = ChildGuard::spawn_logged(&mut dir.driver(&["run", "p.toml"]), &log);
-    wait_until("the driver listens", || run_dir.join("context.json").exists());
+    wait_until("the driver listens", || {
+        run_dir.join("context.json").exists()
+    });
     let context = run_dir.join("context.json");
     let args = ["--context-file", context.to_str().unwrap(), "--task", "t"];
     let worker = ChildGuard::spawn(&mut dir.worker(&args));
@@ -70,7 +75,9 @@ fn control_bytes_from_a_blocks_stderr_are_escaped_in_summary_and_status() {
     let status = String::from_utf8_lossy(&status.stdout);
     for text in [&*out, &*status] {
         assert!(text.contains(escaped), "missing {escaped:?} in:\n{text}");
-        let raw = text.chars().filter(|c| c.is_control() && *c != '\n' && *c != '\t');
+        let raw = text
+            .chars()
+            .filter(|c| c.is_control() && *c != '\n' && *c != '\t');
         assert_eq!(raw.count(), 0, "raw control characters in:\n{text:?}");
     }
 }

@@ -17,11 +17,11 @@ use crate::slots::{Gone, SlotId, SlotState, Slots};
 use crate::summary::{RunEnd, RunSummary, TaskSummary};
 use anyhow::Context as _;
 use daisy_core::context::{WorkerContext, CONTEXT_ENV};
+use daisy_core::printable::printable;
 use daisy_core::protocol::messages::{InFlightBlock, RunSnapshot, TaskSnapshot, WorkerCounts};
 use daisy_core::protocol::{
     BlockResult, CodeKind, FromDriver, Hello, Role, TaskCode, ToDriver, Welcome, WireBlock,
 };
-use daisy_core::printable::printable;
 use daisy_core::scheduler::Released;
 use daisy_core::{BlockId, BlockOutcome, Scheduler, TaskIdx};
 use launchers::WorkerRequest;
@@ -126,7 +126,12 @@ impl Driver {
         })?;
         let scheduler = crate::retry::scheduler(&pipeline, options.only_blocks.as_ref());
         let totals: Vec<(&str, u64)> = (scheduler.graph().task_indices())
-            .map(|t| (pipeline.tasks[t.index()].spec.id.as_str(), scheduler.counters(t).total))
+            .map(|t| {
+                (
+                    pipeline.tasks[t.index()].spec.id.as_str(),
+                    scheduler.counters(t).total,
+                )
+            })
             .collect();
         Ok(Self {
             progress: Progress::new(&totals, options.status_every),
@@ -369,7 +374,11 @@ impl Driver {
             return;
         };
         let task = self.pipeline.tasks[c.task.index()].spec.id.as_str();
-        tracing::warn!(task, worker_id = c.slot, "the worker cannot serve: {reason}");
+        tracing::warn!(
+            task,
+            worker_id = c.slot,
+            "the worker cannot serve: {reason}"
+        );
         c.cannot_serve = Some(reason.clone());
         let launched = self.slots.get(c.slot).is_some_and(|s| s.launched);
         let unservable = &mut self.unservable[c.task.index()];

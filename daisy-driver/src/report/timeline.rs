@@ -113,7 +113,14 @@ impl Segment {
         (present.into_iter().zip(heights))
             .map(|(outcome, height)| {
                 y += height;
-                (Rect { y: y - height, height, ..band }, outcome)
+                (
+                    Rect {
+                        y: y - height,
+                        height,
+                        ..band
+                    },
+                    outcome,
+                )
             })
             .collect()
     }
@@ -381,7 +388,10 @@ mod tests {
         };
         let stripes = segments[0].stripes(band);
         let heights: Vec<(f64, Outcome)> = stripes.iter().map(|(r, o)| (r.height, *o)).collect();
-        assert_eq!(heights, [(11.0, Outcome::Done), (1.0, Outcome::FailedForGood)]);
+        assert_eq!(
+            heights,
+            [(11.0, Outcome::Done), (1.0, Outcome::FailedForGood)]
+        );
         assert_eq!((stripes[0].0.y, stripes[1].0.y), (4.0, 15.0));
         assert!(stripes.iter().all(|(r, _)| r.x == 10.0 && r.width == 100.0));
         let even = Segment {

@@ -425,7 +425,10 @@ async fn a_program_that_does_not_start_is_refused_before_any_block() {
     };
     let missing = dir.path().join("segg.sh");
     let cases = [
-        (Some(worker_command), "program \"pyhton3\" is not found on PATH".to_string()),
+        (
+            Some(worker_command),
+            "program \"pyhton3\" is not found on PATH".to_string(),
+        ),
         (
             Some(block_command(&[missing.to_str().unwrap(), "{block_id}"])),
             format!("program {missing:?} does not exist"),

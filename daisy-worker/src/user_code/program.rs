@@ -31,7 +31,10 @@ pub fn check_program(
     env: &BTreeMap<String, String>,
 ) -> Result<(), ProgramError> {
     if !program.contains('/') {
-        let path_var = env.get("PATH").map(OsString::from).or_else(|| std::env::var_os("PATH"));
+        let path_var = env
+            .get("PATH")
+            .map(OsString::from)
+            .or_else(|| std::env::var_os("PATH"));
         return match which::which_in(program, path_var, dir) {
             Ok(_) => Ok(()),
             Err(_) => Err(ProgramError::NotOnPath {
@@ -91,8 +94,17 @@ mod tests {
                 dir.path().display()
             )
         );
-        assert!(matches!(check("./notes.sh"), Err(ProgramError::NotExecutable { .. })));
-        assert!(matches!(check("./bin"), Err(ProgramError::NotExecutable { .. })));
-        assert!(matches!(check("seg.sh"), Err(ProgramError::NotOnPath { .. })));
+        assert!(matches!(
+            check("./notes.sh"),
+            Err(ProgramError::NotExecutable { .. })
+        ));
+        assert!(matches!(
+            check("./bin"),
+            Err(ProgramError::NotExecutable { .. })
+        ));
+        assert!(matches!(
+            check("seg.sh"),
+            Err(ProgramError::NotOnPath { .. })
+        ));
     }
 }
