@@ -14,6 +14,11 @@ use std::ops::{Add, Div, Index, Mul, Neg, Rem, Sub};
 /// 2 to 5 (t, c, z, y, x); 8 leaves room without costing much.
 pub const MAX_DIMS: usize = 8;
 
+/// The largest coordinate magnitude a task's regions may use (2^40, a
+/// trillion voxels per axis): beyond any volume imaged, and small enough
+/// that block arithmetic (ends, contexts, strides) cannot overflow i64.
+pub const MAX_COORDINATE: u64 = 1 << 40;
+
 /// `USED_SLOTS[n][d]` is all ones for `d < n`, else 0.
 const USED_SLOTS: [[i64; MAX_DIMS]; MAX_DIMS + 1] = {
     let mut masks = [[0; MAX_DIMS]; MAX_DIMS + 1];

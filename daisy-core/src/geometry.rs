@@ -7,9 +7,15 @@
 //! conflicts on top of it live in `graph`.
 
 use crate::block::{Block, TaskIdx};
-use crate::coordinate::{Coordinate, MAX_DIMS};
+use crate::coordinate::{Coordinate, MAX_COORDINATE, MAX_DIMS};
+use crate::graph::level_stride;
 use crate::roi::Roi;
 use crate::task::{Fit, TaskSpec};
+
+/// The most levels a task may have: each level keeps its offset and its
+/// conflict offsets in memory, and read/write conflicts make a level per
+/// write shape that fits in the read context (8 for a typical 3-D task).
+pub const MAX_LEVELS: u64 = 1 << 16;
 
 /// The geometry of one task's blocks. `Copy` so that lazy block iterators
 /// can own one without borrowing the graph.
@@ -169,43 +175,129 @@ pub struct GeometryProblem {
     pub message: String,
 }
 
+impl GeometryProblem {
+    fn new(field: &'static str, message: String) -> Self {
+        Self { field, message }
+    }
+}
+
 /// Everything wrong with a task's ROIs, all at once: dimension counts,
-/// non-positive shapes, a write region outside the read region.
+/// coordinates beyond [`MAX_COORDINATE`], non-positive shapes; once those
+/// are right, a write region outside the read region, and then a task
+/// with no block at all or with more than 64-bit counters hold.
 pub fn geometry_problems(spec: &TaskSpec) -> Vec<GeometryProblem> {
-    let mut problems = Vec::new();
     let rois = [
         ("total_roi", spec.total_roi),
         ("read_roi", spec.read_roi),
         ("write_roi", spec.write_roi),
     ];
     let dims = spec.total_roi.dims();
-    for (field, roi) in rois {
-        if roi.dims() == 0 || roi.dims() > MAX_DIMS {
-            problems.push(GeometryProblem {
-                field,
-                message: format!("has {} dimensions, expected 1 to {MAX_DIMS}", roi.dims()),
-            });
-        } else if roi.dims() != dims {
-            problems.push(GeometryProblem {
-                field,
-                message: format!("has {} dimensions but total_roi has {dims}", roi.dims()),
-            });
-        }
-        if !roi.shape().all(|s| s > 0) {
-            problems.push(GeometryProblem {
-                field,
-                message: format!("shape {} must be positive in every dimension", roi.shape()),
-            });
-        }
+    let mut problems: Vec<GeometryProblem> = (rois.iter())
+        .flat_map(|&(field, roi)| roi_problems(field, &roi, dims))
+        .collect();
+    if problems.is_empty() && !spec.read_roi.contains_roi(&spec.write_roi) {
+        problems.push(GeometryProblem::new(
+            "write_roi",
+            format!("{} lies outside read_roi {}", spec.write_roi, spec.read_roi),
+        ));
     }
-    let same_dims = spec.read_roi.dims() == spec.write_roi.dims();
-    if problems.is_empty() && same_dims && !spec.read_roi.contains_roi(&spec.write_roi) {
-        problems.push(GeometryProblem {
-            field: "write_roi",
-            message: format!("{} lies outside read_roi {}", spec.write_roi, spec.read_roi),
-        });
+    if problems.is_empty() {
+        problems.extend(block_count_problem(spec));
     }
     problems
+}
+
+/// What is wrong with one ROI on its own, or against `dims`, the
+/// dimensions of the total ROI.
+fn roi_problems(field: &'static str, roi: &Roi, dims: usize) -> Vec<GeometryProblem> {
+    let mut problems = Vec::new();
+    let mut report = |message| problems.push(GeometryProblem::new(field, message));
+    if roi.dims() == 0 || roi.dims() > MAX_DIMS {
+        report(format!(
+            "has {} dimensions, expected 1 to {MAX_DIMS}",
+            roi.dims()
+        ));
+    } else if roi.dims() != dims {
+        report(format!(
+            "has {} dimensions but total_roi has {dims}",
+            roi.dims()
+        ));
+    }
+    let beyond = |c: Coordinate| c.iter().find(|v| v.unsigned_abs() > MAX_COORDINATE);
+    if let Some(v) = beyond(roi.offset()).or(beyond(roi.shape())) {
+        report(format!(
+            "{roi} has an entry {v}, beyond the supported ±{MAX_COORDINATE}"
+        ));
+    }
+    if !roi.shape().all(|s| s > 0) {
+        report(format!(
+            "shape {} must be positive in every dimension",
+            roi.shape()
+        ));
+    }
+    problems
+}
+
+/// A task whose regions leave no block (its downstream tasks would wait
+/// for output that never comes), or more blocks than 64-bit counters and
+/// block ids hold. Needs regions that passed [`roi_problems`], whose
+/// coordinates are small enough for the arithmetic here.
+fn block_count_problem(spec: &TaskSpec) -> Option<GeometryProblem> {
+    let grid = BlockGrid::new(TaskIdx(0), spec);
+    let per_axis = blocks_per_axis(&grid);
+    let count = (per_axis.iter()).try_fold(1u64, |n, k| n.checked_mul(k.max(0) as u64));
+    let problem = match count {
+        Some(0) => no_blocks(spec, &grid),
+        Some(_) => return level_count_problem(spec, &grid),
+        None => format!(
+            "{} splits into {per_axis} blocks per axis, more than 2^64 in all",
+            spec.total_roi
+        ),
+    };
+    Some(GeometryProblem::new("total_roi", problem))
+}
+
+/// A read region so much larger than the write region that conflicts put
+/// blocks in more levels than [`MAX_LEVELS`] (the graph keeps each level's
+/// offset and conflicts in memory).
+fn level_count_problem(spec: &TaskSpec, grid: &BlockGrid) -> Option<GeometryProblem> {
+    let per_axis = level_stride(grid, spec.read_write_conflict) / grid.write_shape;
+    let levels = (per_axis.iter()).try_fold(1u64, |n, k| n.checked_mul(k as u64));
+    if levels.is_some_and(|n| n <= MAX_LEVELS) {
+        return None;
+    }
+    let message = format!(
+        "{} around write_roi {} puts the blocks in {per_axis} levels per axis, more than \
+         {MAX_LEVELS} in all; use a larger write_roi or read_write_conflict = false",
+        spec.read_roi, spec.write_roi
+    );
+    Some(GeometryProblem::new("read_roi", message))
+}
+
+/// How many grid positions the fit rule keeps along each axis (negative
+/// when the total write region is smaller than the rule needs).
+fn blocks_per_axis(grid: &BlockGrid) -> Coordinate {
+    let ws = grid.write_shape;
+    let needed = match grid.fit {
+        Fit::Valid => ws,
+        Fit::Overhang | Fit::Shrink => Coordinate::splat(ws.dims(), 1),
+    };
+    (grid.total_write.shape() + 1 - needed).div_ceil(&ws)
+}
+
+fn no_blocks(spec: &TaskSpec, grid: &BlockGrid) -> String {
+    let room = match spec.fit {
+        Fit::Valid => format!(
+            "no room for a whole write_roi of shape {}",
+            grid.write_shape
+        ),
+        Fit::Overhang | Fit::Shrink => "which is empty".to_string(),
+    };
+    format!(
+        "{} holds no block: read_roi {} and write_roi {} leave a total write region \
+         {}, {room} (fit = \"{}\")",
+        spec.total_roi, spec.read_roi, spec.write_roi, grid.total_write, spec.fit
+    )
 }
 
 #[cfg(test)]
@@ -269,5 +361,81 @@ mod tests {
             problems[0].message.contains("outside read_roi"),
             "{problems:?}"
         );
+    }
+
+    fn one_dim(total: i64, read: i64, write: (i64, i64), fit: Fit) -> TaskSpec {
+        TaskSpec {
+            fit,
+            ..TaskSpec::new(
+                "t",
+                Roi::from_slices(&[0], &[total]),
+                Roi::from_slices(&[0], &[read]),
+                Roi::from_slices(&[write.0], &[write.1]),
+            )
+        }
+    }
+
+    #[test]
+    fn a_task_without_blocks_names_its_regions() {
+        let problems = geometry_problems(&one_dim(10, 12, (2, 8), Fit::Valid));
+        assert_eq!(
+            problems,
+            [GeometryProblem::new(
+                "total_roi",
+                "{offset [0], shape [10]} holds no block: read_roi {offset [0], shape [12]} \
+                 and write_roi {offset [2], shape [8]} leave a total write region \
+                 {offset [2], shape [6]}, no room for a whole write_roi of shape [8] \
+                 (fit = \"valid\")"
+                    .into()
+            )]
+        );
+        let overhang = geometry_problems(&one_dim(10, 14, (1, 2), Fit::Overhang));
+        assert!(
+            overhang[0]
+                .message
+                .ends_with("{offset [1], shape [-2]}, which is empty (fit = \"overhang\")"),
+            "{overhang:?}"
+        );
+        // One voxel of total write region is enough for overhang, not valid.
+        assert!(geometry_problems(&one_dim(11, 12, (1, 2), Fit::Shrink)).is_empty());
+        assert_eq!(
+            geometry_problems(&one_dim(11, 12, (1, 2), Fit::Valid)).len(),
+            1
+        );
+    }
+
+    #[test]
+    fn huge_regions_are_refused_without_overflow() {
+        let max = MAX_COORDINATE as i64;
+        let beyond = TaskSpec::new(
+            "t",
+            Roi::from_slices(&[i64::MAX], &[i64::MAX]),
+            Roi::from_slices(&[0], &[1]),
+            Roi::from_slices(&[0], &[1]),
+        );
+        let problems = geometry_problems(&beyond);
+        assert_eq!(problems.len(), 1, "{problems:?}");
+        assert!(problems[0]
+            .message
+            .contains("beyond the supported ±1099511627776"));
+        let block = Roi::from_slices(&[0; 8], &[1; 8]);
+        let many = TaskSpec::new("t", Roi::from_slices(&[0; 8], &[max; 8]), block, block);
+        let problems = geometry_problems(&many);
+        assert!(
+            problems[0].message.contains("more than 2^64 in all"),
+            "{problems:?}"
+        );
+        let wide_context = one_dim(max, max / 2, (max / 4, 1), Fit::Valid);
+        let problems = geometry_problems(&wide_context);
+        assert_eq!(problems[0].field, "read_roi");
+        assert!(
+            problems[0].message.contains("levels per axis"),
+            "{problems:?}"
+        );
+        let no_conflict = TaskSpec {
+            read_write_conflict: false,
+            ..wide_context
+        };
+        assert!(geometry_problems(&no_conflict).is_empty());
     }
 }

@@ -191,7 +191,7 @@ fn push_unique(out: &mut Vec<Block>, block: Option<Block>) {
 
 /// Spacing of blocks within one level: far enough apart that no block
 /// reads what another writes, capped so that no level is empty.
-fn level_stride(grid: &BlockGrid, read_write_conflict: bool) -> Coordinate {
+pub(crate) fn level_stride(grid: &BlockGrid, read_write_conflict: bool) -> Coordinate {
     let ws = grid.write_shape;
     if !read_write_conflict {
         return ws;

@@ -22,6 +22,7 @@ pub mod context;
 pub mod coordinate;
 pub mod geometry;
 pub mod graph;
+pub mod printable;
 pub mod protocol;
 pub mod roi;
 pub mod scheduler;

@@ -11,7 +11,7 @@ use crate::run_dir::RunDir;
 use anyhow::Context;
 use clap::{Args, Parser, Subcommand};
 use std::net::SocketAddr;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -245,6 +245,8 @@ fn command_plan(opts: PlanOpts) -> anyhow::Result<u8> {
 
 fn command_run(opts: RunOpts) -> anyhow::Result<u8> {
     let (pipeline, run_dir) = load(&opts.pipeline)?;
+    let (worker, _) = worker_program(opts.worker_bin.as_deref())?;
+    refuse_programs_that_cannot_start(&pipeline, (!opts.serial).then_some(&*worker))?;
     if !opts.reset.is_empty() {
         let markers = crate::reset::markers_to_delete(&pipeline, &run_dir, &opts.reset)?;
         crate::reset::confirm_and_delete(&markers, opts.yes)?;
@@ -276,6 +278,25 @@ fn command_run(opts: RunOpts) -> anyhow::Result<u8> {
     };
     print!("{}", summary.render());
     Ok(summary.exit_code())
+}
+
+/// A program that will not start would fail every try of every block:
+/// the run does not start (see [`crate::program_check`]).
+fn refuse_programs_that_cannot_start(
+    pipeline: &Pipeline,
+    worker: Option<&Path>,
+) -> anyhow::Result<()> {
+    let dir = std::env::current_dir().context("reading the working directory")?;
+    let problems = crate::program_check::check_programs(pipeline, &dir, worker).problems;
+    match problems.as_slice() {
+        [] => Ok(()),
+        [one] => anyhow::bail!("{one}"),
+        many => anyhow::bail!(
+            "{} programs cannot start:\n  - {}",
+            many.len(),
+            many.join("\n  - ")
+        ),
+    }
 }
 
 fn run_options(

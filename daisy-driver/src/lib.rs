@@ -33,6 +33,7 @@ pub mod events;
 pub mod launch;
 pub mod pipeline;
 pub mod plan;
+pub mod program_check;
 pub mod progress;
 pub mod recent_rate;
 pub mod report;

@@ -27,8 +27,9 @@ pub enum Progress {
 }
 
 impl Progress {
-    /// Bars if stdout is a terminal, else a line every `every`.
-    pub fn new(task_ids: &[&str], every: Duration) -> Self {
+    /// Bars if stdout is a terminal, else a line every `every`, for tasks
+    /// given by id and number of blocks.
+    pub fn new(tasks: &[(&str, u64)], every: Duration) -> Self {
         if !std::io::stdout().is_terminal() {
             let now = Instant::now();
             return Progress::Lines {
@@ -41,13 +42,8 @@ impl Progress {
         let style = ProgressStyle::with_template("{prefix:>14} [{bar:30}] {pos}/{len} {msg}")
             .expect("a valid template")
             .progress_chars("=> ");
-        let bars = task_ids
-            .iter()
-            .map(|id| {
-                let bar = group.add(ProgressBar::new(0).with_style(style.clone()));
-                bar.set_prefix(id.to_string());
-                bar
-            })
+        let bars = (tasks.iter())
+            .map(|&(id, total)| group.add(empty_bar(id, total, style.clone())))
             .collect();
         Progress::Bars {
             bars,
@@ -87,6 +83,14 @@ impl Progress {
     }
 }
 
+/// A task's bar before the first update: empty, out of all its blocks.
+/// (A bar of length 0, as indicatif starts one, is drawn full: `0/0`.)
+fn empty_bar(id: &str, total: u64, style: ProgressStyle) -> ProgressBar {
+    let bar = ProgressBar::new(total).with_style(style);
+    bar.set_prefix(id.to_string());
+    bar
+}
+
 fn detail(task: &TaskProgress) -> String {
     let c = &task.counters;
     format!(
@@ -115,6 +119,13 @@ pub fn line(elapsed: Duration, tasks: &[TaskProgress]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_bar_starts_empty_out_of_the_tasks_blocks() {
+        let bar = empty_bar("predict", 400, ProgressStyle::default_bar());
+        assert_eq!((bar.position(), bar.length()), (0, Some(400)));
+        assert_eq!(bar.prefix(), "predict");
+    }
 
     #[test]
     fn a_status_line_names_every_task() {

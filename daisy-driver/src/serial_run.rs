@@ -77,7 +77,7 @@ fn task_summaries(
                 counters: scheduler.counters(TaskIdx(i as u32)),
                 logs: run_dir.task_logs(&id),
                 id,
-                workers_started: 0,
+                workers: Default::default(),
                 restarts: 0,
                 seconds,
                 abandoned: None,

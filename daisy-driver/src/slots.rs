@@ -49,6 +49,23 @@ impl Gone {
     }
 }
 
+/// Workers by kind: started by the driver's launcher, or by hand.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct WorkerCount {
+    pub launched: u32,
+    pub by_hand: u32,
+}
+
+impl std::fmt::Display for WorkerCount {
+    /// `3`, or `3+2 by hand` when some were started by hand.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.by_hand {
+            0 => write!(f, "{}", self.launched),
+            n => write!(f, "{}+{n} by hand", self.launched),
+        }
+    }
+}
+
 #[derive(Clone, Debug)]
 pub struct Slot {
     pub id: SlotId,
@@ -217,6 +234,19 @@ impl Slots {
 
     pub fn started(&self, task: TaskIdx) -> u32 {
         self.started[task.index()]
+    }
+
+    /// Workers of `task` that connected at some point, by kind.
+    pub fn connected(&self, task: TaskIdx) -> WorkerCount {
+        let mut count = WorkerCount::default();
+        for slot in self.slots.values() {
+            match (slot.task == task && slot.connected.is_some(), slot.launched) {
+                (false, _) => {}
+                (true, true) => count.launched += 1,
+                (true, false) => count.by_hand += 1,
+            }
+        }
+        count
     }
 
     pub fn all(&self) -> impl Iterator<Item = &Slot> {

@@ -1,9 +1,11 @@
 //! The execution summary printed at the end of a run, and the exit status
 //! it implies.
 
+use crate::slots::WorkerCount;
+use daisy_core::printable::printable;
 use daisy_core::TaskCounters;
 use std::fmt::Write as _;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 /// How a run ended.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -31,6 +33,11 @@ pub const COLUMNS: [&str; 10] = [
     "blocks/s",
 ];
 
+/// Said under the table when blocks were skipped, since `completed`
+/// counts them too (so that `completed` = `blocks` means all done).
+pub const SKIPPED_LEGEND: &str =
+    "(completed includes skipped: blocks already done by an earlier run)";
+
 #[derive(Debug)]
 pub struct RunSummary {
     pub tasks: Vec<TaskSummary>,
@@ -44,7 +51,8 @@ pub struct TaskSummary {
     pub id: String,
     pub counters: TaskCounters,
     pub logs: PathBuf,
-    pub workers_started: u32,
+    /// Workers that connected, by kind.
+    pub workers: WorkerCount,
     /// Unclean worker exits (failed starts, lost workers).
     pub restarts: u32,
     /// Seconds from the start of the run until the task was done.
@@ -86,17 +94,26 @@ impl RunSummary {
         }
     }
 
+    /// The summary as text, control characters escaped (it quotes the
+    /// last block error, a user process's stderr).
     pub fn render(&self) -> String {
+        printable(&self.render_raw()).into_owned()
+    }
+
+    fn render_raw(&self) -> String {
         let mut out = String::new();
         let [task, blocks, completed, skipped, failed, orphaned, workers, restarts, time, rate] =
             COLUMNS;
         let _ = writeln!(
             out,
             "{task:<16} {blocks:>8} {completed:>9} {skipped:>8} {failed:>7} {orphaned:>8} \
-             {workers:>7} {restarts:>8} {time:>8} {rate:>9}",
+             {workers:>12} {restarts:>8} {time:>8} {rate:>9}",
         );
         for task in &self.tasks {
             task.render_row(&mut out);
+        }
+        if self.tasks.iter().any(|t| t.counters.skipped > 0) {
+            let _ = writeln!(out, "{SKIPPED_LEGEND}");
         }
         let run: u64 = self.tasks.iter().map(TaskSummary::blocks_run).sum();
         let rate = run as f64 / self.seconds.max(1e-9);
@@ -125,14 +142,7 @@ impl RunSummary {
                     task.id, task.counters.left
                 );
             }
-            if task.counters.failed > 0 || task.restarts > 0 {
-                let _ = writeln!(
-                    out,
-                    "task {:?} had failures; its logs are in {}",
-                    task.id,
-                    task.logs.display()
-                );
-            }
+            task.render_failures(out);
         }
         match self.end {
             RunEnd::Stalled => {
@@ -147,6 +157,30 @@ impl RunSummary {
 }
 
 impl TaskSummary {
+    /// What went wrong (failed blocks, unclean worker exits), pointing at
+    /// the task's logs only if a worker wrote any (a worker that never
+    /// started leaves the directory missing, or its files empty).
+    fn render_failures(&self, out: &mut String) {
+        let mut what = Vec::new();
+        if self.counters.failed > 0 {
+            what.push(format!("{} blocks failed", self.counters.failed));
+        }
+        if self.restarts > 0 {
+            what.push(format!(
+                "{} workers ended uncleanly (lost, or failed to start)",
+                self.restarts
+            ));
+        }
+        if what.is_empty() {
+            return;
+        }
+        let logs = match has_logs(&self.logs) {
+            true => format!("; its logs are in {}", self.logs.display()),
+            false => "; no worker of it wrote a log (see the events)".to_string(),
+        };
+        let _ = writeln!(out, "task {:?}: {}{logs}", self.id, what.join(", "));
+    }
+
     fn blocks_run(&self) -> u64 {
         self.counters.completed - self.counters.skipped
     }
@@ -156,17 +190,130 @@ impl TaskSummary {
         let rate = self.blocks_run() as f64 / self.seconds.max(1e-9);
         let _ = writeln!(
             out,
-            "{:<16} {:>8} {:>9} {:>8} {:>7} {:>8} {:>7} {:>8} {:>7.1}s {:>9.0}",
+            "{:<16} {:>8} {:>9} {:>8} {:>7} {:>8} {:>12} {:>8} {:>7.1}s {:>9.0}",
             self.id,
             c.total,
             c.completed,
             c.skipped,
             c.failed,
             c.orphaned,
-            self.workers_started,
+            self.workers.to_string(),
             self.restarts,
             self.seconds,
             rate
         );
+    }
+}
+
+/// True if `dir` holds a log file with something in it.
+fn has_logs(dir: &Path) -> bool {
+    let entries = std::fs::read_dir(dir).into_iter().flatten().flatten();
+    entries
+        .filter_map(|entry| entry.metadata().ok())
+        .any(|meta| meta.is_file() && meta.len() > 0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn summary(task: TaskSummary) -> RunSummary {
+        RunSummary {
+            tasks: vec![task],
+            seconds: 2.0,
+            events: PathBuf::from("run/events.jsonl"),
+            end: RunEnd::Finished,
+        }
+    }
+
+    fn task(counters: TaskCounters, logs: PathBuf) -> TaskSummary {
+        TaskSummary {
+            id: "seg".into(),
+            counters,
+            logs,
+            workers: WorkerCount::default(),
+            restarts: 0,
+            seconds: 2.0,
+            abandoned: None,
+            last_error: None,
+        }
+    }
+
+    #[test]
+    fn lost_workers_are_named_and_only_existing_logs_pointed_at() {
+        let counters = TaskCounters {
+            total: 4,
+            completed: 4,
+            ..Default::default()
+        };
+        let lost = TaskSummary {
+            restarts: 2,
+            ..task(counters, PathBuf::from("/nonexistent/logs/seg"))
+        };
+        let text = summary(lost).render();
+        assert!(
+            text.contains(
+                "task \"seg\": 2 workers ended uncleanly (lost, or failed to start); \
+                 no worker of it wrote a log (see the events)"
+            ),
+            "{text}"
+        );
+        assert!(
+            !text.contains("had failures") && !text.contains("/nonexistent"),
+            "{text}"
+        );
+        let logs = tempfile::tempdir().unwrap();
+        std::fs::write(logs.path().join("worker-1.err"), "").unwrap();
+        let text = summary(TaskSummary {
+            restarts: 1,
+            ..task(counters, logs.path().to_path_buf())
+        })
+        .render();
+        assert!(
+            text.contains("no worker of it wrote a log"),
+            "empty files: {text}"
+        );
+        std::fs::write(logs.path().join("worker-1.err"), "Traceback").unwrap();
+        let failed = TaskSummary {
+            counters: TaskCounters {
+                failed: 1,
+                completed: 3,
+                ..counters
+            },
+            ..task(counters, logs.path().to_path_buf())
+        };
+        let text = summary(failed).render();
+        let expected = format!(
+            "task \"seg\": 1 blocks failed; its logs are in {}",
+            logs.path().display()
+        );
+        assert!(text.contains(&expected), "{text}");
+    }
+
+    #[test]
+    fn skipped_blocks_and_hand_started_workers_are_said() {
+        let counters = TaskCounters {
+            total: 4,
+            completed: 4,
+            skipped: 3,
+            ..Default::default()
+        };
+        let by_hand = TaskSummary {
+            workers: WorkerCount {
+                launched: 1,
+                by_hand: 2,
+            },
+            ..task(counters, PathBuf::from("logs"))
+        };
+        let text = summary(by_hand).render();
+        let row = text.lines().nth(1).unwrap();
+        assert!(row.contains(" 1+2 by hand "), "{row}");
+        assert!(text.contains(SKIPPED_LEGEND), "{text}");
+        let none_skipped = TaskCounters {
+            skipped: 0,
+            ..counters
+        };
+        let text = summary(task(none_skipped, PathBuf::from("logs"))).render();
+        assert!(!text.contains(SKIPPED_LEGEND), "{text}");
     }
 }

@@ -21,7 +21,9 @@
 
 use crate::drain::Drain;
 use crate::embedded::{self, EmbeddedCode, EmbeddedRan};
-use crate::user_code::{BlockCommand, BlockFailure, BlockLog, Outcome, WorkerCommand};
+use crate::user_code::{
+    check_program, BlockCommand, BlockFailure, BlockLog, Outcome, WorkerCommand,
+};
 use daisy_core::protocol::{CodeKind, TaskCode, WireBlock};
 use std::collections::{BTreeMap, VecDeque};
 use std::path::Path;
@@ -67,7 +69,7 @@ impl Runner {
     ) -> Result<Self, String> {
         let timeout = timeout(code.timeout_s)?;
         let log = BlockLog::in_dir(log_dir, &format!("worker-{worker_id}-user"));
-        Ok(match code.kind {
+        let runner = match code.kind {
             CodeKind::BlockCommand => Self::Block {
                 command: BlockCommand::new(&code.argv, code.env.clone(), timeout)
                     .map_err(|e| e.to_string())?,
@@ -93,7 +95,19 @@ impl Runner {
                             a newer daisy-worker is needed"
                     .into())
             }
-        })
+        };
+        check_starts(runner.program(), &code.env)?;
+        Ok(runner)
+    }
+
+    /// The program the code starts, unless a placeholder makes it differ
+    /// per block; `None` for functions, which start none.
+    fn program(&self) -> Option<&str> {
+        match self {
+            Self::Block { command, .. } => command.program(),
+            Self::Worker(worker) => worker.argv.first().map(String::as_str),
+            Self::Embedded(_) => None,
+        }
     }
 
     /// Runs `blocks` while `drain` allows, in the order they finished;
@@ -138,6 +152,17 @@ impl Runner {
             Self::Block { .. } => {}
         }
     }
+}
+
+/// Refuses code whose program cannot start in this worker's directory
+/// (`None`: it is known only per block), before a block fails on it.
+fn check_starts(program: Option<&str>, env: &BTreeMap<String, String>) -> Result<(), String> {
+    let Some(program) = program else {
+        return Ok(());
+    };
+    let dir =
+        std::env::current_dir().map_err(|e| format!("cannot read the working directory: {e}"))?;
+    check_program(program, &dir, env).map_err(|e| e.to_string())
 }
 
 fn ran(block_id: u64, outcome: Result<(), BlockFailure>, took: Duration) -> Ran {

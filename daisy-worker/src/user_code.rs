@@ -22,6 +22,7 @@
 
 mod block_command;
 mod group;
+mod program;
 mod template;
 #[cfg(test)]
 mod test_util;
@@ -30,9 +31,11 @@ mod worker_command;
 
 pub use block_command::BlockCommand;
 pub use group::{end_all as end_all_user_processes, SpawnError};
+pub use program::{check_program, ProgramError};
 pub use template::CommandError;
 pub use worker_command::{Outcome, StartError, WorkerCommand};
 
+use daisy_core::printable::printable;
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, Read, Seek, SeekFrom};
 use std::path::{Path, PathBuf};
@@ -170,9 +173,11 @@ pub struct BlockFailure {
 }
 
 impl BlockFailure {
+    /// A failure saying `message`, its control characters escaped (it
+    /// quotes the user's stderr, which may hold terminal escapes).
     pub fn new(message: impl Into<String>) -> Self {
         Self {
-            message: message.into(),
+            message: printable(&message.into()).into_owned(),
             by_signal: false,
         }
     }

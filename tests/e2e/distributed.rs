@@ -98,7 +98,10 @@ fn failing_blocks_are_retried_then_orphan_their_downstream_and_the_exit_says_so(
         .collect();
     let second = done.iter().find(|e| e["task"] == "second").unwrap();
     assert!(second["counters"]["orphaned"].as_u64().unwrap() > 0);
-    assert!(out.contains("had failures"), "{out}");
+    assert!(
+        out.contains("task \"first\": 1 blocks failed; its logs are in"),
+        "{out}"
+    );
 }
 
 #[test]

@@ -1,6 +1,11 @@
 //! `daisy-driver plan`: the dry run, its JSON, and the validation report.
 
 use crate::util::*;
+use std::os::unix::fs::PermissionsExt;
+
+fn executable(path: &std::path::Path) {
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o755)).unwrap();
+}
 
 const TWO_TASKS: &str = r#"
 name = "seg"
@@ -30,6 +35,7 @@ block_command = ["./relabel", "{block_id}"]
 fn plan_reports_blocks_levels_roots_and_workers() {
     let dir = TestDir::new();
     dir.write("seg.toml", TWO_TASKS);
+    executable(&dir.write("relabel", "#!/bin/sh\n"));
     let json = run_ok(&mut dir.driver(&["plan", "seg.toml", "--json"]));
     let plan: serde_json::Value = serde_json::from_str(&json).unwrap();
     assert_eq!(plan["pipeline"], "seg");
@@ -84,6 +90,31 @@ fn plan_of_a_bad_file_lists_every_problem_at_once() {
     ] {
         assert!(out.contains(expected), "missing {expected:?} in:\n{out}");
     }
+}
+
+/// Issue 11, item 10: a read region larger than the total region used to
+/// plan 0 blocks, exit 0, and leave the downstream task failing.
+#[test]
+fn a_task_without_blocks_is_refused_naming_its_regions() {
+    let dir = TestDir::new();
+    let empty = TWO_TASKS.replace(
+        "total_roi = { offset = [1, 1], shape = [4, 4] }",
+        "total_roi = { offset = [1, 1], shape = [2, 4] }",
+    );
+    dir.write("empty.toml", &empty);
+    let mut run = dir.driver(&["run", "empty.toml", "--run-dir", "run"]);
+    for out in [
+        run_fails(&mut dir.driver(&["plan", "empty.toml"]), 2),
+        run_fails(&mut run, 2),
+    ] {
+        let expected = "task \"relabel\": total_roi {offset [1, 1], shape [2, 4]} holds no \
+                        block: read_roi {offset [0, 0], shape [3, 3]} and write_roi \
+                        {offset [1, 1], shape [1, 1]} leave a total write region \
+                        {offset [2, 2], shape [0, 2]}, no room for a whole write_roi of \
+                        shape [1, 1] (fit = \"valid\")";
+        assert!(out.contains(expected), "missing {expected:?} in:\n{out}");
+    }
+    assert!(!dir.join("run").exists(), "a refused run creates nothing");
 }
 
 #[test]

@@ -20,6 +20,7 @@ use crate::summary::{RunEnd, RunSummary, TaskSummary};
 use crate::throttle::Throttle;
 use anyhow::Context as _;
 use daisy_core::context::{WorkerContext, CONTEXT_ENV};
+use daisy_core::printable::printable;
 use daisy_core::protocol::messages::{InFlightBlock, RunSnapshot, TaskSnapshot, WorkerCounts};
 use daisy_core::protocol::{BlockResult, FromDriver, Hello, Role, ToDriver, Welcome, WireBlock};
 use daisy_core::scheduler::Released;
@@ -95,6 +96,10 @@ pub struct Driver {
     started: Instant,
     /// Why each abandoned task was abandoned.
     abandon_reasons: Vec<Option<String>>,
+    /// Per task, why a worker we started could not run its code: no more
+    /// are started for it (each would fail the same way), and it is
+    /// abandoned once no worker of it is left.
+    unservable: Vec<Option<String>>,
     /// The last error of a block of each task, for the summary.
     last_errors: Vec<Option<String>>,
     /// Seconds into the run at which each task was done.
@@ -130,16 +135,25 @@ impl Driver {
             mode: "distributed",
             retry_failed: options.only_blocks.is_some(),
         })?;
-        let ids: Vec<&str> = pipeline.tasks.iter().map(|t| t.spec.id.as_str()).collect();
+        let scheduler = crate::retry::scheduler(&pipeline, options.only_blocks.as_ref());
+        let totals: Vec<(&str, u64)> = (scheduler.graph().task_indices())
+            .map(|t| {
+                (
+                    pipeline.tasks[t.index()].spec.id.as_str(),
+                    scheduler.counters(t).total,
+                )
+            })
+            .collect();
         Ok(Self {
-            scheduler: crate::retry::scheduler(&pipeline, options.only_blocks.as_ref()),
+            progress: Progress::new(&totals, options.status_every),
+            scheduler,
             budget: Budget::new(pipeline.resources.clone()),
             slots: Slots::new(pipeline.tasks.len()),
-            progress: Progress::new(&ids, options.status_every),
             done_at: vec![None; pipeline.tasks.len()],
             longest_block_s: vec![None; pipeline.tasks.len()],
             rates: vec![RecentRate::new(Instant::now()); pipeline.tasks.len()],
             abandon_reasons: vec![None; pipeline.tasks.len()],
+            unservable: vec![None; pipeline.tasks.len()],
             last_errors: vec![None; pipeline.tasks.len()],
             run_dir: run_dir.clone(),
             options: options.clone(),
@@ -339,7 +353,7 @@ impl Driver {
         self.record(&Event::WorkerConnected {
             task: task_id,
             worker_id: slot,
-            host: &hello.host,
+            host: &printable(&hello.host),
             pid: hello.pid,
             by_hand,
             requeued,
@@ -367,18 +381,35 @@ impl Driver {
             ToDriver::Draining {
                 reason,
                 out_of_time,
-            } => self.on_draining(conn, &reason, out_of_time),
+            } => self.on_draining(conn, &printable(&reason), out_of_time),
             ToDriver::ReturnBlocks { block_ids, reason } => {
-                self.on_return(conn, &block_ids, &reason)
+                self.on_return(conn, &block_ids, &printable(&reason))
             }
             ToDriver::CannotServe { reason } => {
-                if let Some(c) = self.conns.get_mut(&conn) {
-                    tracing::warn!(worker_id = c.slot, "the worker cannot serve: {reason}");
-                    c.cannot_serve = Some(reason);
-                }
+                self.on_cannot_serve(conn, printable(&reason).into_owned())
             }
             ToDriver::GetSnapshot => self.on_snapshot_request(conn),
             ToDriver::Hello(_) | ToDriver::Heartbeat => {}
+        }
+    }
+
+    /// A worker cannot run its task's code. If we started it, the next
+    /// one would fail the same way: no more are started for the task.
+    fn on_cannot_serve(&mut self, conn: ConnId, reason: String) {
+        let Some(c) = self.conns.get_mut(&conn) else {
+            return;
+        };
+        let task = self.pipeline.tasks[c.task.index()].spec.id.as_str();
+        tracing::warn!(
+            task,
+            worker_id = c.slot,
+            "the worker cannot serve: {reason}"
+        );
+        c.cannot_serve = Some(reason.clone());
+        let launched = self.slots.get(c.slot).is_some_and(|s| s.launched);
+        let unservable = &mut self.unservable[c.task.index()];
+        if launched && unservable.is_none() {
+            *unservable = Some(reason);
         }
     }
 
@@ -559,7 +590,11 @@ impl Driver {
         self.events.record_buffered(&done);
     }
 
+    /// Records a failed attempt; `error` (a user process's stderr, as a
+    /// worker sent it) is escaped before it reaches a log, the events or
+    /// the terminal.
     fn record_failure(&mut self, id: BlockId, worker_id: u64, error: &str, seconds: Option<f64>) {
+        let error = &*printable(error);
         let released = self
             .scheduler
             .release_at(id, BlockOutcome::Failure, Instant::now());
@@ -895,26 +930,38 @@ impl Driver {
         });
     }
 
+    /// Abandons tasks that no worker is left for and none will be started
+    /// for: their restarts are used up, or a worker could not run their code.
     fn abandon_hopeless_tasks(&mut self) {
-        let hopeless: Vec<TaskIdx> = self
+        let hopeless: Vec<(TaskIdx, String)> = self
             .scheduler
             .graph()
             .task_indices()
             .filter(|&t| {
                 !self.scheduler.is_abandoned(t)
                     && !self.scheduler.counters(t).is_done()
-                    && self.slots.unclean_exits(t) > self.config(t).max_worker_restarts
                     && self.slots.live(t) == 0
             })
+            .filter_map(|t| Some((t, self.why_no_workers(t)?)))
             .collect();
-        for task in hopeless {
-            let exits = self.slots.unclean_exits(task);
-            let why = match self.slots.last_unclean_exit(task) {
-                Some(last) => format!("{exits} unclean worker exits, the last: {last}"),
-                None => format!("{exits} unclean worker exits"),
-            };
+        for (task, why) in hopeless {
             self.abandon(task, &why);
         }
+    }
+
+    /// Why no more workers are started for `task`, if none are.
+    fn why_no_workers(&self, task: TaskIdx) -> Option<String> {
+        if let Some(reason) = &self.unservable[task.index()] {
+            return Some(format!("a worker could not serve it: {reason}"));
+        }
+        let exits = self.slots.unclean_exits(task);
+        if exits <= self.config(task).max_worker_restarts {
+            return None;
+        }
+        Some(match self.slots.last_unclean_exit(task) {
+            Some(last) => format!("{exits} unclean worker exits, the last: {last}"),
+            None => format!("{exits} unclean worker exits"),
+        })
     }
 
     /// Gives up on a task and its downstream tasks, saying why.
@@ -958,12 +1005,10 @@ impl Driver {
     /// in an earlier run are skipped first, so a resumed run starts no
     /// worker for work that is done.
     fn workers_wanted(&mut self, task: TaskIdx) -> u32 {
-        let config = &self.pipeline.tasks[task.index()];
-        if self.scheduler.is_abandoned(task)
-            || self.slots.unclean_exits(task) > config.max_worker_restarts
-        {
+        if self.scheduler.is_abandoned(task) || self.why_no_workers(task).is_some() {
             return 0;
         }
+        let config = &self.pipeline.tasks[task.index()];
         let marker = &self.markers[task.index()];
         if !self
             .scheduler
@@ -1130,7 +1175,7 @@ impl Driver {
                 id: self.task_id(t).to_string(),
                 counters: self.scheduler.counters(t),
                 logs: self.run_dir.task_logs(self.task_id(t)),
-                workers_started: self.slots.started(t),
+                workers: self.slots.connected(t),
                 restarts: self.slots.unclean_exits(t),
                 seconds: self.done_at[t.index()].unwrap_or(elapsed.as_secs_f64()),
                 abandoned: self.abandon_reasons[t.index()].clone(),

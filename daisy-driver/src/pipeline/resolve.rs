@@ -15,7 +15,7 @@ use super::{
     LauncherConfig, LauncherKind, Pipeline, Problem, TaskConfig, UserCommand, DEFAULT_MAX_WORKERS,
     DEFAULT_MAX_WORKER_RESTARTS, MAX_BATCH_SIZE, MAX_PREFETCH,
 };
-use daisy_core::coordinate::MAX_DIMS;
+use daisy_core::coordinate::{MAX_COORDINATE, MAX_DIMS};
 use daisy_core::geometry::geometry_problems;
 use daisy_core::protocol::{CodeKind, FunctionCode, FunctionSource};
 use daisy_core::{Fit, Roi, TaskSpec};
@@ -65,11 +65,6 @@ const TASK_FIELDS: &[&str] = &[
 ];
 const ROI_FIELDS: &[&str] = &["offset", "shape"];
 const FITS: [Fit; 3] = [Fit::Valid, Fit::Overhang, Fit::Shrink];
-
-/// Largest coordinate magnitude accepted (2^40, a trillion voxels per
-/// axis): beyond any volume imaged, and small enough that block arithmetic
-/// (ends, contexts, strides) cannot overflow i64.
-const MAX_COORDINATE: u64 = 1 << 40;
 
 /// Longest per-block timeout accepted: a longer one is a typo, and
 /// deadlines that far out overflow clock arithmetic.

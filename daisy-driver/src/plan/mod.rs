@@ -15,6 +15,7 @@ use crate::budget::Budget;
 use crate::done_marker::DoneMarker;
 use crate::launch::{self, LaunchSettings};
 use crate::pipeline::{LauncherKind, Pipeline, TaskConfig, UserCommand};
+use crate::program_check::check_programs;
 use crate::run_dir::RunDir;
 use allocation::Phase;
 use daisy_core::protocol::{CodeKind, FunctionCode, FunctionSource, WireRoi};
@@ -42,6 +43,9 @@ pub struct Plan {
     /// Problems that would stop a run: done markers of another layout, a
     /// job script that cannot be rendered, a launcher that cannot start.
     pub problems: Vec<String>,
+    /// What may go wrong but need not: a program not found here that may
+    /// exist on the compute nodes.
+    pub warnings: Vec<String>,
 }
 
 /// The plan of one task.
@@ -103,6 +107,9 @@ pub fn plan(pipeline: &Pipeline, run_dir: &RunDir, worker: WorkerProgram) -> Pla
     let submissions =
         scripts::first_submissions(pipeline, run_dir, worker, &allocation.grants, &mut problems);
     problems.extend(launcher_problem(pipeline));
+    let dir = std::env::current_dir().unwrap_or_else(|_| ".".into());
+    let programs = check_programs(pipeline, &dir, Some(worker.path));
+    problems.extend(programs.problems);
     Plan {
         pipeline: pipeline.name.clone(),
         file: pipeline.path.clone(),
@@ -113,6 +120,7 @@ pub fn plan(pipeline: &Pipeline, run_dir: &RunDir, worker: WorkerProgram) -> Pla
         phases: allocation.phases,
         submissions,
         problems,
+        warnings: programs.warnings,
     }
 }
 

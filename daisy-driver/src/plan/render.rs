@@ -35,6 +35,9 @@ impl Plan {
                 self.render_script(&mut out, submission);
             }
         }
+        for warning in &self.warnings {
+            let _ = writeln!(out, "\nwarning: {warning}");
+        }
         for problem in &self.problems {
             let _ = writeln!(out, "\nproblem: {problem}");
         }

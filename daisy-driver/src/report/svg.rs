@@ -6,6 +6,7 @@
 //! Hover text is an SVG `<title>` child: browsers show it as a tooltip,
 //! with no script.
 
+use daisy_core::printable::printable;
 use std::fmt::{self, Write as _};
 
 /// A block that finished.
@@ -47,8 +48,11 @@ impl fmt::Display for Escaped<'_> {
                 '>' => f.write_str("&gt;")?,
                 '"' => f.write_str("&quot;")?,
                 '\'' => f.write_str("&#39;")?,
-                // Control characters are not allowed in XML 1.0.
-                c if c.is_control() && c != '\n' && c != '\t' => f.write_char(' ')?,
+                // Control characters are not allowed in XML 1.0; written
+                // as `\x1b`, as the terminal output shows them.
+                c if c.is_control() && c != '\n' && c != '\t' => {
+                    f.write_str(&printable(c.encode_utf8(&mut [0; 4])))?
+                }
                 c => f.write_char(c)?,
             }
         }
@@ -197,23 +201,32 @@ pub fn ticks(low: f64, high: f64, max_ticks: usize) -> Vec<f64> {
     (first..=last).map(|i| i as f64 * step).collect()
 }
 
-/// A tick label: `12`, `2.5`, `0.05`.
+/// A tick label: `12`, `2.5`, `0.05`; never `-0` (a value that rounds
+/// to zero from below).
 pub fn tick_label(value: f64) -> String {
     let text = format!("{value:.3}");
-    text.trim_end_matches('0').trim_end_matches('.').to_string()
+    match text.trim_end_matches('0').trim_end_matches('.') {
+        "-0" => "0".to_string(),
+        trimmed => trimmed.to_string(),
+    }
 }
 
 /// A duration for people: `850 ms`, `12.5 s`, `3 min 20 s`, `2 h 5 min`.
+/// Rounded to the unit shown first, so that no part reads 60; negative
+/// (two events' clocks a hair apart) reads `0 ms`.
 pub fn human_seconds(seconds: f64) -> String {
-    match seconds {
-        s if s < 1.0 => format!("{:.0} ms", s * 1000.0),
-        s if s < 60.0 => format!("{s:.1} s"),
-        s if s < 3600.0 => format!("{:.0} min {:.0} s", (s / 60.0).floor(), s % 60.0),
-        s => format!(
-            "{:.0} h {:.0} min",
-            (s / 3600.0).floor(),
-            (s % 3600.0) / 60.0
-        ),
+    let s = if seconds > 0.0 { seconds } else { 0.0 };
+    match s {
+        s if s < 0.9995 => format!("{:.0} ms", s * 1000.0),
+        s if s < 59.95 => format!("{s:.1} s"),
+        s if s < 3599.5 => {
+            let s = s.round() as u64;
+            format!("{} min {} s", s / 60, s % 60)
+        }
+        s => {
+            let minutes = (s / 60.0).round() as u64;
+            format!("{} h {} min", minutes / 60, minutes % 60)
+        }
     }
 }
 
@@ -235,7 +248,7 @@ mod tests {
         let out = svg.finish().svg;
         assert!(out.contains(">a&lt;b &amp; &quot;c&quot;</text>"), "{out}");
         assert!(
-            out.contains("<title>exit &lt;1&gt; </title></rect>"),
+            out.contains("<title>exit &lt;1&gt;\\x01</title></rect>"),
             "{out}"
         );
         assert!(out.ends_with("</svg>"));
@@ -258,6 +271,15 @@ mod tests {
         assert_eq!(tick_label(0.30000000000000004), "0.3");
         assert_eq!(tick_label(40.0), "40");
         assert_eq!(human_seconds(0.25), "250 ms");
+        // Issue 11, item 13: a hover text read `queued -0 ms`.
+        assert_eq!(human_seconds(-0.0001), "0 ms");
+        assert_eq!(human_seconds(-0.0), "0 ms");
+        assert_eq!(tick_label(-0.0001), "0");
+        assert_eq!(human_seconds(0.9999), "1.0 s");
+        assert_eq!(human_seconds(59.97), "1 min 0 s");
+        assert_eq!(human_seconds(239.7), "4 min 0 s");
+        assert_eq!(human_seconds(7199.0), "2 h 0 min");
+        assert_eq!(human_seconds(3700.0), "1 h 2 min");
         assert_eq!(human_seconds(200.0), "3 min 20 s");
         assert_eq!(human_seconds(7500.0), "2 h 5 min");
     }

@@ -93,7 +93,8 @@ impl SummaryRow {
     }
 }
 
-/// The rows as an HTML `<table>`.
+/// The rows as an HTML `<table>`, with the summary's note under it when
+/// blocks were skipped (`completed` counts them too).
 pub fn to_html(rows: &[SummaryRow]) -> String {
     let mut html = String::from("<table class=\"summary\"><thead><tr>");
     for header in HEADERS {
@@ -108,6 +109,10 @@ pub fn to_html(rows: &[SummaryRow]) -> String {
         html.push_str("</tr>");
     }
     html.push_str("</tbody></table>");
+    if rows.iter().any(|row| row.skipped.is_some_and(|n| n > 0)) {
+        let legend = Escaped(crate::summary::SKIPPED_LEGEND);
+        let _ = write!(html, "<p class=\"legend\">{legend}</p>");
+    }
     html
 }
 
@@ -139,6 +144,7 @@ mod tests {
         let html = to_html(&rows);
         assert_eq!(html.matches("<tr>").count(), 2);
         assert!(html.contains("<td>9.0 s, not done</td>"));
+        assert!(!html.contains("completed includes skipped"), "{html}");
     }
 
     #[test]
@@ -153,8 +159,10 @@ mod tests {
             orphaned: 2,
             ..Default::default()
         });
-        let cells = rows(&model, &[])[0].cells();
+        let rows = rows(&model, &[]);
+        let cells = rows[0].cells();
         assert_eq!(cells[1..6], ["10", "7", "5", "1", "2"].map(String::from));
+        assert!(to_html(&rows).contains("(completed includes skipped: "));
         assert_eq!(cells[8..], ["4.0 s", "0.5"].map(String::from));
     }
 }

@@ -3,9 +3,12 @@
 //! and its blocks as bars coloured by outcome.
 //!
 //! A big run has far more blocks than pixels, so bars narrower than
-//! [`MIN_BAR_PX`] are merged with their neighbours into one segment
-//! (coloured by its worst outcome, its hover text counting the blocks):
-//! a row never holds more elements than it has pixels.
+//! [`MIN_BAR_PX`] are merged with their neighbours into one segment, its
+//! hover text counting the blocks: a row never holds more segments than it
+//! has pixels. A segment is drawn as stacked stripes, one per outcome, each
+//! as high as its share of the blocks (at least [`MIN_STRIPE_PX`]), so a
+//! row with one failure among a hundred blocks reads as mostly done, and
+//! the failure still shows.
 
 use super::model::{BlockBar, Outcome, RunModel, WorkerRow};
 use super::svg::{self, human_seconds, tick_label, ticks, Chart, Rect, Svg};
@@ -25,6 +28,8 @@ const MAX_ROW_HEIGHT: f64 = 18.0;
 pub const MIN_BAR_PX: f64 = 2.0;
 /// Bars closer than this count as adjacent.
 const MERGE_GAP_PX: f64 = 1.0;
+/// The least height of an outcome's stripe in a merged segment.
+pub const MIN_STRIPE_PX: f64 = 1.0;
 
 /// Maps run seconds to x pixels.
 #[derive(Clone, Copy, Debug)]
@@ -86,8 +91,41 @@ impl Segment {
         }
     }
 
-    /// The worst outcome in the segment, so one failure among thousands of
-    /// successes still shows.
+    /// `band` split into stripes stacked top down (done, retried, failed
+    /// for good), one per outcome the segment holds, each as high as its
+    /// share of the blocks but at least [`MIN_STRIPE_PX`] (the largest
+    /// stripe gives up what the small ones need).
+    pub fn stripes(&self, band: Rect) -> Vec<(Rect, Outcome)> {
+        let present: Vec<Outcome> = (OUTCOMES.into_iter())
+            .filter(|o| self.counts[*o as usize] > 0)
+            .collect();
+        let total: u64 = self.counts.iter().sum();
+        let least = MIN_STRIPE_PX.min(band.height / present.len().max(1) as f64);
+        let share = |o: &Outcome| self.counts[*o as usize] as f64 / total.max(1) as f64;
+        let mut heights: Vec<f64> = (present.iter())
+            .map(|o| (band.height * share(o)).max(least))
+            .collect();
+        let largest = (0..heights.len()).max_by(|&a, &b| heights[a].total_cmp(&heights[b]));
+        if let Some(largest) = largest {
+            heights[largest] -= heights.iter().sum::<f64>() - band.height;
+        }
+        let mut y = band.y;
+        (present.into_iter().zip(heights))
+            .map(|(outcome, height)| {
+                y += height;
+                (
+                    Rect {
+                        y: y - height,
+                        height,
+                        ..band
+                    },
+                    outcome,
+                )
+            })
+            .collect()
+    }
+
+    /// The worst outcome in the segment.
     pub fn worst(&self) -> Outcome {
         OUTCOMES
             .into_iter()
@@ -240,12 +278,10 @@ fn draw_row(
         );
     }
     for segment in merge_bars(&row.bars, axis.pixels_per_second()) {
-        let colour = outcome_colour(segment.worst());
-        chart.rect(
-            band(segment.start, segment.end, 0.15),
-            colour,
-            Some(&segment.title()),
-        );
+        let title = segment.title();
+        for (stripe, outcome) in segment.stripes(band(segment.start, segment.end, 0.15)) {
+            chart.rect(stripe, outcome_colour(outcome), Some(&title));
+        }
     }
     if height >= 9.0 {
         chart.text(
@@ -311,7 +347,7 @@ mod tests {
     }
 
     #[test]
-    fn narrow_adjacent_bars_merge_and_keep_their_worst_outcome() {
+    fn narrow_adjacent_bars_merge_and_count_their_outcomes() {
         let bars = [
             bar(0.0, 0.1, Outcome::Done, 1),
             bar(0.1, 0.2, Outcome::FailedForGood, 2),
@@ -332,6 +368,38 @@ mod tests {
             4,
             "wide enough to draw each"
         );
+    }
+
+    /// Issue 11, item 13: a merged segment was coloured by its worst
+    /// block, so a row 99 % successful looked failed.
+    #[test]
+    fn a_merged_segment_is_striped_by_its_share_of_outcomes() {
+        let mut bars: Vec<BlockBar> = (0..99)
+            .map(|i| bar(i as f64 * 0.01, (i + 1) as f64 * 0.01, Outcome::Done, i))
+            .collect();
+        bars.push(bar(0.99, 1.0, Outcome::FailedForGood, 99));
+        let segments = merge_bars(&bars, 100.0);
+        assert_eq!(segments.len(), 1);
+        let band = Rect {
+            x: 10.0,
+            y: 4.0,
+            width: 100.0,
+            height: 12.0,
+        };
+        let stripes = segments[0].stripes(band);
+        let heights: Vec<(f64, Outcome)> = stripes.iter().map(|(r, o)| (r.height, *o)).collect();
+        assert_eq!(
+            heights,
+            [(11.0, Outcome::Done), (1.0, Outcome::FailedForGood)]
+        );
+        assert_eq!((stripes[0].0.y, stripes[1].0.y), (4.0, 15.0));
+        assert!(stripes.iter().all(|(r, _)| r.x == 10.0 && r.width == 100.0));
+        let even = Segment {
+            counts: [2, 1, 1],
+            ..segments[0].clone()
+        };
+        let heights: Vec<f64> = even.stripes(band).iter().map(|(r, _)| r.height).collect();
+        assert_eq!(heights, [6.0, 3.0, 3.0]);
     }
 
     #[test]

@@ -24,6 +24,7 @@ use crate::pipeline::Pipeline;
 use crate::run_dir::RunDir;
 use crate::run_history::{EventKind, RunHistory};
 use anyhow::Context as _;
+use daisy_core::printable::printable;
 use daisy_core::protocol::messages::TaskSnapshot;
 use serde::Serialize;
 use std::path::{Path, PathBuf};
@@ -263,8 +264,10 @@ impl From<daisy_core::protocol::messages::RunSnapshot> for LiveStatus {
 }
 
 impl RunStatus {
-    /// The human-readable status.
+    /// The human-readable status, control characters escaped: it quotes
+    /// block errors (a user process's stderr) and what workers sent, from
+    /// runs of any version.
     pub fn render(&self) -> String {
-        render::render(self)
+        printable(&render::render(self)).into_owned()
     }
 }

@@ -414,6 +414,39 @@ async fn code_that_cannot_run_is_refused_and_the_driver_told_why() {
     assert!(error.to_string().contains("carries no code"), "{error}");
 }
 
+/// Issue 11, item 11: a program that does not exist used to fail every
+/// try of every block; the worker now says so once and takes no block.
+#[tokio::test]
+async fn a_program_that_does_not_start_is_refused_before_any_block() {
+    let dir = tempfile::tempdir().unwrap();
+    let worker_command = TaskCode {
+        kind: CodeKind::WorkerCommand,
+        ..block_command(&["pyhton3", "predict.py"])
+    };
+    let missing = dir.path().join("segg.sh");
+    let cases = [
+        (
+            Some(worker_command),
+            "program \"pyhton3\" is not found on PATH".to_string(),
+        ),
+        (
+            Some(block_command(&[missing.to_str().unwrap(), "{block_id}"])),
+            format!("program {missing:?} does not exist"),
+        ),
+    ];
+    for (code, expected) in cases {
+        let mut started = start(code, dir.path(), 10.0, 3).await;
+        let ToDriver::CannotServe { reason } = started.conn.recv().await else {
+            panic!("expected CannotServe");
+        };
+        assert!(reason.starts_with("its code cannot run: "), "{reason}");
+        assert!(reason.contains(&expected), "{reason}");
+        started.conn.expect_closed().await;
+        let error = ended(started.worker).await.unwrap_err();
+        assert!(matches!(error, RunError::BadCode { .. }), "{error:?}");
+    }
+}
+
 #[tokio::test]
 async fn a_batch_is_asked_for_at_once_and_released_in_one_message() {
     let dir = tempfile::tempdir().unwrap();

@@ -50,6 +50,11 @@ impl BlockCommand {
         })
     }
 
+    /// The program, unless a placeholder makes it differ per block.
+    pub fn program(&self) -> Option<&str> {
+        self.argv[0].literal()
+    }
+
     /// Replaces [`DEFAULT_GRACE`].
     pub fn with_grace(mut self, grace: Duration) -> Self {
         self.grace = grace;

@@ -115,6 +115,15 @@ impl ArgTemplate {
         Ok(Self { pieces })
     }
 
+    /// The argument as it is, if it has no placeholder.
+    pub(super) fn literal(&self) -> Option<&str> {
+        match self.pieces.as_slice() {
+            [] => Some(""),
+            [Piece::Text(text)] => Some(text),
+            _ => None,
+        }
+    }
+
     pub(super) fn render(&self, block: &WireBlock) -> String {
         let render = |piece: &Piece| match piece {
             Piece::Text(text) => text.clone(),

@@ -1,0 +1,83 @@
+//! Issue 11, item 13: the summary `run` prints at its end says what
+//! happened: lost workers are not "failures" with logs that do not exist,
+//! hand-started workers are counted, and skipped blocks are explained.
+
+use crate::util::*;
+
+#[test]
+fn workers_that_never_started_are_named_without_pointing_at_missing_logs() {
+    let dir = TestDir::new();
+    let pipeline = format!(
+        "name = \"nostart\"\n{}",
+        task("t", 4, "true", "max_worker_restarts = 1")
+    );
+    dir.write("p.toml", &pipeline);
+    // A worker program that exits at once, writing nothing.
+    let mut run = dir.driver(&["run", "p.toml", "--worker-bin", "/bin/true"]);
+    let out = run_fails(&mut run, 1);
+    assert!(
+        out.contains(
+            "task \"t\": 2 workers ended uncleanly (lost, or failed to start); \
+             no worker of it wrote a log (see the events)"
+        ),
+        "{out}"
+    );
+    assert!(!out.contains("had failures"), "{out}");
+}
+
+#[test]
+fn hand_started_workers_are_counted_and_skipped_blocks_explained() {
+    let dir = TestDir::new();
+    let pipeline = format!(
+        "name = \"hand\"\n{}",
+        task("t", 4, "true", "max_workers = 0")
+    );
+    dir.write("p.toml", &pipeline);
+    let run_dir = dir.join("daisy_run/hand");
+    let log = dir.join("driver.log");
+    let driver = ChildGuard::spawn_logged(&mut dir.driver(&["run", "p.toml"]), &log);
+    wait_until("the driver listens", || {
+        run_dir.join("context.json").exists()
+    });
+    let context = run_dir.join("context.json");
+    let args = ["--context-file", context.to_str().unwrap(), "--task", "t"];
+    let worker = ChildGuard::spawn(&mut dir.worker(&args));
+    assert!(driver.wait_for_exit().success());
+    worker.wait_for_exit();
+    let out = std::fs::read_to_string(&log).unwrap();
+    let row = out.lines().find(|l| l.starts_with("t ")).unwrap();
+    let cells: Vec<&str> = row.split_whitespace().collect();
+    assert_eq!(&cells[1..4], ["4", "4", "0"], "{out}");
+    assert!(row.contains(" 0+1 by hand "), "{out}");
+    assert!(!out.contains("completed includes skipped"), "{out}");
+
+    let again = run_ok(&mut dir.driver(&["run", "p.toml"]));
+    assert!(
+        again.contains("(completed includes skipped: blocks already done by an earlier run)"),
+        "{again}"
+    );
+}
+
+/// Issue 11, item 13: raw control bytes from a block's stderr reached the
+/// terminal (a colour, a carriage return, a bell).
+#[test]
+fn control_bytes_from_a_blocks_stderr_are_escaped_in_summary_and_status() {
+    let dir = TestDir::new();
+    let command = "printf 'bad \\\\033[31mred\\\\033[0m\\\\r\\\\007 end\\\\n' >&2; exit 3";
+    let pipeline = format!(
+        "name = \"ctl\"\n{}",
+        task("t", 1, command, "max_retries = 0")
+    );
+    dir.write("p.toml", &pipeline);
+    let escaped = "bad \\x1b[31mred\\x1b[0m\\x0d\\x07 end";
+    let out = run_fails(&mut dir.driver(&["run", "p.toml"]), 1);
+    let status = run(&mut dir.driver(&["status", "daisy_run/ctl"]));
+    let status = String::from_utf8_lossy(&status.stdout);
+    for text in [&*out, &*status] {
+        assert!(text.contains(escaped), "missing {escaped:?} in:\n{text}");
+        let raw = text
+            .chars()
+            .filter(|c| c.is_control() && *c != '\n' && *c != '\t');
+        assert_eq!(raw.count(), 0, "raw control characters in:\n{text:?}");
+    }
+}
