@@ -206,6 +206,17 @@ impl DoneMarker {
         self.failures.write_at(&failures.to_le_bytes(), i * 4)
     }
 
+    /// [`DoneMarker::note_failure`] for the driver: the counts are for
+    /// the user's diagnosis, not for resuming, so one that cannot be
+    /// written is a warning, never the end of a run.
+    pub fn count_failed_attempt(&mut self, block: &Block) {
+        if let Err(error) = self.note_failure(block) {
+            let error = anyhow::Error::new(error);
+            let block = block.id.spatial;
+            tracing::warn!("cannot count a failed attempt of block {block}: {error:#}");
+        }
+    }
+
     /// The failed attempts recorded for `block`: 0 if none, or if it is
     /// not addressable.
     pub fn failure_count(&self, block: &Block) -> Result<u32, DoneMarkerError> {

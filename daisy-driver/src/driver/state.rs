@@ -527,6 +527,9 @@ impl Driver {
     }
 
     fn record_failure(&mut self, id: BlockId, worker_id: u64, error: &str, seconds: Option<f64>) {
+        if let Some(block) = self.scheduler.block_in_flight(id).copied() {
+            self.markers[id.task.index()].count_failed_attempt(&block);
+        }
         let released = self
             .scheduler
             .release_at(id, BlockOutcome::Failure, Instant::now());
