@@ -198,6 +198,8 @@ fn blocks_our_driver_marked_done_are_skipped_by_daisy_2_0_0() {
         "two attempts of 3 and of 7: {ours:?}"
     );
     assert_eq!(set(&ours), set(&ALL_BLOCKS));
+    let counts = failure_counts(&dir.join("daisy_run/compat"), "work");
+    assert_eq!(counts, [(3, 2), (7, 2)].into(), "each attempt counted");
     let (failed_before, daisy_ran) = run_daisy(&dir, &python, &[]);
     assert_eq!(failed_before, [3, 7], "daisy reads our failure counts");
     assert_eq!(
