@@ -86,13 +86,20 @@ impl Chunk {
     pub fn read_at(&self, buf: &mut [u8], offset: usize) -> Result<(), DoneMarkerError> {
         match &self.file {
             Some(file) => file.read_exact_at(buf, offset as u64).map_err(self.io()),
-            None => Ok(buf.fill(0)),
+            None => {
+                buf.fill(0);
+                Ok(())
+            }
         }
     }
 
-    /// Writes `bytes` at `offset`; the caller opened the chunk writable.
+    /// Writes `bytes` at `offset`; the caller opened the chunk writable,
+    /// which creates a missing one.
     pub fn write_at(&self, bytes: &[u8], offset: usize) -> Result<(), DoneMarkerError> {
-        let file = self.file.as_ref().expect("a writable chunk exists");
+        let file = self.file.as_ref().ok_or_else(|| {
+            let missing = io::Error::new(io::ErrorKind::NotFound, "the chunk was never created");
+            io_error(&self.path)(missing)
+        })?;
         file.write_all_at(bytes, offset as u64).map_err(self.io())
     }
 

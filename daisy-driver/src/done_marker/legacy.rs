@@ -78,7 +78,9 @@ pub(super) fn remove_chunks(dir: &Path) -> Result<(), DoneMarkerError> {
     let chunks = dir.join("c");
     match fs::remove_dir_all(&chunks) {
         Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
-        removed => removed.map_err(io_error(&chunks)),
-    }?;
-    sync_dir(dir)
+        removed => {
+            removed.map_err(io_error(&chunks))?;
+            sync_dir(dir)
+        }
+    }
 }
