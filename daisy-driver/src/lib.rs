@@ -5,7 +5,7 @@
 //!
 //! # Layout
 //! - [`pipeline`]: the pipeline file (TOML or JSON), parsed then validated.
-//! - [`done_marker`]: per-task done markers (Zarr v3, daisy 2.0 layout).
+//! - [`done_marker`]: per-task done markers (Zarr v3, daisy 2.0.0 layout).
 //! - [`run_dir`]: where a run keeps markers, events and logs.
 //! - [`plan`]: the dry run behind `daisy-driver plan`.
 //! - [`events`]: `events.jsonl`, one line per thing that happened.

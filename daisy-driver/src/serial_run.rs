@@ -230,6 +230,9 @@ impl<'a> SerialRunner<'a> {
     }
 
     fn record_failure(&mut self, block: &Block, error: &str, for_good: bool) {
+        self.tasks[block.id.task.index()]
+            .marker
+            .count_failed_attempt(block);
         let task = &self.tasks[block.id.task.index()].config.spec.id;
         let event = Event::BlockFailed {
             task,

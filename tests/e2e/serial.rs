@@ -202,3 +202,14 @@ command = ["python3", "worker.py"]
     assert!(log.contains("loading model"));
     assert!(!log.contains("\"ok\""), "results are not logged as output");
 }
+
+#[test]
+fn failed_attempts_are_counted_in_the_done_marker() {
+    let dir = TestDir::new();
+    let fail_4 = "if [ {block_id} = 4 ]; then exit 1; fi";
+    let pipeline = line_task(6, false, fail_4).replace("[[task]]", "[[task]]\nmax_retries = 2");
+    dir.write("line.toml", &pipeline);
+    run_fails(&mut dir.driver(&["run", "--serial", "line.toml"]), 1);
+    let counts = failure_counts(&dir.join("daisy_run/line"), "line");
+    assert_eq!(counts, [(4, 3)].into(), "three attempts of block 4");
+}

@@ -9,6 +9,7 @@
 //! nothing behind. What a run must end with, whatever went wrong during
 //! it, is checked by [`assert_each_block_done_once`] and friends.
 
+use daisy_core::Block;
 use daisy_driver::done_marker::DoneMarker;
 use daisy_driver::run_dir::RunDir;
 use std::collections::{BTreeMap, BTreeSet};
@@ -354,6 +355,35 @@ block_command = ["sh", "-c", "{command}"]
 /// records as done, and how many blocks the task has. Read with the
 /// driver's own code, from the pipeline the run recorded.
 pub fn marked_done(run_dir: &Path, task: &str) -> (BTreeSet<u64>, u64) {
+    let (marker, blocks) = open_marker(run_dir, task);
+    let done = blocks
+        .iter()
+        .filter(|block| marker.as_ref().is_some_and(|m| m.is_done(block)))
+        .map(|block| block.id.spatial)
+        .collect();
+    (done, blocks.len() as u64)
+}
+
+/// The failed attempts the done marker of `task` in `run_dir` counts, by
+/// block id, for the blocks that have any.
+pub fn failure_counts(run_dir: &Path, task: &str) -> BTreeMap<u64, u32> {
+    let (marker, blocks) = open_marker(run_dir, task);
+    let marker = marker.expect("a done marker");
+    let count = |block: &Block| {
+        marker
+            .failure_count(block)
+            .expect("readable failure counts")
+    };
+    blocks
+        .iter()
+        .map(|block| (block.id.spatial, count(block)))
+        .filter(|&(_, n)| n > 0)
+        .collect()
+}
+
+/// The done marker of `task` in `run_dir` (read-only) and the task's
+/// blocks, from the pipeline the run recorded.
+fn open_marker(run_dir: &Path, task: &str) -> (Option<DoneMarker>, Vec<Block>) {
     let pipeline = RunDir::new(Some(run_dir), "")
         .load_recorded_pipeline()
         .unwrap_or_else(|e| panic!("{e:#}"));
@@ -362,13 +392,7 @@ pub fn marked_done(run_dir: &Path, task: &str) -> (BTreeSet<u64>, u64) {
     let spec = &pipeline.tasks[index.index()].spec;
     let marker = DoneMarker::open_existing(&run_dir.join("done").join(task), spec)
         .expect("a readable done marker");
-    let blocks = graph.task_graph(index);
-    let done = blocks
-        .all_blocks()
-        .filter(|block| marker.as_ref().is_some_and(|m| m.is_done(block)))
-        .map(|block| block.id.spatial)
-        .collect();
-    (done, blocks.num_blocks())
+    (marker, graph.task_graph(index).all_blocks().collect())
 }
 
 /// Every one of the `total` blocks of `task` ended done exactly once: the

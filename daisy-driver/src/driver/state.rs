@@ -595,6 +595,9 @@ impl Driver {
     /// the terminal.
     fn record_failure(&mut self, id: BlockId, worker_id: u64, error: &str, seconds: Option<f64>) {
         let error = &*printable(error);
+        if let Some(block) = self.scheduler.block_in_flight(id).copied() {
+            self.markers[id.task.index()].count_failed_attempt(&block);
+        }
         let released = self
             .scheduler
             .release_at(id, BlockOutcome::Failure, Instant::now());

@@ -1,0 +1,120 @@
+//! The arrays in a marker's group, as daisy 2.0.0 names and types them:
+//! `done` (uint8, 1 = the block finished) and `failures` (uint32, failed
+//! attempts of the block, never reset). Both have the block grid's shape.
+
+use super::chunk::{file_with_data, Chunk};
+use super::error::DoneMarkerError;
+use super::layout::Layout;
+use super::zarr::{
+    array_metadata, chunk_path, publish_metadata, read_metadata, verify_array, Dtype, ZARR_JSON,
+};
+use std::path::{Path, PathBuf};
+
+pub(super) struct ArrayDef {
+    pub name: &'static str,
+    dtype: Dtype,
+}
+
+pub(super) const DONE: ArrayDef = ArrayDef {
+    name: "done",
+    dtype: Dtype::U8,
+};
+
+pub(super) const FAILURES: ArrayDef = ArrayDef {
+    name: "failures",
+    dtype: Dtype::U32,
+};
+
+/// The arrays daisy 2.0.0 adds with `resource_tracking=True`. Never
+/// written here; named so that `reset` knows them as part of a marker.
+pub(super) const DAISY_STAT_ARRAYS: [&str; 7] = [
+    "wall_seconds",
+    "cpu_seconds",
+    "peak_rss_bytes",
+    "io_read_bytes",
+    "io_write_bytes",
+    "gpu_util_pct",
+    "gpu_mem_bytes",
+];
+
+impl ArrayDef {
+    fn node(&self, dir: &Path) -> PathBuf {
+        dir.join(self.name)
+    }
+
+    /// Bytes in the chunk.
+    pub fn len(&self, layout: &Layout) -> usize {
+        layout.cells * self.dtype.width()
+    }
+
+    pub fn chunk_path(&self, dir: &Path, layout: &Layout) -> PathBuf {
+        chunk_path(&self.node(dir), layout.grid.len())
+    }
+
+    /// Creates the array in the group at `dir` holding `bytes` (zeros if
+    /// `None`): the chunk first, `zarr.json` last, so a kill in between
+    /// leaves no metadata over a half-made chunk.
+    pub fn create(
+        &self,
+        dir: &Path,
+        layout: &Layout,
+        bytes: Option<&[u8]>,
+    ) -> Result<Chunk, DoneMarkerError> {
+        let zeros;
+        let bytes = match bytes {
+            Some(bytes) => bytes,
+            None => {
+                zeros = vec![0; self.len(layout)];
+                &zeros
+            }
+        };
+        let chunk = Chunk::create(dir, &self.chunk_path(dir, layout), bytes)?;
+        let metadata = array_metadata(&layout.grid, self.dtype);
+        publish_metadata(&self.node(dir), &metadata)?;
+        Ok(chunk)
+    }
+
+    /// Opens the array in the group at `dir`, checking its metadata. One
+    /// without metadata is an error if its chunk holds data (it cannot be
+    /// trusted, nor silently zeroed); otherwise it is created when
+    /// writing, as daisy 2.0.0 does, and reads as zeros when not.
+    pub fn open(&self, dir: &Path, layout: &Layout, write: bool) -> Result<Chunk, DoneMarkerError> {
+        let node = self.node(dir);
+        let path = self.chunk_path(dir, layout);
+        match read_metadata(dir, &node)? {
+            Some(stored) => {
+                let metadata = node.join(ZARR_JSON);
+                verify_array(dir, &metadata, &stored, &layout.grid, self.dtype)?;
+                let chunk = Chunk::open(dir, &path, self.len(layout), write)?;
+                match write && !chunk.exists() {
+                    true => Chunk::create(dir, &path, &vec![0; self.len(layout)]),
+                    false => Ok(chunk),
+                }
+            }
+            None => {
+                refuse_data_without_metadata(dir, &node.join("c"), &node.join(ZARR_JSON))?;
+                match write {
+                    true => self.create(dir, layout, None),
+                    false => Ok(Chunk::absent(&path)),
+                }
+            }
+        }
+    }
+}
+
+/// A node whose `zarr.json` (at `metadata`) is gone but whose chunks
+/// under `chunks` hold data is an error with the way out, never zeroes.
+pub(super) fn refuse_data_without_metadata(
+    dir: &Path,
+    chunks: &Path,
+    metadata: &Path,
+) -> Result<(), DoneMarkerError> {
+    match file_with_data(chunks)? {
+        Some(chunk) => Err(DoneMarkerError::MetadataMissing {
+            dir: dir.to_path_buf(),
+            chunk,
+            metadata: metadata.to_path_buf(),
+        }),
+        None => Ok(()),
+    }
+}
