@@ -18,7 +18,7 @@ use daisy_core::protocol::WireBlock;
 use daisy_core::scheduler::Released;
 use daisy_core::serial::{self, BlockRunner, SerialEnd, Step};
 use daisy_core::{Block, BlockOutcome, Scheduler, TaskIdx};
-use daisy_worker::embedded::{self, EmbeddedCode};
+use daisy_worker::embedded::{self, EmbeddedCode, Unwatched};
 use daisy_worker::user_code::{BlockCommand, BlockFailure, BlockLog, WorkerCommand};
 use std::time::{Duration, Instant};
 
@@ -133,7 +133,7 @@ impl<'a> TaskRunner<'a> {
         let config = self.config;
         Some(match &mut self.code {
             UserCode::Embedded(code) => {
-                let ran = code.run_batch(vec![block.clone()], &|| true).pop();
+                let ran = code.run_batch(vec![block.clone()], &Unwatched).pop();
                 return ran.filter(|_| !code.interrupted()).map(|ran| ran.outcome);
             }
             UserCode::PerBlock(command) => command.run(block, &self.log),

@@ -20,7 +20,7 @@
 //! `spawn_blocking`, always through the same [`Runner`].
 
 use crate::drain::Drain;
-use crate::embedded::{self, EmbeddedCode, EmbeddedRan};
+use crate::embedded::{self, BlockControl, EmbeddedCode, EmbeddedRan, Watchdog};
 use crate::user_code::{
     check_program, BlockCommand, BlockFailure, BlockLog, Outcome, WorkerCommand,
 };
@@ -49,8 +49,73 @@ pub enum Runner {
     Embedded(Embedded),
 }
 
-/// A task's function, called in this process.
-pub struct Embedded(Box<dyn EmbeddedCode>);
+/// The first block of in-process code found past the task's `timeout`.
+pub struct Overdue {
+    pub block: tokio::sync::oneshot::Receiver<u64>,
+    pub timeout: Duration,
+}
+
+/// A task's function, called in this process, and the watchdog of its
+/// blocks if the task has a timeout.
+pub struct Embedded {
+    code: Box<dyn EmbeddedCode>,
+    watchdog: Option<Watchdog>,
+    /// Taken by the runtime: the first block past the timeout.
+    overdue: Option<tokio::sync::oneshot::Receiver<u64>>,
+}
+
+impl Embedded {
+    fn new(task_id: &str, code: &TaskCode, timeout: Option<Duration>) -> Result<Self, String> {
+        let (watchdog, overdue) = timeout.map(Watchdog::start).unzip();
+        Ok(Self {
+            code: embedded::code_for(task_id, code)?,
+            watchdog,
+            overdue,
+        })
+    }
+
+    fn run_batch(&mut self, blocks: Vec<WireBlock>, drain: &Drain) -> Vec<Ran> {
+        let control = Watched {
+            drain,
+            watchdog: self.watchdog.as_ref(),
+        };
+        let ran = self.code.run_batch(blocks, &control);
+        ran.into_iter()
+            .map(
+                |EmbeddedRan {
+                     block_id,
+                     outcome,
+                     took,
+                 }| {
+                    drain.observe(took);
+                    self::ran(block_id, outcome, took)
+                },
+            )
+            .collect()
+    }
+}
+
+/// Blocks start while the worker does not drain, each watched.
+struct Watched<'a> {
+    drain: &'a Drain,
+    watchdog: Option<&'a Watchdog>,
+}
+
+impl BlockControl for Watched<'_> {
+    fn start(&self, block_id: u64) -> bool {
+        let may = self.drain.may_start_block();
+        if let (true, Some(watchdog)) = (may, self.watchdog) {
+            watchdog.started(block_id);
+        }
+        may
+    }
+
+    fn finished(&self, block_id: u64) {
+        if let Some(watchdog) = self.watchdog {
+            watchdog.finished(block_id);
+        }
+    }
+}
 
 impl std::fmt::Debug for Embedded {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -88,7 +153,7 @@ impl Runner {
                 process: None,
             }),
             CodeKind::ProcessFunction | CodeKind::WorkerFunction => {
-                Self::Embedded(Embedded(embedded::code_for(task_id, code)?))
+                Self::Embedded(Embedded::new(task_id, code, timeout)?)
             }
             CodeKind::Unknown => {
                 return Err("the driver sent a kind of code this worker does not know: \
@@ -98,6 +163,19 @@ impl Runner {
         };
         check_starts(runner.program(), &code.env)?;
         Ok(runner)
+    }
+
+    /// For in-process code with a timeout: resolves with the first block
+    /// found running past it, and the timeout (once; `None` after).
+    pub fn take_overdue(&mut self) -> Option<Overdue> {
+        let Self::Embedded(embedded) = self else {
+            return None;
+        };
+        let timeout = embedded.watchdog.as_ref()?.timeout();
+        Some(Overdue {
+            block: embedded.overdue.take()?,
+            timeout,
+        })
     }
 
     /// The program the code starts, unless a placeholder makes it differ
@@ -126,20 +204,7 @@ impl Runner {
                 })
                 .collect(),
             Self::Worker(worker) => worker.run_batch(blocks, drain),
-            Self::Embedded(Embedded(code)) => code
-                .run_batch(blocks, &|| drain.may_start_block())
-                .into_iter()
-                .map(
-                    |EmbeddedRan {
-                         block_id,
-                         outcome,
-                         took,
-                     }| {
-                        drain.observe(took);
-                        ran(block_id, outcome, took)
-                    },
-                )
-                .collect(),
+            Self::Embedded(embedded) => embedded.run_batch(blocks, drain),
         }
     }
 
@@ -148,7 +213,7 @@ impl Runner {
     pub fn finish(&mut self) {
         match self {
             Self::Worker(worker) => worker.finish(),
-            Self::Embedded(Embedded(code)) => code.finish(),
+            Self::Embedded(embedded) => embedded.code.finish(),
             Self::Block { .. } => {}
         }
     }

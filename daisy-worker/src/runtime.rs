@@ -33,7 +33,7 @@
 use crate::batch_size::BatchSize;
 use crate::client::{Acquired, Client, ClientError, ConnectError, ConnectOpts};
 use crate::drain::Drain;
-use crate::runner::{Ran, Runner};
+use crate::runner::{Overdue, Ran, Runner};
 use daisy_core::protocol::{BlockResult, CodeKind, TaskCode, Welcome, WireBlock};
 use std::collections::VecDeque;
 use std::future::Future;
@@ -76,6 +76,10 @@ pub enum RunError {
     Client(#[from] ClientError),
     #[error("the thread running block {block_id} failed: {reason}")]
     UserCodeThread { block_id: u64, reason: String },
+    /// In-process code ran past the task's timeout; the block was
+    /// reported failed and the worker must end to stop it.
+    #[error("block {block_id} ran past the task's timeout of {timeout:?}")]
+    BlockTimedOut { block_id: u64, timeout: Duration },
 }
 
 /// Serves the task in `config` until the driver has no more work or `stop`
@@ -99,7 +103,7 @@ pub async fn run(
         reason = &mut stop => return Ok(Stopped::Drained { reason }),
         client = Client::connect(connect) => client?,
     };
-    let runner = match runner_for(&task, client.welcome(), &log_dir) {
+    let mut runner = match runner_for(&task, client.welcome(), &log_dir) {
         Ok(runner) => runner,
         Err(reason) => return Err(refuse_code(client, task, reason).await),
     };
@@ -113,9 +117,19 @@ pub async fn run(
     if let Some(seconds) = client.welcome().longest_block_s {
         drain.observe(Duration::try_from_secs_f64(seconds).unwrap_or_default());
     }
+    let overdue = runner.take_overdue();
     let mut worker = Worker::new(client, runner, batch, drain);
-    let stopped = worker.serve(stop).await?;
-    Ok(worker.finish(stopped).await)
+    worker.overdue = overdue;
+    match worker.serve(stop).await {
+        Ok(stopped) => Ok(worker.finish(stopped).await),
+        // What the worker said about the stuck block must reach the
+        // driver before the process ends.
+        Err(timed_out @ RunError::BlockTimedOut { .. }) => {
+            worker.close().await;
+            Err(timed_out)
+        }
+        Err(error) => Err(error),
+    }
 }
 
 fn runner_for(task: &str, welcome: &Welcome, log_dir: &Path) -> Result<Runner, String> {
@@ -175,6 +189,8 @@ struct Worker {
     drain: Arc<Drain>,
     /// A stop signal came.
     signalled: bool,
+    /// In-process code with a timeout: the block found running past it.
+    overdue: Option<Overdue>,
 }
 
 impl Worker {
@@ -188,6 +204,7 @@ impl Worker {
             draining: None,
             drain: Arc::new(drain),
             signalled: false,
+            overdue: None,
         }
     }
 
@@ -224,6 +241,7 @@ impl Worker {
                 // A worker waiting for blocks drains on time too.
                 () = walltime_deadline(self.drain.walltime_deadline()), if self.draining.is_none() => {}
                 error = &mut lost => return Err(error.into()),
+                block_id = overdue_block(&mut self.overdue) => return Err(self.on_overdue(block_id).await),
             }
         }
     }
@@ -249,6 +267,43 @@ impl Worker {
         self.client.draining(reason.clone(), out_of_time).await?;
         self.draining = Some(reason);
         Ok(())
+    }
+
+    /// A function ran past the task's timeout and cannot be stopped: the
+    /// block is reported failed, the others handed back, and the worker
+    /// leaves as a draining one (no failure of the worker's: the driver
+    /// starts another); its process ends the stuck call.
+    async fn on_overdue(&mut self, block_id: u64) -> RunError {
+        let timeout = self.overdue.as_ref().map(|o| o.timeout).unwrap_or_default();
+        let reason = format!("block {block_id} ran past the task's timeout of {timeout:?}");
+        tracing::error!("{reason}; a function cannot be stopped, so this worker ends");
+        let failed = BlockResult {
+            block_id,
+            ok: false,
+            error: Some(format!(
+                "timed out after {timeout:?} (the worker running it ended)"
+            )),
+            seconds: Some(timeout.as_secs_f64()),
+        };
+        let mut others: Vec<u64> = self.queued.iter().map(|b| b.block_id).collect();
+        others.extend(
+            self.running
+                .iter()
+                .flat_map(|r| r.block_ids.iter().copied()),
+        );
+        others.retain(|id| *id != block_id);
+        let said = async {
+            self.client.draining(reason.clone(), false).await?;
+            self.client.release(vec![failed]).await?;
+            if !others.is_empty() {
+                self.client.return_blocks(others, reason).await?;
+            }
+            Ok::<_, ClientError>(())
+        };
+        if let Err(e) = said.await {
+            tracing::warn!("could not tell the driver: {e}");
+        }
+        RunError::BlockTimedOut { block_id, timeout }
     }
 
     /// Blocks that crossed the `Draining` on the wire go to the runner,
@@ -340,6 +395,14 @@ impl Worker {
         })
     }
 
+    /// Ends the connection once what was queued is written, leaving the
+    /// user code as it is (a stuck call ends with the process).
+    async fn close(self) {
+        if let Err(e) = self.client.close().await {
+            tracing::warn!("could not close the connection cleanly: {e}");
+        }
+    }
+
     /// Ends the user's worker command, then the connection. Failures here
     /// lose nothing (every result was queued), so they are only logged.
     async fn finish(self, stopped: Stopped) -> Stopped {
@@ -373,6 +436,21 @@ fn stopped_by_signal((_, joined): &Done) -> bool {
         ran.iter()
             .any(|ran| ran.outcome.as_ref().is_err_and(|f| f.by_signal))
     })
+}
+
+/// The block in-process code ran past its timeout; never, without a
+/// watchdog.
+async fn overdue_block(overdue: &mut Option<Overdue>) -> u64 {
+    let Some(watched) = overdue else {
+        return std::future::pending().await;
+    };
+    match (&mut watched.block).await {
+        Ok(block_id) => block_id,
+        Err(_) => {
+            *overdue = None;
+            std::future::pending().await
+        }
+    }
 }
 
 /// The running block's outcome once it is done; never, if none runs.

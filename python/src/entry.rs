@@ -10,6 +10,7 @@
 
 use clap::Parser;
 use pyo3::prelude::*;
+use std::io::IsTerminal;
 use std::sync::Once;
 
 /// `daisy-driver ARGS…`; returns the exit status.
@@ -62,6 +63,8 @@ fn init_logging(default: &str) {
         let _ = tracing_subscriber::fmt()
             .with_env_filter(filter)
             .with_writer(std::io::stderr)
+            // Colours on a terminal only: a launched worker's stderr is a file.
+            .with_ansi(std::io::stderr().is_terminal())
             .try_init();
     });
 }

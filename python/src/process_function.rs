@@ -8,7 +8,7 @@
 //! batch; the block is then not counted as run.
 
 use daisy_core::protocol::{WireBlock, WireRoi};
-use daisy_worker::embedded::{EmbeddedCode, EmbeddedRan};
+use daisy_worker::embedded::{BlockControl, EmbeddedCode, EmbeddedRan};
 use daisy_worker::user_code::BlockFailure;
 use pyo3::exceptions::PyKeyboardInterrupt;
 use pyo3::prelude::*;
@@ -77,13 +77,15 @@ impl EmbeddedCode for ProcessFunction {
     fn run_batch(
         &mut self,
         blocks: Vec<WireBlock>,
-        may_start: &dyn Fn() -> bool,
+        control: &dyn BlockControl,
     ) -> Vec<EmbeddedRan> {
         Python::attach(|py| {
             let mut ran = Vec::with_capacity(blocks.len());
-            for block in blocks.iter().take_while(|_| may_start()) {
+            for block in blocks.iter().take_while(|b| control.start(b.block_id)) {
                 let started = Instant::now();
-                let Some(outcome) = self.run_one(py, block) else {
+                let outcome = self.run_one(py, block);
+                control.finished(block.block_id);
+                let Some(outcome) = outcome else {
                     self.interrupted = true;
                     break;
                 };

@@ -11,7 +11,7 @@
 
 use crate::process_function::roi;
 use daisy_core::protocol::{TaskCode, WireBlock};
-use daisy_worker::embedded::{EmbeddedCode, EmbeddedRan};
+use daisy_worker::embedded::{BlockControl, EmbeddedCode, EmbeddedRan};
 use daisy_worker::user_code::BlockFailure;
 use pyo3::prelude::*;
 use pyo3::types::PyTuple;
@@ -138,17 +138,21 @@ impl EmbeddedCode for WorkerFunction {
     fn run_batch(
         &mut self,
         blocks: Vec<WireBlock>,
-        may_start: &dyn Fn() -> bool,
+        control: &dyn BlockControl,
     ) -> Vec<EmbeddedRan> {
         let mut todo = VecDeque::from(blocks);
         let mut done = Vec::with_capacity(todo.len());
         let depth = self.depth;
-        while !todo.is_empty() && may_start() {
+        while !todo.is_empty() {
             match self.running() {
                 Ok(running) => {
-                    let ended = feed_ahead(running, &mut todo, depth, may_start, &mut done);
+                    let (ended, stopped) =
+                        feed_ahead(running, &mut todo, depth, control, &mut done);
                     if ended {
                         self.running = None;
+                    }
+                    if stopped {
+                        break;
                     }
                 }
                 Err(failure) => {
@@ -180,23 +184,30 @@ impl EmbeddedCode for WorkerFunction {
     }
 }
 
-/// Feeds `todo` to the function `depth` ahead while `may_start` allows,
-/// collecting its releases into `done`, until every fed block is
-/// released; returns whether the function ended (its fed blocks failed).
+/// Feeds `todo` to the function `depth` ahead while `control` lets blocks
+/// start, collecting its releases into `done`, until every fed block is
+/// released; returns whether the function ended (its fed blocks failed)
+/// and whether `control` stopped the batch.
 fn feed_ahead(
     running: &mut Running,
     todo: &mut VecDeque<WireBlock>,
     depth: usize,
-    may_start: &dyn Fn() -> bool,
+    control: &dyn BlockControl,
     done: &mut Vec<EmbeddedRan>,
-) -> bool {
+) -> (bool, bool) {
     // A function that ended between batches held nothing: start another.
     if let Ok(Report::Ended(_)) = running.reports.try_recv() {
-        return true;
+        return (true, false);
     }
     let mut fed: BTreeMap<u64, Instant> = BTreeMap::new();
+    let mut stopped = false;
     loop {
-        while fed.len() < depth && !todo.is_empty() && may_start() {
+        while fed.len() < depth && !stopped {
+            let Some(block) = todo.front() else { break };
+            if !control.start(block.block_id) {
+                stopped = true;
+                break;
+            }
             let block = todo.pop_front().expect("not empty");
             fed.insert(block.block_id, Instant::now());
             if running.blocks.send(Some(block)).is_err() {
@@ -204,7 +215,7 @@ fn feed_ahead(
             }
         }
         if fed.is_empty() {
-            return false;
+            return (false, stopped);
         }
         match running.reports.recv() {
             Ok(Report::Released { block_id, error }) => {
@@ -215,37 +226,44 @@ fn feed_ahead(
                     );
                     continue;
                 };
+                control.finished(block_id);
                 let outcome = error.map_or(Ok(()), |e| Err(BlockFailure::new(e)));
+                let took = started.elapsed();
                 done.push(EmbeddedRan {
                     block_id,
                     outcome,
-                    took: started.elapsed(),
+                    took,
                 });
             }
             Ok(Report::Ended(error)) => {
-                end_fed(fed, error, done);
-                return true;
+                end_fed(fed, error, control, done);
+                return (true, stopped);
             }
             Err(_) => {
-                end_fed(fed, Some("its thread vanished".into()), done);
-                return true;
+                end_fed(fed, Some("its thread vanished".into()), control, done);
+                return (true, stopped);
             }
         }
     }
 }
 
 /// Fails the blocks a function held when it ended.
-fn end_fed(fed: BTreeMap<u64, Instant>, error: Option<String>, done: &mut Vec<EmbeddedRan>) {
+fn end_fed(
+    fed: BTreeMap<u64, Instant>,
+    error: Option<String>,
+    control: &dyn BlockControl,
+    done: &mut Vec<EmbeddedRan>,
+) {
     let why = match error {
         Some(error) => format!("the worker function raised while it held this block: {error}"),
         None => "the worker function returned while it held this block".to_string(),
     };
     tracing::warn!("{why}; starting it again for the next block");
     let failure = BlockFailure::new(why);
-    done.extend(
-        fed.into_iter()
-            .map(|(id, started)| failed(id, &failure, started)),
-    );
+    for (id, started) in fed {
+        control.finished(id);
+        done.push(failed(id, &failure, started));
+    }
 }
 
 fn failed(block_id: u64, failure: &BlockFailure, started: Instant) -> EmbeddedRan {

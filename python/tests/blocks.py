@@ -30,3 +30,10 @@ def noop(block):
 def slow_touch(block):
     touch(block)
     time.sleep(0.3)
+
+
+def hang_on_block_0(block):
+    """Block 0 never ends (until its worker does); the others are quick."""
+    touch(block)
+    if block.block_id[1] == 0:
+        time.sleep(3600)

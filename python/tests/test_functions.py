@@ -202,3 +202,24 @@ def test_names_daisy_has_and_this_engine_does_not_say_so(workdir):
             process_function="blocks:touch",
             skip_mask=[0, 1, 0, 0],
         )
+
+
+def test_a_block_past_its_timeout_fails_and_its_worker_is_replaced(workdir):
+    task = daisy.Task(
+        "hang",
+        total_roi=daisy.Roi((0,), (6,)),
+        read_roi=daisy.Roi((0,), (1,)),
+        write_roi=daisy.Roi((0,), (1,)),
+        process_function="blocks:hang_on_block_0",
+        read_write_conflict=False,
+        timeout=1,
+        max_retries=0,
+        batch_size=1,
+    )
+    states = daisy.run_blockwise([task], run_dir="run", return_states=True)
+    assert states["hang"].completed_count == 5
+    assert states["hang"].failed_count == 1
+    failed = states["hang"].failed_blocks[0]
+    assert failed["block_id"] == 0 and "timed out after 1s" in failed["error"], failed
+    gone = [e for e in events("run") if e.get("event") == "worker_gone"]
+    assert len(gone) == 2 and all(e["clean"] for e in gone), gone

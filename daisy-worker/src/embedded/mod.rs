@@ -11,6 +11,15 @@
 //!
 //! The registry is process-wide because what it stands for is: there is
 //! one embedding interpreter per process.
+//!
+//! A function cannot be stopped from outside the way a process group can,
+//! so a block past its task's `timeout` is caught by a [`Watchdog`]: the
+//! worker reports that block failed, hands back the rest and ends (its
+//! process, and the stuck call with it), and the driver starts another.
+
+mod watchdog;
+
+pub use watchdog::Watchdog;
 
 use crate::user_code::BlockFailure;
 use daisy_core::protocol::{CodeKind, TaskCode, WireBlock};
@@ -25,17 +34,35 @@ pub struct EmbeddedRan {
     pub took: Duration,
 }
 
+/// What the caller of [`EmbeddedCode::run_batch`] learns as blocks start
+/// and end, and how it stops a batch part-way.
+pub trait BlockControl {
+    /// Whether block `block_id` may start now (not once the worker
+    /// drains); from a `true` on, the block counts as running.
+    fn start(&self, block_id: u64) -> bool;
+    /// Block `block_id` ended, however it went.
+    fn finished(&self, block_id: u64);
+}
+
+/// Every block may start, and nothing watches them: a serial run.
+pub struct Unwatched;
+
+impl BlockControl for Unwatched {
+    fn start(&self, _block_id: u64) -> bool {
+        true
+    }
+    fn finished(&self, _block_id: u64) {}
+}
+
 /// A task's function, ready to run blocks. Called from one blocking
 /// thread at a time.
 pub trait EmbeddedCode: Send {
-    /// Runs `blocks` in order while `may_start` allows, and returns how
-    /// each that started went; blocks missing from the result were not
-    /// started (the runtime hands them back).
-    fn run_batch(
-        &mut self,
-        blocks: Vec<WireBlock>,
-        may_start: &dyn Fn() -> bool,
-    ) -> Vec<EmbeddedRan>;
+    /// Runs `blocks` in order while `control` lets them start, telling it
+    /// when each ends, and returns how each that started went; blocks
+    /// missing from the result were not started (the runtime hands them
+    /// back).
+    fn run_batch(&mut self, blocks: Vec<WireBlock>, control: &dyn BlockControl)
+        -> Vec<EmbeddedRan>;
 
     /// Whether the embedding was asked to stop (Ctrl-C in a serial run
     /// inside the user's interpreter): the caller stops starting blocks.
