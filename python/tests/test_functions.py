@@ -223,3 +223,10 @@ def test_a_block_past_its_timeout_fails_and_its_worker_is_replaced(workdir):
     assert failed["block_id"] == 0 and "timed out after 1s" in failed["error"], failed
     gone = [e for e in events("run") if e.get("event") == "worker_gone"]
     assert len(gone) == 2 and all(e["clean"] for e in gone), gone
+
+
+def test_daisy_names_left_out_on_purpose_say_why():
+    with pytest.raises(AttributeError, match="differs from daisy 2.0 on purpose: done markers live"):
+        daisy.set_tracking_basedir("/tmp/x")
+    with pytest.raises(AttributeError, match="has no attribute 'nonsense'"):
+        daisy.nonsense  # noqa: B018
