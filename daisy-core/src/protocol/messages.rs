@@ -375,6 +375,33 @@ mod tests {
     }
 
     #[test]
+    fn function_code_travels_by_name_and_a_later_kind_decodes_as_unknown() {
+        let code = TaskCode {
+            kind: CodeKind::ProcessFunction,
+            argv: Vec::new(),
+            env: BTreeMap::new(),
+            timeout_s: None,
+            batch_size: 0,
+            prefetch: 0,
+            function: Some(FunctionCode {
+                source: FunctionSource::Pickle("/runs/p.pickle".into()),
+                search_path: vec!["/src".into()],
+            }),
+        };
+        let bytes = rmp_serde::to_vec_named(&code).unwrap();
+        let value: serde_json::Value = rmp_serde::from_slice(&bytes).unwrap();
+        assert_eq!(value["kind"], "process_function");
+        assert_eq!(
+            value["function"],
+            serde_json::json!({"source": {"pickle": "/runs/p.pickle"}, "search_path": ["/src"]})
+        );
+        let later = serde_json::json!({"kind": "wasm_module", "argv": []});
+        let bytes = rmp_serde::to_vec_named(&later).unwrap();
+        let decoded: TaskCode = rmp_serde::from_slice(&bytes).unwrap();
+        assert_eq!(decoded.kind, CodeKind::Unknown);
+    }
+
+    #[test]
     fn optional_hello_fields_may_be_nil() {
         let value = serde_json::json!({
             "type": "hello", "protocol": 1, "token": "t", "role": null,

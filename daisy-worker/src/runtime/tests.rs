@@ -2,7 +2,9 @@
 
 use super::*;
 use crate::test_peer::{block, block_command, welcome, within, Peer, PeerConn, PATIENCE};
-use daisy_core::protocol::{CodeKind, FromDriver, TaskCode, ToDriver};
+use daisy_core::protocol::{
+    CodeKind, FromDriver, FunctionCode, FunctionSource, TaskCode, ToDriver,
+};
 use std::path::Path;
 use std::time::Duration;
 use tokio::sync::oneshot;
@@ -416,6 +418,37 @@ async fn code_that_cannot_run_is_refused_and_the_driver_told_why() {
 
 /// Issue 11, item 11: a program that does not exist used to fail every
 /// try of every block; the worker now says so once and takes no block.
+#[tokio::test]
+async fn a_function_task_or_an_unknown_kind_is_refused_naming_what_can_run_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let function = TaskCode {
+        kind: CodeKind::ProcessFunction,
+        function: Some(FunctionCode {
+            source: FunctionSource::Reference("seg:process".into()),
+            search_path: Vec::new(),
+        }),
+        ..block_command(&[])
+    };
+    let unknown = TaskCode {
+        kind: CodeKind::Unknown,
+        ..block_command(&[])
+    };
+    let cases = [
+        (function, "its workers are `python -m daisy_rs.worker`"),
+        (unknown, "a kind of code this worker does not know"),
+    ];
+    for (code, expected) in cases {
+        let mut started = start(Some(code), dir.path(), 10.0, 3).await;
+        let ToDriver::CannotServe { reason } = started.conn.recv().await else {
+            panic!("expected CannotServe");
+        };
+        assert!(reason.contains(expected), "{reason}");
+        started.conn.expect_closed().await;
+        let error = ended(started.worker).await.unwrap_err();
+        assert!(matches!(error, RunError::BadCode { .. }), "{error:?}");
+    }
+}
+
 #[tokio::test]
 async fn a_program_that_does_not_start_is_refused_before_any_block() {
     let dir = tempfile::tempdir().unwrap();
