@@ -23,7 +23,7 @@ from funlib.geometry import Coordinate, Roi
 
 from daisy_rs.block import Block, BlockStatus
 from daisy_rs.client import Client
-from daisy_rs.run import PipelineError, TaskState, run_blockwise, states
+from daisy_rs.run import PipelineError, RunError, TaskState, run_blockwise, states
 from daisy_rs.task import Pipeline, Task
 
 #: daisy 2.0's names this package leaves out on purpose, and what to use.
@@ -59,6 +59,7 @@ __all__ = [
     "Pipeline",
     "PipelineError",
     "Roi",
+    "RunError",
     "Task",
     "TaskState",
     "run_blockwise",

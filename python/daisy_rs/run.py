@@ -39,6 +39,14 @@ _STOP_GRACE_S = 60
 #: daisy-driver's exit status for a run stopped by Ctrl-C or SIGTERM.
 _INTERRUPTED = 130
 
+#: daisy-driver's exit status for an error before or outside the run (a
+#: run directory another driver holds, a port in use, a launcher missing).
+_ERROR = 2
+
+
+class RunError(RuntimeError):
+    """The driver did not run the pipeline; its message is on stderr."""
+
 
 class PipelineError(ValueError):
     """The pipeline breaks rules; ``problems`` lists every one, each as
@@ -124,6 +132,11 @@ def run_blockwise(
         status = _native.driver_main(args + ["--serial"])
     if status == _INTERRUPTED:
         raise KeyboardInterrupt
+    if status == _ERROR:
+        raise RunError(
+            f"the driver did not run the pipeline in {run_dir} (exit status 2): "
+            "its message is above"
+        )
     if return_states:
         return states(run_dir)
     return status == 0

@@ -122,3 +122,25 @@ def test_ctrl_c_stops_the_run_and_leaves_nothing_running(workdir):
     assert_nothing_left_in(workdir)
     finished = [e for e in events(workdir / "run") if e.get("event") == "run_finished"]
     assert finished and finished[-1]["completed"] is False
+
+
+def test_a_second_run_on_a_busy_run_directory_raises_and_leaves_the_first_alone(workdir):
+    import pytest
+
+    import daisy_rs as daisy
+
+    script = start_script(workdir, "out", task="busy", blocks=40, workers=1, function="slow_touch")
+    wait_for("1 block done", lambda: len(done_blocks(workdir / "run", "busy")) >= 1)
+    second = daisy.Task(
+        "busy",
+        total_roi=daisy.Roi((0,), (40,)),
+        read_roi=daisy.Roi((0,), (1,)),
+        write_roi=daisy.Roi((0,), (1,)),
+        process_function="blocks:slow_touch",
+        read_write_conflict=False,
+    )
+    with pytest.raises(daisy.RunError, match="did not run the pipeline"):
+        daisy.run_blockwise([second], run_dir="run")
+    os.killpg(script.pid, signal.SIGINT)
+    script.communicate(timeout=120)
+    assert_nothing_left_in(workdir)
