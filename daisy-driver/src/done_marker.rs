@@ -85,6 +85,15 @@ pub enum DoneMarkerError {
     /// A marker file exists but is not what this layout needs.
     #[error("done marker file {path} is invalid: {reason}")]
     Invalid { path: PathBuf, reason: String },
+    /// Blocks are marked done but `zarr.json` is gone: the bytes cannot be
+    /// trusted to mean this layout, and starting over would silently
+    /// rerun them, so neither happens without the user.
+    #[error(
+        "done marker {dir} has blocks marked done in {chunk} but no zarr.json \
+         (deleted or lost?); restore {dir}/zarr.json, or to start this task \
+         over, remove it: rm -rf {dir}"
+    )]
+    MetadataMissing { dir: PathBuf, chunk: PathBuf },
     /// The task's ROIs admit no block grid (the pipeline validation
     /// normally catches this first).
     #[error("done marker {dir} for task {task:?}: {reason}")]
@@ -332,6 +341,40 @@ fn read_metadata(dir: &Path) -> Result<Option<Value>, DoneMarkerError> {
     Ok(Some(value))
 }
 
+/// With no `zarr.json`, the marker is absent or its creation was killed
+/// before publishing it, which leaves only zeroed chunks. A chunk under
+/// `<dir>/c` with a nonzero byte means the metadata was lost after blocks
+/// were done: an error, never a silent start from zero.
+fn refuse_done_bytes_without_metadata(dir: &Path) -> Result<(), DoneMarkerError> {
+    match chunk_with_done_bytes(&dir.join("c"))? {
+        Some(chunk) => Err(DoneMarkerError::MetadataMissing {
+            dir: dir.to_path_buf(),
+            chunk,
+        }),
+        None => Ok(()),
+    }
+}
+
+/// The first file below `path` (or `path` itself) holding a nonzero
+/// byte, whatever the chunk layout; `None` if there is none.
+fn chunk_with_done_bytes(path: &Path) -> Result<Option<PathBuf>, DoneMarkerError> {
+    let meta = match fs::metadata(path) {
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
+        meta => meta.map_err(io_error(path))?,
+    };
+    if meta.is_file() {
+        let bytes = fs::read(path).map_err(io_error(path))?;
+        return Ok(bytes.iter().any(|&b| b != 0).then(|| path.to_path_buf()));
+    }
+    for entry in fs::read_dir(path).map_err(io_error(path))? {
+        let entry = entry.map_err(io_error(path))?;
+        if let Some(found) = chunk_with_done_bytes(&entry.path())? {
+            return Ok(Some(found));
+        }
+    }
+    Ok(None)
+}
+
 /// Opens the chunk and reads it whole, checking it has one byte per block.
 fn load_chunk(
     path: &Path,
@@ -435,7 +478,10 @@ impl DoneMarker {
                 layout.verify(dir, &stored)?;
                 load_chunk(&layout.chunk_path(dir), &layout, true)?
             }
-            None => (create(dir, &layout)?, vec![0; layout.len]),
+            None => {
+                refuse_done_bytes_without_metadata(dir)?;
+                (create(dir, &layout)?, vec![0; layout.len])
+            }
         };
         Ok(Self::new(dir, layout, Some(chunk), done))
     }
@@ -446,6 +492,7 @@ impl DoneMarker {
     pub fn open_existing(dir: &Path, spec: &TaskSpec) -> Result<Option<Self>, DoneMarkerError> {
         let layout = Layout::of(dir, spec)?;
         let Some(stored) = read_metadata(dir)? else {
+            refuse_done_bytes_without_metadata(dir)?;
             return Ok(None);
         };
         layout.verify(dir, &stored)?;
@@ -922,6 +969,35 @@ mod tests {
         assert_eq!(
             fs::read_to_string(dir.join("zarr.json")).unwrap(),
             DAISY_2_ZARR_JSON
+        );
+    }
+
+    #[test]
+    fn done_bytes_without_zarr_json_are_refused_with_the_rm_rf_hint() {
+        let (_tmp, dir) = marker_dir();
+        let spec = simple_task(&[40, 30], &[10, 10]);
+        let mut marker = DoneMarker::open(&dir, &spec).unwrap();
+        marker.mark_done(&block(&spec, &[0, 1])).unwrap();
+        drop(marker);
+        fs::remove_file(dir.join("zarr.json")).unwrap();
+        for err in [
+            DoneMarker::open_existing(&dir, &spec).unwrap_err(),
+            DoneMarker::open(&dir, &spec).unwrap_err(),
+        ] {
+            assert!(
+                matches!(&err, DoneMarkerError::MetadataMissing { .. }),
+                "{err:?}"
+            );
+            let message = err.to_string();
+            assert!(
+                message.contains(&format!("rm -rf {}", dir.display())),
+                "{message}"
+            );
+        }
+        assert_eq!(
+            chunk_bytes(&dir, 2).iter().filter(|&&b| b != 0).count(),
+            1,
+            "the done byte is kept"
         );
     }
 
