@@ -43,7 +43,7 @@ pub use slurmrestd::{
     job_script as slurmrestd_job_script, SlurmrestdCalls, SlurmrestdConfigError,
     SlurmrestdLauncher, DEFAULT_SLURMRESTD_URL, FORWARDED_ENV, SLURMRESTD_REQUEST_TIMEOUT,
 };
-pub use template::JobScript;
+pub use template::{shell_quote, JobScript};
 pub use worker_program::{find_worker_program, DAISY_WORKER_BIN, WORKER_PROGRAM_NAME};
 
 use std::collections::BTreeMap;
