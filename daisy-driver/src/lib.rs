@@ -7,6 +7,8 @@
 //! - [`pipeline`]: the pipeline file (TOML or JSON), parsed then validated.
 //! - [`done_marker`]: per-task done markers (Zarr v3, daisy 2.0 layout).
 //! - [`run_dir`]: where a run keeps markers, events and logs.
+//! - [`run_lock`]: one driver (or reset) at a time per run directory.
+//! - [`run_start`]: what a run checks before it writes to its run directory.
 //! - [`plan`]: the dry run behind `daisy-driver plan`.
 //! - [`events`]: `events.jsonl`, one line per thing that happened.
 //! - [`run_history`]: `events.jsonl` read back, cut into runs.
@@ -40,6 +42,8 @@ pub mod retry;
 pub mod run_context;
 pub mod run_dir;
 pub mod run_history;
+pub mod run_lock;
+pub mod run_start;
 pub mod serial_run;
 pub mod slots;
 pub mod status;

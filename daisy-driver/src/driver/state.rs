@@ -190,7 +190,12 @@ impl Driver {
         let args = self.options.worker_args.iter().map(String::as_str);
         std::iter::once(program.to_string_lossy().as_ref())
             .chain(args)
-            .chain(["--context-file", &context.to_string_lossy(), "--task", task_id])
+            .chain([
+                "--context-file",
+                &context.to_string_lossy(),
+                "--task",
+                task_id,
+            ])
             .map(launchers::shell_quote)
             .collect::<Vec<_>>()
             .join(" ")
