@@ -269,6 +269,7 @@ fn command_run(opts: RunOpts) -> anyhow::Result<ExitCode> {
         false => Some(BlockServer::prepare(&opts, &pipeline, only_blocks.clone())?),
     };
     let _lock = crate::run_lock::RunLock::acquire(&run_dir, "run")?;
+    crate::earlier_jobs::cancel(&run_dir, launch_settings(&opts))?;
     crate::reset::delete(&resets)?;
     run_dir.record_pipeline(&opts.pipeline.pipeline)?;
     let summary = match server {
@@ -294,11 +295,7 @@ impl BlockServer {
         only_blocks: Option<crate::retry::OnlyBlocks>,
     ) -> anyhow::Result<Self> {
         let options = run_options(opts, only_blocks)?;
-        let settings = LaunchSettings {
-            poll_interval: opts.poll_interval,
-            stop_grace: STOP_GRACE,
-        };
-        let launcher = crate::launch::launcher(&pipeline.launcher, settings)?;
+        let launcher = crate::launch::launcher(&pipeline.launcher, launch_settings(opts))?;
         let listener = std::net::TcpListener::bind(opts.listen)
             .with_context(|| format!("listening on {}", opts.listen))?;
         let runtime = tokio::runtime::Runtime::new().context("starting the async runtime")?;
@@ -323,6 +320,13 @@ impl BlockServer {
             self.launcher,
             stop_signal(),
         ))
+    }
+}
+
+fn launch_settings(opts: &RunOpts) -> LaunchSettings {
+    LaunchSettings {
+        poll_interval: opts.poll_interval,
+        stop_grace: STOP_GRACE,
     }
 }
 

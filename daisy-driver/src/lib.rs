@@ -16,6 +16,7 @@
 //! - [`connection`]: one task per worker connection.
 //! - [`budget`], [`slots`]: the resource budget and worker accounting.
 //! - [`launch`]: the launcher backend the pipeline asks for.
+//! - [`earlier_jobs`]: cancelling the jobs a killed driver left queued.
 //! - [`run_context`]: token, advertised addresses, `context.json`.
 //! - [`progress`], [`summary`]: what the user sees during and after a run.
 //! - [`recent_rate`]: blocks per second now, for live status.
@@ -30,6 +31,7 @@ pub mod cli;
 pub mod connection;
 pub mod done_marker;
 pub mod driver;
+pub mod earlier_jobs;
 pub mod events;
 pub mod launch;
 pub mod pipeline;

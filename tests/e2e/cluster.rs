@@ -344,3 +344,51 @@ fn a_worker_job_killed_while_running_loses_no_block() {
     assert!(lost, "the killed worker was seen lost");
     wait_until_gone(&job_ids(&run_dir));
 }
+
+#[test]
+fn a_new_driver_cancels_the_jobs_a_killed_driver_left_queued() {
+    if !slurm_is_up("earlier jobs") {
+        return;
+    }
+    let dir = TestDir::new();
+    dir.write("p.toml", &cluster_pipeline("sbatch", "left", "\"--hold\""));
+    let run_dir = dir.join("daisy_run/left");
+    let killed = ChildGuard::spawn(&mut cluster_driver(&dir, "p.toml"));
+    wait_until("held workers were submitted", || {
+        job_ids(&run_dir).len() >= 3
+    });
+    drop(killed); // SIGKILL: the driver cancels nothing
+    let left = job_ids(&run_dir);
+    assert_eq!(
+        jobs_in_queue(&left).len(),
+        left.len(),
+        "{left:?} are queued"
+    );
+    let log = dir.join("second.log");
+    let second = ChildGuard::spawn_logged(&mut cluster_driver(&dir, "p.toml"), &log);
+    wait_until_gone(&left);
+    // Said on stderr, then recorded, right after the scancel.
+    wait_until("the cancellation is recorded", || {
+        events(&run_dir)
+            .iter()
+            .any(|e| e["event"] == "earlier_jobs_cancelled")
+    });
+    let said = std::fs::read_to_string(&log).unwrap();
+    assert!(
+        said.contains(&format!("cancelled {} sbatch jobs", left.len())),
+        "{said}"
+    );
+    let cancelled = events(&run_dir)
+        .into_iter()
+        .find(|e| e["event"] == "earlier_jobs_cancelled")
+        .expect("an earlier_jobs_cancelled event");
+    let mut recorded: Vec<String> = serde_json::from_value(cancelled["jobs"].clone()).unwrap();
+    recorded.sort();
+    let mut expected = left.clone();
+    expected.sort();
+    assert_eq!(recorded, expected);
+    let pid = nix::unistd::Pid::from_raw(second.0.id() as i32);
+    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGINT).unwrap();
+    second.wait_for_exit();
+    wait_until_gone(&job_ids(&run_dir));
+}
