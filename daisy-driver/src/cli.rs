@@ -243,38 +243,35 @@ fn command_plan(opts: PlanOpts) -> anyhow::Result<u8> {
     Ok(if plan.is_runnable() { 0 } else { 1 })
 }
 
+/// Everything that can refuse the run (the pipeline, programs that do
+/// not start, done markers of another layout, --reset's answer, the port,
+/// the launcher, the lock) is checked before the run directory is written
+/// to, so a run that does not start leaves it as it was.
 fn command_run(opts: RunOpts) -> anyhow::Result<u8> {
     let (pipeline, run_dir) = load(&opts.pipeline)?;
     let (worker, _) = worker_program(opts.worker_bin.as_deref())?;
     refuse_programs_that_cannot_start(&pipeline, (!opts.serial).then_some(&*worker))?;
+    let resets = crate::reset::markers_to_delete(&pipeline, &run_dir, &opts.reset)?;
+    crate::run_start::check_markers(&pipeline, &run_dir, &resets)?;
     if !opts.reset.is_empty() {
-        let markers = crate::reset::markers_to_delete(&pipeline, &run_dir, &opts.reset)?;
-        crate::reset::confirm_and_delete(&markers, opts.yes)?;
+        crate::reset::confirm(&resets, opts.yes)?;
     }
-    // Before this run records its own pipeline and events: the failures
-    // to retry are those of the run before.
+    // The failures to retry are those of the run before this one.
     let only_blocks = match opts.retry_failed {
         true => Some(crate::retry::only_failed(&pipeline, &run_dir)?),
         false => None,
     };
+    let server = match opts.serial {
+        true => None,
+        false => Some(BlockServer::prepare(&opts, &pipeline, only_blocks.clone())?),
+    };
+    let _lock = crate::run_lock::RunLock::acquire(&run_dir, "run")?;
+    crate::earlier_jobs::cancel(&run_dir, launch_settings(&opts))?;
+    crate::reset::delete(&resets)?;
     run_dir.record_pipeline(&opts.pipeline.pipeline)?;
-    let summary = if opts.serial {
-        crate::serial_run::run(&pipeline, &run_dir, only_blocks.as_ref())?
-    } else {
-        let options = run_options(&opts, only_blocks)?;
-        let settings = LaunchSettings {
-            poll_interval: opts.poll_interval,
-            stop_grace: STOP_GRACE,
-        };
-        let launcher = crate::launch::launcher(&pipeline.launcher, settings)?;
-        let runtime = tokio::runtime::Runtime::new().context("starting the async runtime")?;
-        runtime.block_on(crate::driver::run(
-            Arc::new(pipeline),
-            &run_dir,
-            options,
-            launcher,
-            stop_signal(),
-        ))?
+    let summary = match server {
+        None => crate::serial_run::run(&pipeline, &run_dir, only_blocks.as_ref())?,
+        Some(server) => server.run(pipeline, &run_dir)?,
     };
     print!("{}", summary.render());
     Ok(summary.exit_code())
@@ -299,6 +296,56 @@ fn refuse_programs_that_cannot_start(
     }
 }
 
+/// A distributed run, checked and bound but not started.
+struct BlockServer {
+    options: RunOptions,
+    listener: std::net::TcpListener,
+    launcher: Box<dyn launchers::Launcher>,
+    runtime: tokio::runtime::Runtime,
+}
+
+impl BlockServer {
+    fn prepare(
+        opts: &RunOpts,
+        pipeline: &Pipeline,
+        only_blocks: Option<crate::retry::OnlyBlocks>,
+    ) -> anyhow::Result<Self> {
+        let options = run_options(opts, only_blocks)?;
+        let launcher = crate::launch::launcher(&pipeline.launcher, launch_settings(opts))?;
+        let listener = std::net::TcpListener::bind(opts.listen)
+            .with_context(|| format!("listening on {}", opts.listen))?;
+        let runtime = tokio::runtime::Runtime::new().context("starting the async runtime")?;
+        Ok(Self {
+            options,
+            listener,
+            launcher,
+            runtime,
+        })
+    }
+
+    fn run(
+        self,
+        pipeline: Pipeline,
+        run_dir: &RunDir,
+    ) -> anyhow::Result<crate::summary::RunSummary> {
+        self.runtime.block_on(crate::driver::run(
+            Arc::new(pipeline),
+            run_dir,
+            self.options,
+            self.listener,
+            self.launcher,
+            stop_signal(),
+        ))
+    }
+}
+
+fn launch_settings(opts: &RunOpts) -> LaunchSettings {
+    LaunchSettings {
+        poll_interval: opts.poll_interval,
+        stop_grace: STOP_GRACE,
+    }
+}
+
 fn run_options(
     opts: &RunOpts,
     only_blocks: Option<crate::retry::OnlyBlocks>,
@@ -311,7 +358,6 @@ fn run_options(
     }
     let (worker_program, worker_args) = worker_program(opts.worker_bin.as_deref())?;
     Ok(RunOptions {
-        listen: opts.listen,
         heartbeat_interval: opts.heartbeat_interval,
         heartbeat_misses: opts.heartbeat_misses.max(1),
         worker_program,
@@ -339,7 +385,11 @@ fn command_status(opts: StatusOpts) -> anyhow::Result<u8> {
 fn command_reset(opts: ResetOpts) -> anyhow::Result<u8> {
     let (pipeline, run_dir) = load(&opts.pipeline)?;
     let markers = crate::reset::markers_to_delete(&pipeline, &run_dir, &opts.tasks)?;
-    crate::reset::confirm_and_delete(&markers, opts.yes)?;
+    crate::reset::confirm(&markers, opts.yes)?;
+    if !markers.is_empty() {
+        let _lock = crate::run_lock::RunLock::acquire(&run_dir, "reset")?;
+        crate::reset::delete(&markers)?;
+    }
     Ok(0)
 }
 

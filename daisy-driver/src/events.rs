@@ -131,6 +131,13 @@ pub enum Event<'a> {
         completed: bool,
         seconds: f64,
     },
+    /// A driver starting on the run directory cancelled these jobs, which
+    /// the run before it submitted and left queued or running (it was
+    /// killed); recorded before the new run's `run_started`.
+    EarlierJobsCancelled {
+        launcher: &'a str,
+        jobs: &'a [String],
+    },
 }
 
 fn is_false(value: &bool) -> bool {

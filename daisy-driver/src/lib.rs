@@ -7,6 +7,8 @@
 //! - [`pipeline`]: the pipeline file (TOML or JSON), parsed then validated.
 //! - [`done_marker`]: per-task done markers (Zarr v3, daisy 2.0.0 layout).
 //! - [`run_dir`]: where a run keeps markers, events and logs.
+//! - [`run_lock`]: one driver (or reset) at a time per run directory.
+//! - [`run_start`]: what a run checks before it writes to its run directory.
 //! - [`plan`]: the dry run behind `daisy-driver plan`.
 //! - [`events`]: `events.jsonl`, one line per thing that happened.
 //! - [`run_history`]: `events.jsonl` read back, cut into runs.
@@ -14,6 +16,7 @@
 //! - [`connection`]: one task per worker connection.
 //! - [`budget`], [`slots`]: the resource budget and worker accounting.
 //! - [`launch`]: the launcher backend the pipeline asks for.
+//! - [`earlier_jobs`]: cancelling the jobs a killed driver left queued.
 //! - [`run_context`]: token, advertised addresses, `context.json`.
 //! - [`progress`], [`summary`]: what the user sees during and after a run.
 //! - [`recent_rate`]: blocks per second now, for live status.
@@ -29,6 +32,7 @@ pub mod cli;
 pub mod connection;
 pub mod done_marker;
 pub mod driver;
+pub mod earlier_jobs;
 pub mod events;
 pub mod launch;
 pub mod pipeline;
@@ -42,6 +46,8 @@ pub mod retry;
 pub mod run_context;
 pub mod run_dir;
 pub mod run_history;
+pub mod run_lock;
+pub mod run_start;
 pub mod serial_run;
 pub mod slots;
 pub mod status;

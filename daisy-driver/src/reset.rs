@@ -66,10 +66,9 @@ pub fn markers_to_delete(
     Ok(markers)
 }
 
-/// Lists the markers on stderr, asks (or takes `yes` for an answer), and
-/// deletes them. Fails, deleting nothing, if the answer is no or cannot
-/// be asked.
-pub fn confirm_and_delete(markers: &[MarkerToDelete], yes: bool) -> anyhow::Result<()> {
+/// Lists the markers on stderr and asks (or takes `yes` for an answer);
+/// fails if the answer is no or cannot be asked. Deletes nothing.
+pub fn confirm(markers: &[MarkerToDelete], yes: bool) -> anyhow::Result<()> {
     if markers.is_empty() {
         eprintln!("daisy-driver: reset: no done markers to delete");
         return Ok(());
@@ -83,8 +82,16 @@ pub fn confirm_and_delete(markers: &[MarkerToDelete], yes: bool) -> anyhow::Resu
             m.done_blocks
         );
     }
-    if !yes {
-        confirm()?;
+    match yes {
+        true => Ok(()),
+        false => ask(),
+    }
+}
+
+/// Deletes confirmed markers (with the run directory locked).
+pub fn delete(markers: &[MarkerToDelete]) -> anyhow::Result<()> {
+    if markers.is_empty() {
+        return Ok(());
     }
     for m in markers {
         done_marker::reset(&m.dir).with_context(|| format!("resetting task {:?}", m.task))?;
@@ -96,7 +103,7 @@ pub fn confirm_and_delete(markers: &[MarkerToDelete], yes: bool) -> anyhow::Resu
     Ok(())
 }
 
-fn confirm() -> anyhow::Result<()> {
+fn ask() -> anyhow::Result<()> {
     if !std::io::stdin().is_terminal() {
         bail!("not deleting done markers without --yes (stdin is not a terminal to ask on)");
     }

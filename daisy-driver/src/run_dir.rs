@@ -47,6 +47,11 @@ impl RunDir {
         self.path.join("worker-commands.txt")
     }
 
+    /// Locked by the driver or reset writing here (see `run_lock`).
+    pub fn lock_file(&self) -> PathBuf {
+        self.path.join("driver.lock")
+    }
+
     pub fn events(&self) -> PathBuf {
         self.path.join("events.jsonl")
     }

@@ -131,6 +131,11 @@ pub enum EventKind {
         completed: bool,
         seconds: f64,
     },
+    /// A new driver cancelled jobs the run before it left behind.
+    EarlierJobsCancelled {
+        launcher: String,
+        jobs: Vec<String>,
+    },
     /// An event kind this build does not know (a newer daisy wrote it).
     #[serde(other)]
     Unknown,
@@ -341,6 +346,10 @@ mod tests {
             Event::RunFinished {
                 completed: false,
                 seconds: 1.5,
+            },
+            Event::EarlierJobsCancelled {
+                launcher: "sbatch",
+                jobs: &["24_0".to_string()],
             },
         ];
         for event in &events {

@@ -43,7 +43,7 @@ pub use slurmrestd::{
     job_script as slurmrestd_job_script, SlurmrestdCalls, SlurmrestdConfigError,
     SlurmrestdLauncher, DEFAULT_SLURMRESTD_URL, FORWARDED_ENV, SLURMRESTD_REQUEST_TIMEOUT,
 };
-pub use template::JobScript;
+pub use template::{shell_quote, JobScript};
 pub use worker_program::{find_worker_program, DAISY_WORKER_BIN, WORKER_PROGRAM_NAME};
 
 use std::collections::BTreeMap;
@@ -189,6 +189,16 @@ pub trait Launcher: Send {
     /// Ends every job still running (driver exit), with `cancel`'s
     /// guarantees.
     fn cancel_all(&mut self);
+
+    /// Cancels jobs that an earlier driver of the run submitted (their
+    /// [`JobId`]s as it recorded them; this launcher does not track
+    /// them) and that are still queued or running; returns those. Jobs
+    /// already gone are skipped. The default cancels nothing: a local
+    /// worker's pid may have been reused by another process since.
+    fn cancel_earlier_jobs(&mut self, jobs: &[JobId]) -> Vec<JobId> {
+        let _ = jobs;
+        Vec::new()
+    }
 }
 
 /// Why a launcher could not start a worker, or find the program to start.

@@ -152,7 +152,7 @@ pub(crate) fn worker_command(request: &WorkerRequest) -> String {
 
 /// `word` as one shell word: unchanged when it holds only characters the
 /// shell never interprets, else in single quotes (a `'` becomes `'\''`).
-pub(crate) fn shell_quote(word: &str) -> String {
+pub fn shell_quote(word: &str) -> String {
     let plain = |c: char| c.is_ascii_alphanumeric() || "_-./=:,+@%".contains(c);
     if !word.is_empty() && word.chars().all(plain) {
         return word.to_owned();

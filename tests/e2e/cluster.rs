@@ -334,3 +334,63 @@ mod slurmrestd {
         wait_until_gone(&job_ids(&dir.join("daisy_run/rest")));
     }
 }
+
+#[test]
+fn a_new_driver_cancels_the_jobs_a_killed_driver_left_queued() {
+    needs_slurm("earlier jobs");
+    let dir = TestDir::new();
+    assert_earlier_jobs_cancelled(&dir, "sbatch", "\"--hold\"", &[]);
+}
+
+#[test]
+fn a_new_driver_cancels_the_lsf_jobs_a_killed_driver_left_queued() {
+    needs_slurm("earlier lsf jobs");
+    let dir = TestDir::new();
+    let env = lsf_standin_env(&dir);
+    assert_earlier_jobs_cancelled(&dir, "bsub", "\"-H\"", &env);
+}
+
+/// A driver whose held `kind` jobs are queued is killed with SIGKILL; the
+/// next driver on the run directory cancels them and says so.
+fn assert_earlier_jobs_cancelled(dir: &TestDir, kind: &str, hold: &str, env: &[(String, String)]) {
+    let prefix = format!("left{kind}");
+    dir.write("p.toml", &cluster_pipeline(kind, &prefix, hold));
+    let run_dir = dir.join(&format!("daisy_run/{prefix}"));
+    let driver = || {
+        let mut driver = cluster_driver(dir, "p.toml");
+        driver.envs(env.iter().cloned());
+        driver
+    };
+    let killed = ChildGuard::spawn(&mut driver());
+    wait_until("held workers were submitted", || {
+        job_ids(&run_dir).len() >= 3
+    });
+    drop(killed); // SIGKILL: the driver cancels nothing
+    let left = job_ids(&run_dir);
+    let log = dir.join("second.log");
+    let second = ChildGuard::spawn_logged(&mut driver(), &log);
+    // Said on stderr, then recorded, right after the cancel.
+    wait_until("the cancellation is recorded", || {
+        events(&run_dir)
+            .iter()
+            .any(|e| e["event"] == "earlier_jobs_cancelled")
+    });
+    let said = std::fs::read_to_string(&log).unwrap();
+    let cancelled = format!("cancelled {} {kind} jobs", left.len());
+    assert!(said.contains(&cancelled), "{said}");
+    let event = events(&run_dir)
+        .into_iter()
+        .find(|e| e["event"] == "earlier_jobs_cancelled")
+        .unwrap();
+    let mut recorded: Vec<String> = serde_json::from_value(event["jobs"].clone()).unwrap();
+    recorded.sort();
+    let mut expected = left.clone();
+    expected.sort();
+    assert_eq!(recorded, expected);
+    if kind == "sbatch" {
+        wait_until_gone(&left);
+    }
+    let pid = nix::unistd::Pid::from_raw(second.0.id() as i32);
+    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGINT).unwrap();
+    second.wait_for_exit();
+}

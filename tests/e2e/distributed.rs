@@ -5,6 +5,7 @@
 
 use crate::util::*;
 use std::collections::{BTreeSet, HashMap};
+use std::process::Command;
 
 /// Two chained 2-D tasks over a 12×12 region (25 + 25 blocks); each block
 /// appends `<task> <block id>` to ran.txt, after `extra` shell code.
@@ -183,9 +184,14 @@ fn a_task_without_launched_workers_is_served_by_a_worker_started_by_hand() {
         .find(|l| l.ends_with("--task second"))
         .unwrap()
         .to_string();
-    let args: Vec<&str> = line.split_whitespace().skip(1).collect();
-    assert_eq!(args[0], "--context-file");
-    let _worker = ChildGuard::spawn(&mut dir.worker(&args));
+    // Run as printed, by a shell whose PATH has no daisy-worker (as after
+    // the README's `cargo run`).
+    let mut as_printed = Command::new("sh");
+    as_printed
+        .args(["-c", &line])
+        .current_dir(dir.path())
+        .env("PATH", "/usr/bin:/bin");
+    let _worker = ChildGuard::spawn(&mut as_printed);
     let status = driver.wait_for_exit();
     assert!(status.success(), "{status:?}");
     let events = events(&dir.join("daisy_run/chain"));

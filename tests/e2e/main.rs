@@ -20,6 +20,7 @@ mod report;
 mod resources;
 mod restarts;
 mod retries;
+mod run_dir;
 mod serial;
 mod status;
 mod summary;

@@ -23,7 +23,6 @@ use launcher_thread::{LauncherEvent, LauncherThread};
 use launchers::Launcher;
 use state::Driver;
 use std::future::Future;
-use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -52,8 +51,6 @@ const MAX_UNWELCOMED: usize = 256;
 /// Settings of a distributed run (resolved from the command line).
 #[derive(Debug, Clone)]
 pub struct RunOptions {
-    /// Where to listen; `0.0.0.0:0` = every interface, any free port.
-    pub listen: SocketAddr,
     pub heartbeat_interval: Duration,
     pub heartbeat_misses: u32,
     /// The program launched workers run: `daisy-worker`, or
@@ -84,6 +81,7 @@ pub async fn run(
     pipeline: Arc<Pipeline>,
     run_dir: &RunDir,
     options: RunOptions,
+    listener: std::net::TcpListener,
     launcher: Box<dyn Launcher>,
     stop: impl Future<Output = ()>,
 ) -> anyhow::Result<RunSummary> {
@@ -98,7 +96,7 @@ pub async fn run(
                 let _ = stop_rx.await;
             };
             let _ = done_tx.send(serve_on_this_thread(
-                pipeline, &run_dir, options, launcher, stop,
+                pipeline, &run_dir, options, listener, launcher, stop,
             ));
         })
         .context("starting the block server thread")?;
@@ -115,6 +113,7 @@ fn serve_on_this_thread(
     pipeline: Arc<Pipeline>,
     run_dir: &RunDir,
     options: RunOptions,
+    listener: std::net::TcpListener,
     launcher: Box<dyn Launcher>,
     stop: impl Future<Output = ()>,
 ) -> anyhow::Result<RunSummary> {
@@ -122,23 +121,25 @@ fn serve_on_this_thread(
         .enable_all()
         .build()
         .context("starting the block server's runtime")?;
-    runtime.block_on(serve(pipeline, run_dir, options, launcher, stop))
+    runtime.block_on(serve(pipeline, run_dir, options, listener, launcher, stop))
 }
 
-/// The block server: listens, accepts, runs the loop until the end.
+/// The block server: accepts on `listener` (bound by the caller, so that
+/// a port in use refuses the run before it writes anything), runs the
+/// loop until the end.
 async fn serve(
     pipeline: Arc<Pipeline>,
     run_dir: &RunDir,
     options: RunOptions,
+    listener: std::net::TcpListener,
     launcher: Box<dyn Launcher>,
     stop: impl Future<Output = ()>,
 ) -> anyhow::Result<RunSummary> {
     let started = Instant::now();
-    std::fs::create_dir_all(run_dir.path())
-        .with_context(|| format!("creating the run directory {}", run_dir.path().display()))?;
-    let listener = TcpListener::bind(options.listen)
-        .await
-        .with_context(|| format!("listening on {}", options.listen))?;
+    let listener = listener
+        .set_nonblocking(true)
+        .and_then(|()| TcpListener::from_std(listener))
+        .context("serving on the bound listener")?;
     let token = new_token()?;
     let addresses = advertised_addresses(listener.local_addr()?);
     let context = run_context(addresses, &token);

@@ -205,13 +205,26 @@ impl Driver {
         }
     }
 
+    /// The worker program launched workers run, by its absolute path, so
+    /// the line works as printed (daisy-worker need not be on PATH).
     fn hand_command(&self, task_id: &str) -> String {
-        let context = std::path::absolute(self.run_dir.context_file())
-            .unwrap_or_else(|_| self.run_dir.context_file());
-        format!(
-            "daisy-worker --context-file {} --task {task_id}",
-            context.display()
-        )
+        let absolute = |path: &std::path::Path| {
+            std::path::absolute(path).unwrap_or_else(|_| path.to_path_buf())
+        };
+        let program = absolute(&self.options.worker_program);
+        let context = absolute(&self.run_dir.context_file());
+        let args = self.options.worker_args.iter().map(String::as_str);
+        std::iter::once(program.to_string_lossy().as_ref())
+            .chain(args)
+            .chain([
+                "--context-file",
+                &context.to_string_lossy(),
+                "--task",
+                task_id,
+            ])
+            .map(launchers::shell_quote)
+            .collect::<Vec<_>>()
+            .join(" ")
     }
 
     /// `Some` once the run is over.

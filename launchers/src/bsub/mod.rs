@@ -182,6 +182,11 @@ impl BsubLauncher {
     /// usable answer (LSF down, the command killed or missing).
     fn query_states(&mut self) -> Option<StatesReport> {
         let jobs: BTreeSet<u64> = self.jobs.values().map(|element| element.job).collect();
+        self.bjobs(&jobs)
+    }
+
+    /// One bjobs call about `jobs`, as [`Self::query_states`].
+    fn bjobs(&mut self, jobs: &BTreeSet<u64>) -> Option<StatesReport> {
         let mut args: Vec<String> = ["-a", "-noheader", "-o", bjobs::BJOBS_FORMAT]
             .map(String::from)
             .into();
@@ -312,6 +317,31 @@ impl Launcher for BsubLauncher {
     fn cancel_all(&mut self) {
         let workers: Vec<u64> = self.jobs.keys().copied().collect();
         self.cancel(&workers);
+    }
+
+    fn cancel_earlier_jobs(&mut self, jobs: &[JobId]) -> Vec<JobId> {
+        let wanted: BTreeSet<Element> = jobs.iter().filter_map(|j| Element::parse(&j.0)).collect();
+        let arrays: BTreeSet<u64> = wanted.iter().map(|element| element.job).collect();
+        if arrays.is_empty() {
+            return Vec::new();
+        }
+        let Some(report) = self.bjobs(&arrays) else {
+            return Vec::new();
+        };
+        let live: BTreeSet<Element> = report
+            .elements
+            .iter()
+            .filter(|(element, state)| {
+                wanted.contains(element) && !matches!(state, ElementState::Ended(_))
+            })
+            .map(|(element, _)| *element)
+            .collect();
+        if !live.is_empty() {
+            self.bkill(&live);
+        }
+        live.iter()
+            .map(|element| JobId(element.to_string()))
+            .collect()
     }
 }
 

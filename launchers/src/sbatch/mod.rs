@@ -545,6 +545,49 @@ impl Launcher for SbatchLauncher {
         let workers: Vec<u64> = self.jobs.keys().copied().collect();
         self.cancel(&workers);
     }
+
+    fn cancel_earlier_jobs(&mut self, jobs: &[JobId]) -> Vec<JobId> {
+        let wanted: BTreeSet<&str> = jobs.iter().map(|job| job.0.as_str()).collect();
+        let arrays: BTreeSet<String> = wanted
+            .iter()
+            .filter_map(|id| Some(squeue::parse_job_id(id)?.0))
+            .collect();
+        if arrays.is_empty() {
+            return Vec::new();
+        }
+        let arrays: Vec<String> = arrays.into_iter().collect();
+        let invocation = Invocation::new(&self.slurm.squeue, squeue_args(&arrays));
+        self.calls.squeue += 1;
+        let listing = match commands::run(&invocation, self.command_timeout) {
+            Ok(stdout) => squeue::parse_squeue(&stdout),
+            Err(failure) if invalid_job_id(&failure) => Vec::new(),
+            Err(failure) => {
+                let message = failure.message();
+                tracing::warn!(%message, "squeue failed; the earlier run's jobs are left as they are");
+                return Vec::new();
+            }
+        };
+        let live: Vec<String> = live_elements(&listing)
+            .filter(|id| wanted.contains(id.as_str()))
+            .collect();
+        if !live.is_empty() {
+            self.scancel(&live);
+        }
+        live.into_iter().map(JobId).collect()
+    }
+}
+
+/// `<array>_<index>` of every element a listing shows queued or running.
+fn live_elements(listing: &[Record]) -> impl Iterator<Item = String> + '_ {
+    listing
+        .iter()
+        .filter(|record| squeue::job_end(&record.state, None).is_none())
+        .flat_map(|record| {
+            record
+                .indices
+                .iter()
+                .map(move |index| format!("{}_{index}", record.job))
+        })
 }
 
 /// Dropping the launcher cancels its jobs (unless told not to), so a

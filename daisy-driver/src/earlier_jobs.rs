@@ -1,0 +1,74 @@
+//! A driver starting on a run directory cancels the cluster jobs that the
+//! run before it submitted and left queued or running (a driver killed
+//! with SIGKILL cancels nothing). Left alone, they would start later,
+//! fail to join the new run (it has a new token) and each waste an
+//! allocation until their connect timeout.
+//!
+//! Only the last run's jobs are looked at: every run does this when it
+//! starts, so earlier runs' jobs were dealt with by the run after them.
+//! They are cancelled with the launcher of the pipeline that run
+//! recorded (`pipeline.json`, read before this run replaces it), since
+//! a job id means something only to the scheduler it came from.
+
+use crate::events::{Event, EventLog};
+use crate::launch::LaunchSettings;
+use crate::pipeline::LauncherKind;
+use crate::run_dir::RunDir;
+use crate::run_history::{EventKind, RunHistory};
+use launchers::JobId;
+
+/// Cancels the last run's jobs still queued or running, says so on
+/// stderr and in the events; returns their ids. Call with the run
+/// directory locked, before the pipeline record is replaced.
+pub fn cancel(run_dir: &RunDir, settings: LaunchSettings) -> anyhow::Result<Vec<JobId>> {
+    let jobs = last_run_jobs(run_dir);
+    if jobs.is_empty() {
+        return Ok(Vec::new());
+    }
+    let config = match run_dir.load_recorded_pipeline() {
+        Ok(pipeline) => pipeline.launcher,
+        Err(error) => {
+            tracing::warn!("not cancelling the last run's jobs: {error:#}");
+            return Ok(Vec::new());
+        }
+    };
+    if config.kind == LauncherKind::Local {
+        return Ok(Vec::new());
+    }
+    let mut launcher = crate::launch::launcher(&config, settings)?;
+    let cancelled = launcher.cancel_earlier_jobs(&jobs);
+    if !cancelled.is_empty() {
+        report(run_dir, launcher.name(), &cancelled)?;
+    }
+    Ok(cancelled)
+}
+
+/// The jobs the last run in `run_dir` submitted (none without events).
+fn last_run_jobs(run_dir: &RunDir) -> Vec<JobId> {
+    let Ok(history) = RunHistory::read(&run_dir.events()) else {
+        return Vec::new();
+    };
+    history
+        .last_run()
+        .iter()
+        .filter_map(|event| match &event.kind {
+            EventKind::WorkerSubmitted { job, .. } => Some(JobId(job.clone())),
+            _ => None,
+        })
+        .collect()
+}
+
+fn report(run_dir: &RunDir, launcher: &str, cancelled: &[JobId]) -> anyhow::Result<()> {
+    let jobs: Vec<String> = cancelled.iter().map(|job| job.0.clone()).collect();
+    eprintln!(
+        "daisy-driver: cancelled {} {launcher} jobs the last run left queued or running: {}",
+        jobs.len(),
+        jobs.join(" ")
+    );
+    let mut events = EventLog::open(&run_dir.events())?;
+    events.record(&Event::EarlierJobsCancelled {
+        launcher,
+        jobs: &jobs,
+    })?;
+    Ok(())
+}
