@@ -112,20 +112,24 @@ rust_tests() {
   fi
 }
 
-# Builds the package (maturin, release) and installs it with its test extras.
+# Builds the package and installs it with its test extras. The dev profile
+# reuses what the Rust tests compiled (a release build would compile every
+# dependency again); speed is measured by python/bench, not by the tests.
 python_env() {
   VENV=${DAISY_TEST_VENV:-target/python-venv}
   [ -x "$VENV/bin/python" ] || python3 -m venv "$VENV"
   VENV=$(cd "$VENV" && pwd)
-  "$VENV/bin/python" -m pip install -q --disable-pip-version-check "./python[test]"
+  MATURIN_PEP517_ARGS="--profile dev" \
+    "$VENV/bin/python" -m pip install -q --disable-pip-version-check "./python[test]"
   export DAISY2_PYTHON=${DAISY2_PYTHON:-$VENV/bin/python}
 }
+
+echo "== requirements of the tests"
+cargo nextest list --workspace >/dev/null # builds the tests once, up front
 
 echo "== Python package (maturin) in a virtual environment"
 python_env
 
-echo "== requirements of the tests"
-cargo nextest list --workspace >/dev/null # builds the tests once, up front
 check_requirements
 report_missing
 
