@@ -82,21 +82,13 @@ impl OutcomeRecorder {
 
     /// Records a failed attempt of `block` (counted in its marker), which
     /// the scheduler `released` as retried or failed for good. `error`
-    /// (a user process's stderr) is escaped before it reaches the events
-    /// or the terminal.
+    /// (a user process's stderr, as a worker sent it) is escaped before
+    /// it reaches the events.
     pub fn failed(&mut self, block: &Block, attempt: Attempt, error: &str, released: &Released) {
         let task = block.id.task.index();
         self.markers[task].count_failed_attempt(block);
         let error = printable(error);
         let for_good = matches!(released, Released::FailedForGood { .. });
-        if let Released::FailedForGood { orphaned } = released {
-            tracing::warn!(
-                "task {:?}: block {} failed for good ({} blocks orphaned): {error}",
-                self.task_ids[task],
-                block.id.spatial,
-                orphaned.len()
-            );
-        }
         self.events.record(&Event::BlockFailed {
             task: self.task_ids[task].as_str().into(),
             block_id: block.id.spatial,

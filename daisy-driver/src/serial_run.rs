@@ -14,6 +14,7 @@ use crate::retry::OnlyBlocks;
 use crate::run_dir::RunDir;
 use crate::summary::{RunEnd, RunSummary, TaskSummary};
 use anyhow::Context;
+use daisy_core::printable::printable;
 use daisy_core::protocol::WireBlock;
 use daisy_core::scheduler::Released;
 use daisy_core::serial::{self, BlockRunner, SerialEnd, Step};
@@ -284,9 +285,19 @@ impl BlockRunner for SerialRunner<'_> {
     }
 
     fn released(&mut self, block: &Block, released: &Released) {
-        if let Some(error) = self.last_failure.take() {
-            let attempt = self.last_attempt();
-            self.recorder.failed(block, attempt, &error, released);
+        let Some(error) = self.last_failure.take() else {
+            return;
+        };
+        if let Released::FailedForGood { orphaned } = released {
+            tracing::warn!(
+                "task {:?}: block {}: {} (failed for good, {} blocks orphaned)",
+                self.task_id(block),
+                block.id.spatial,
+                printable(&error),
+                orphaned.len()
+            );
         }
+        let attempt = self.last_attempt();
+        self.recorder.failed(block, attempt, &error, released);
     }
 }
