@@ -14,7 +14,6 @@ use crate::retry::OnlyBlocks;
 use crate::run_dir::RunDir;
 use crate::summary::{RunEnd, RunSummary, TaskSummary};
 use anyhow::Context;
-use daisy_core::printable::printable;
 use daisy_core::protocol::WireBlock;
 use daisy_core::scheduler::Released;
 use daisy_core::serial::{self, BlockRunner, SerialEnd, Step};
@@ -290,10 +289,9 @@ impl BlockRunner for SerialRunner<'_> {
         };
         if let Released::FailedForGood { orphaned } = released {
             tracing::warn!(
-                "task {:?}: block {}: {} (failed for good, {} blocks orphaned)",
+                "task {:?}: block {}: {error} (failed for good, {} blocks orphaned)",
                 self.task_id(block),
                 block.id.spatial,
-                printable(&error),
                 orphaned.len()
             );
         }
