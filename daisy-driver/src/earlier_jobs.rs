@@ -14,7 +14,7 @@ use crate::events::{Event, EventLog};
 use crate::launch::LaunchSettings;
 use crate::pipeline::LauncherKind;
 use crate::run_dir::RunDir;
-use crate::run_history::{EventKind, RunHistory};
+use crate::run_history::RunHistory;
 use launchers::JobId;
 
 /// Cancels the last run's jobs still queued or running, says so on
@@ -52,7 +52,7 @@ fn last_run_jobs(run_dir: &RunDir) -> Vec<JobId> {
         .last_run()
         .iter()
         .filter_map(|event| match &event.kind {
-            EventKind::WorkerSubmitted { job, .. } => Some(JobId(job.clone())),
+            Event::WorkerSubmitted { job, .. } => Some(JobId(job.to_string())),
             _ => None,
         })
         .collect()
@@ -67,8 +67,8 @@ fn report(run_dir: &RunDir, launcher: &str, cancelled: &[JobId]) -> anyhow::Resu
     );
     let mut events = EventLog::open(&run_dir.events())?;
     events.record(&Event::EarlierJobsCancelled {
-        launcher,
-        jobs: &jobs,
+        launcher: launcher.into(),
+        jobs: jobs.as_slice().into(),
     })?;
     Ok(())
 }

@@ -13,107 +13,115 @@
 //! last `block_done` lines (those since the driver's last tick).
 
 use daisy_core::TaskCounters;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
+use std::borrow::Cow;
 use std::fs::{File, OpenOptions};
 use std::io::{BufWriter, Write};
 use std::os::unix::fs::FileExt as _;
 use std::path::{Path, PathBuf};
 use std::time::{SystemTime, UNIX_EPOCH};
 
-/// What happened. Serialised with an `"event"` tag, e.g.
-/// `{"time": 1764403200.5, "event": "block_failed", "task": "predict", ...}`.
-#[derive(Debug, Serialize)]
+/// Text of an event: borrowed when written, owned when read back.
+type Text<'a> = Cow<'a, str>;
+
+/// What happened: the one schema of `events.jsonl`, written by
+/// [`EventLog`] and read back by [`crate::run_history`]. Serialised with
+/// an `"event"` tag, e.g. `{"time": 1764403200.5, "event":
+/// "block_failed", "task": "predict", ...}`. Fields added after a kind
+/// first shipped have a default, so lines of earlier versions still read;
+/// the written bytes are what docs/user-guide.md documents.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "event", rename_all = "snake_case")]
 pub enum Event<'a> {
     RunStarted {
-        pipeline: &'a str,
-        mode: &'a str,
+        pipeline: Text<'a>,
+        mode: Text<'a>,
         /// `run --retry-failed`: only the blocks that failed last time
         /// (and their orphans) may run.
-        #[serde(skip_serializing_if = "is_false")]
+        #[serde(default, skip_serializing_if = "is_false")]
         retry_failed: bool,
     },
     BlockDone {
-        task: &'a str,
+        task: Text<'a>,
         block_id: u64,
-        #[serde(skip_serializing_if = "Option::is_none")]
+        #[serde(default, skip_serializing_if = "Option::is_none")]
         worker_id: Option<u64>,
         /// How long the block ran, as its worker measured it.
-        #[serde(skip_serializing_if = "Option::is_none")]
+        #[serde(default, skip_serializing_if = "Option::is_none")]
         seconds: Option<f64>,
     },
     BlockFailed {
-        task: &'a str,
+        task: Text<'a>,
         block_id: u64,
-        #[serde(skip_serializing_if = "Option::is_none")]
+        #[serde(default, skip_serializing_if = "Option::is_none")]
         worker_id: Option<u64>,
-        error: &'a str,
+        error: Text<'a>,
         /// True when the block will not be tried again.
         for_good: bool,
-        #[serde(skip_serializing_if = "Option::is_none")]
+        #[serde(default, skip_serializing_if = "Option::is_none")]
         seconds: Option<f64>,
     },
     /// A draining worker gave blocks back unfinished; they are queued
     /// again and do not count as failed attempts.
     BlocksReturned {
-        task: &'a str,
+        task: Text<'a>,
         worker_id: u64,
-        block_ids: &'a [u64],
-        why: &'a str,
+        block_ids: Cow<'a, [u64]>,
+        why: Text<'a>,
     },
     TaskDone {
-        task: &'a str,
+        task: Text<'a>,
         counters: TaskCounters,
     },
     /// The task's workers kept dying; its remaining blocks are orphaned.
     TaskAbandoned {
-        task: &'a str,
+        task: Text<'a>,
         unclean_exits: u32,
-        why: &'a str,
+        why: Text<'a>,
     },
     WorkerSubmitted {
-        task: &'a str,
+        task: Text<'a>,
         worker_id: u64,
-        job: &'a str,
+        job: Text<'a>,
     },
     WorkerStartFailed {
-        task: &'a str,
+        task: Text<'a>,
         worker_id: u64,
-        error: &'a str,
+        error: Text<'a>,
     },
     WorkerConnected {
-        task: &'a str,
+        task: Text<'a>,
         worker_id: u64,
-        host: &'a str,
+        host: Text<'a>,
         pid: u32,
         /// Started by hand (or a job not launched by this run).
         by_hand: bool,
         /// A launched worker back after its job was requeued.
-        #[serde(skip_serializing_if = "std::ops::Not::not")]
+        #[serde(default, skip_serializing_if = "is_false")]
         requeued: bool,
     },
     /// The driver let an idle worker go (its task's `idle_timeout`).
     WorkerReleased {
-        task: &'a str,
+        task: Text<'a>,
         worker_id: u64,
-        why: &'a str,
+        why: Text<'a>,
     },
     /// The worker takes no more blocks (walltime, SIGTERM, preemption).
     WorkerDraining {
-        task: &'a str,
+        task: Text<'a>,
         worker_id: u64,
-        why: &'a str,
+        why: Text<'a>,
     },
     WorkerGone {
-        task: &'a str,
+        task: Text<'a>,
         worker_id: u64,
         clean: bool,
-        why: &'a str,
+        why: Text<'a>,
     },
     /// A peer was turned away at the handshake (wrong token, ...).
     ConnectionRefused {
-        peer: &'a str,
-        reason: &'a str,
+        peer: Text<'a>,
+        reason: Text<'a>,
     },
     /// More peers were turned away at the handshake than are recorded
     /// one by one (`connection_refused`) within `seconds`.
@@ -123,9 +131,9 @@ pub enum Event<'a> {
     },
     /// A worker sent something that was refused; the run goes on.
     RequestRefused {
-        task: &'a str,
+        task: Text<'a>,
         worker_id: u64,
-        reason: &'a str,
+        reason: Text<'a>,
     },
     RunFinished {
         completed: bool,
@@ -135,20 +143,36 @@ pub enum Event<'a> {
     /// the run before it submitted and left queued or running (it was
     /// killed); recorded before the new run's `run_started`.
     EarlierJobsCancelled {
-        launcher: &'a str,
-        jobs: &'a [String],
+        launcher: Text<'a>,
+        jobs: Cow<'a, [String]>,
     },
+    /// Read back only: a kind this build does not know (a newer daisy
+    /// wrote it). Never written.
+    #[serde(other, skip_serializing)]
+    Unknown,
 }
 
 fn is_false(value: &bool) -> bool {
     !value
 }
 
-#[derive(Serialize)]
-struct Record<'a> {
-    time: f64,
+/// One line of `events.jsonl`: an event and when it happened.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct EventLine<E> {
+    /// Unix seconds.
+    pub time: f64,
     #[serde(flatten)]
-    event: &'a Event<'a>,
+    pub kind: E,
+}
+
+impl EventLine<&Event<'_>> {
+    /// The line's bytes, newline included.
+    fn encode(&self, out: &mut Vec<u8>) -> serde_json::Result<()> {
+        out.clear();
+        serde_json::to_writer(&mut *out, self)?;
+        out.push(b'\n');
+        Ok(())
+    }
 }
 
 /// Lines kept before [`EventLog::record_buffered`] writes them anyway:
@@ -208,9 +232,7 @@ impl EventLog {
         let time = SystemTime::now()
             .duration_since(UNIX_EPOCH)
             .map_or(0.0, |d| d.as_secs_f64());
-        self.line.clear();
-        serde_json::to_writer(&mut self.line, &Record { time, event })?;
-        self.line.push(b'\n');
+        EventLine { time, kind: event }.encode(&mut self.line)?;
         self.file.write_all(&self.line)
     }
 
@@ -224,6 +246,256 @@ impl EventLog {
 mod tests {
     use super::*;
 
+    const TIME: f64 = 1764403200.5;
+
+    /// Every kind, with optional fields both set and left out, and the
+    /// line each is written as (the bytes earlier versions wrote).
+    fn every_kind() -> Vec<(Event<'static>, &'static str)> {
+        let counters = TaskCounters {
+            total: 2,
+            completed: 1,
+            failed: 1,
+            ..TaskCounters::default()
+        };
+        vec![
+            (
+                Event::RunStarted {
+                    pipeline: "p".into(),
+                    mode: "serial".into(),
+                    retry_failed: true,
+                },
+                r#"{"time":1764403200.5,"event":"run_started","pipeline":"p","mode":"serial","retry_failed":true}"#,
+            ),
+            (
+                Event::RunStarted {
+                    pipeline: "p".into(),
+                    mode: "distributed".into(),
+                    retry_failed: false,
+                },
+                r#"{"time":1764403200.5,"event":"run_started","pipeline":"p","mode":"distributed"}"#,
+            ),
+            (
+                Event::BlockDone {
+                    task: "t".into(),
+                    block_id: 3,
+                    worker_id: Some(2),
+                    seconds: Some(0.25),
+                },
+                r#"{"time":1764403200.5,"event":"block_done","task":"t","block_id":3,"worker_id":2,"seconds":0.25}"#,
+            ),
+            (
+                Event::BlockDone {
+                    task: "t".into(),
+                    block_id: 3,
+                    worker_id: None,
+                    seconds: None,
+                },
+                r#"{"time":1764403200.5,"event":"block_done","task":"t","block_id":3}"#,
+            ),
+            (
+                Event::BlockFailed {
+                    task: "t".into(),
+                    block_id: 4,
+                    worker_id: Some(1),
+                    error: "exit \"1\"\n\\".into(),
+                    for_good: true,
+                    seconds: Some(1.0),
+                },
+                r#"{"time":1764403200.5,"event":"block_failed","task":"t","block_id":4,"worker_id":1,"error":"exit \"1\"\n\\","for_good":true,"seconds":1.0}"#,
+            ),
+            (
+                Event::BlockFailed {
+                    task: "t".into(),
+                    block_id: 4,
+                    worker_id: None,
+                    error: "e".into(),
+                    for_good: false,
+                    seconds: None,
+                },
+                r#"{"time":1764403200.5,"event":"block_failed","task":"t","block_id":4,"error":"e","for_good":false}"#,
+            ),
+            (
+                Event::BlocksReturned {
+                    task: "t".into(),
+                    worker_id: 1,
+                    block_ids: vec![5, 6].into(),
+                    why: "walltime".into(),
+                },
+                r#"{"time":1764403200.5,"event":"blocks_returned","task":"t","worker_id":1,"block_ids":[5,6],"why":"walltime"}"#,
+            ),
+            (
+                Event::TaskDone {
+                    task: "t".into(),
+                    counters,
+                },
+                r#"{"time":1764403200.5,"event":"task_done","task":"t","counters":{"total":2,"ready":0,"processing":0,"completed":1,"skipped":0,"failed":1,"orphaned":0,"left":0}}"#,
+            ),
+            (
+                Event::TaskAbandoned {
+                    task: "t".into(),
+                    unclean_exits: 3,
+                    why: "3 unclean worker exits".into(),
+                },
+                r#"{"time":1764403200.5,"event":"task_abandoned","task":"t","unclean_exits":3,"why":"3 unclean worker exits"}"#,
+            ),
+            (
+                Event::WorkerSubmitted {
+                    task: "t".into(),
+                    worker_id: 1,
+                    job: "42".into(),
+                },
+                r#"{"time":1764403200.5,"event":"worker_submitted","task":"t","worker_id":1,"job":"42"}"#,
+            ),
+            (
+                Event::WorkerStartFailed {
+                    task: "t".into(),
+                    worker_id: 1,
+                    error: "no".into(),
+                },
+                r#"{"time":1764403200.5,"event":"worker_start_failed","task":"t","worker_id":1,"error":"no"}"#,
+            ),
+            (
+                Event::WorkerConnected {
+                    task: "t".into(),
+                    worker_id: 1,
+                    host: "h".into(),
+                    pid: 7,
+                    by_hand: false,
+                    requeued: true,
+                },
+                r#"{"time":1764403200.5,"event":"worker_connected","task":"t","worker_id":1,"host":"h","pid":7,"by_hand":false,"requeued":true}"#,
+            ),
+            (
+                Event::WorkerConnected {
+                    task: "t".into(),
+                    worker_id: 1,
+                    host: "h".into(),
+                    pid: 7,
+                    by_hand: true,
+                    requeued: false,
+                },
+                r#"{"time":1764403200.5,"event":"worker_connected","task":"t","worker_id":1,"host":"h","pid":7,"by_hand":true}"#,
+            ),
+            (
+                Event::WorkerReleased {
+                    task: "t".into(),
+                    worker_id: 1,
+                    why: "idle".into(),
+                },
+                r#"{"time":1764403200.5,"event":"worker_released","task":"t","worker_id":1,"why":"idle"}"#,
+            ),
+            (
+                Event::WorkerDraining {
+                    task: "t".into(),
+                    worker_id: 1,
+                    why: "SIGTERM".into(),
+                },
+                r#"{"time":1764403200.5,"event":"worker_draining","task":"t","worker_id":1,"why":"SIGTERM"}"#,
+            ),
+            (
+                Event::WorkerGone {
+                    task: "t".into(),
+                    worker_id: 1,
+                    clean: false,
+                    why: "eof".into(),
+                },
+                r#"{"time":1764403200.5,"event":"worker_gone","task":"t","worker_id":1,"clean":false,"why":"eof"}"#,
+            ),
+            (
+                Event::ConnectionRefused {
+                    peer: "1.2.3.4:5".into(),
+                    reason: "wrong token".into(),
+                },
+                r#"{"time":1764403200.5,"event":"connection_refused","peer":"1.2.3.4:5","reason":"wrong token"}"#,
+            ),
+            (
+                Event::ConnectionsRefused {
+                    count: 3,
+                    seconds: 10.0,
+                },
+                r#"{"time":1764403200.5,"event":"connections_refused","count":3,"seconds":10.0}"#,
+            ),
+            (
+                Event::RequestRefused {
+                    task: "t".into(),
+                    worker_id: 1,
+                    reason: "not held".into(),
+                },
+                r#"{"time":1764403200.5,"event":"request_refused","task":"t","worker_id":1,"reason":"not held"}"#,
+            ),
+            (
+                Event::RunFinished {
+                    completed: false,
+                    seconds: 1.5,
+                },
+                r#"{"time":1764403200.5,"event":"run_finished","completed":false,"seconds":1.5}"#,
+            ),
+            (
+                Event::EarlierJobsCancelled {
+                    launcher: "sbatch".into(),
+                    jobs: vec!["24_0".to_string()].into(),
+                },
+                r#"{"time":1764403200.5,"event":"earlier_jobs_cancelled","launcher":"sbatch","jobs":["24_0"]}"#,
+            ),
+        ]
+    }
+
+    fn encoded(event: &Event) -> String {
+        let mut line = Vec::new();
+        EventLine {
+            time: TIME,
+            kind: event,
+        }
+        .encode(&mut line)
+        .unwrap();
+        String::from_utf8(line).unwrap()
+    }
+
+    #[test]
+    fn every_kind_is_written_as_earlier_versions_wrote_it() {
+        for (event, line) in every_kind() {
+            assert_eq!(encoded(&event), format!("{line}\n"));
+        }
+    }
+
+    #[test]
+    fn every_kind_reads_back_as_it_was_written() {
+        for (event, _) in every_kind() {
+            let read: EventLine<Event> = serde_json::from_str(&encoded(&event)).unwrap();
+            assert_eq!(
+                read,
+                EventLine {
+                    time: TIME,
+                    kind: event
+                }
+            );
+        }
+    }
+
+    #[test]
+    fn lines_without_the_fields_added_later_read_with_their_defaults() {
+        let line = r#"{"time": 2.0, "event": "worker_connected", "task": "t", "worker_id": 1, "host": "h", "pid": 7, "by_hand": false}"#;
+        let read: EventLine<Event> = serde_json::from_str(line).unwrap();
+        assert!(
+            matches!(
+                read.kind,
+                Event::WorkerConnected {
+                    requeued: false,
+                    ..
+                }
+            ),
+            "{read:?}"
+        );
+    }
+
+    #[test]
+    fn an_unknown_kind_reads_as_unknown_and_is_never_written() {
+        let line = r#"{"time": 3.0, "event": "shiny_new_event", "x": 1}"#;
+        let read: EventLine<Event> = serde_json::from_str(line).unwrap();
+        assert_eq!(read.kind, Event::Unknown);
+        assert!(serde_json::to_string(&Event::Unknown).is_err());
+    }
+
     #[test]
     fn events_are_appended_as_tagged_json_lines() {
         let dir = tempfile::tempdir().unwrap();
@@ -231,10 +503,10 @@ mod tests {
         for _ in 0..2 {
             let mut log = EventLog::open(&path).unwrap();
             log.record(&Event::BlockFailed {
-                task: "predict",
+                task: "predict".into(),
                 block_id: 7,
                 worker_id: Some(2),
-                error: "exit status 1",
+                error: "exit status 1".into(),
                 for_good: false,
                 seconds: Some(0.5),
             })
@@ -258,7 +530,7 @@ mod tests {
         let path = dir.path().join("events.jsonl");
         let mut log = EventLog::open(&path).unwrap();
         let done = |block_id| Event::BlockDone {
-            task: "predict",
+            task: "predict".into(),
             block_id,
             worker_id: None,
             seconds: None,
@@ -288,7 +560,7 @@ mod tests {
         let path = dir.path().join("events.jsonl");
         let mut log = EventLog::open(&path).unwrap();
         log.record_buffered(&Event::BlockDone {
-            task: "predict",
+            task: "predict".into(),
             block_id: 3,
             worker_id: Some(1),
             seconds: None,

@@ -10,7 +10,12 @@
 //! - [`run_lock`]: one driver (or reset) at a time per run directory.
 //! - [`run_start`]: what a run checks before it writes to its run directory.
 //! - [`plan`]: the dry run behind `daisy-driver plan`.
-//! - [`events`]: `events.jsonl`, one line per thing that happened.
+//! - [`events`]: `events.jsonl`, one line per thing that happened: the
+//!   event schema, written and read back.
+//! - [`journal`]: the event log of a run, which warns and goes on when the
+//!   file cannot be written.
+//! - [`outcome_recorder`]: what became of each block (done markers and
+//!   events), the same for serial and distributed runs.
 //! - [`run_history`]: `events.jsonl` read back, cut into runs.
 //! - [`driver`]: `daisy-driver run`: the run loop that owns all state.
 //! - [`connection`]: one task per worker connection.
@@ -34,7 +39,9 @@ pub mod done_marker;
 pub mod driver;
 pub mod earlier_jobs;
 pub mod events;
+pub mod journal;
 pub mod launch;
+pub mod outcome_recorder;
 pub mod pipeline;
 pub mod plan;
 pub mod program_check;

@@ -1,145 +1,25 @@
 //! Reading `events.jsonl` back: the typed history of a run directory,
 //! for `status`, reports and `run --retry-failed`.
 //!
-//! [`crate::events`] writes the file; this module reads it into owned
-//! values and cuts it into **runs**: a run starts at a `run_started` line
+//! [`crate::events`] defines the events and writes the file; this module
+//! reads it into owned values and cuts it into **runs**: a run starts at a `run_started` line
 //! and lasts until the next one (the *last run* is everything after the
 //! last `run_started`). The file may be damaged in ways a crash or a
 //! hand edit leaves it: a truncated last line (a `kill -9` mid-write) is
 //! dropped silently, any other line that is not a JSON object with a
 //! known shape becomes a [`BadLine`] (naming its line number) and is
 //! skipped, and events of kinds this build does not know (written by a
-//! newer daisy) are kept as [`EventKind::Unknown`]. Nothing here panics
+//! newer daisy) are kept as [`Event::Unknown`]. Nothing here panics
 //! on the file's content.
 //!
 //! Done markers, not this file, are the truth about done blocks: a
 //! `kill -9` can lose the last `block_done` lines (see [`crate::events`]).
 
-use daisy_core::TaskCounters;
-use serde::Deserialize;
+use crate::events::{Event, EventLine};
 use std::path::{Path, PathBuf};
 
-/// One line of `events.jsonl`.
-#[derive(Clone, Debug, PartialEq, Deserialize)]
-pub struct HistoryEvent {
-    /// Unix seconds.
-    pub time: f64,
-    #[serde(flatten)]
-    pub kind: EventKind,
-}
-
-/// What happened; the owned mirror of [`crate::events::Event`] (fields
-/// added later are optional, so older files still read).
-#[derive(Clone, Debug, PartialEq, Deserialize)]
-#[serde(tag = "event", rename_all = "snake_case")]
-pub enum EventKind {
-    RunStarted {
-        pipeline: String,
-        mode: String,
-        /// The run only retried the blocks that failed before
-        /// (`run --retry-failed`).
-        #[serde(default)]
-        retry_failed: bool,
-    },
-    BlockDone {
-        task: String,
-        block_id: u64,
-        #[serde(default)]
-        worker_id: Option<u64>,
-        /// How long the block ran.
-        #[serde(default)]
-        seconds: Option<f64>,
-    },
-    BlockFailed {
-        task: String,
-        block_id: u64,
-        #[serde(default)]
-        worker_id: Option<u64>,
-        error: String,
-        for_good: bool,
-        #[serde(default)]
-        seconds: Option<f64>,
-    },
-    /// A draining worker gave blocks back unfinished (not failures).
-    BlocksReturned {
-        task: String,
-        worker_id: u64,
-        block_ids: Vec<u64>,
-        why: String,
-    },
-    TaskDone {
-        task: String,
-        counters: TaskCounters,
-    },
-    TaskAbandoned {
-        task: String,
-        unclean_exits: u32,
-        why: String,
-    },
-    WorkerSubmitted {
-        task: String,
-        worker_id: u64,
-        job: String,
-    },
-    WorkerStartFailed {
-        task: String,
-        worker_id: u64,
-        error: String,
-    },
-    WorkerConnected {
-        task: String,
-        worker_id: u64,
-        host: String,
-        pid: u32,
-        by_hand: bool,
-        /// Back after its job was requeued.
-        #[serde(default)]
-        requeued: bool,
-    },
-    /// The driver let an idle worker go (`idle_timeout`).
-    WorkerReleased {
-        task: String,
-        worker_id: u64,
-        why: String,
-    },
-    /// The worker takes no more blocks (walltime, SIGTERM, preemption).
-    WorkerDraining {
-        task: String,
-        worker_id: u64,
-        why: String,
-    },
-    WorkerGone {
-        task: String,
-        worker_id: u64,
-        clean: bool,
-        why: String,
-    },
-    ConnectionRefused {
-        peer: String,
-        reason: String,
-    },
-    ConnectionsRefused {
-        count: u64,
-        seconds: f64,
-    },
-    RequestRefused {
-        task: String,
-        worker_id: u64,
-        reason: String,
-    },
-    RunFinished {
-        completed: bool,
-        seconds: f64,
-    },
-    /// A new driver cancelled jobs the run before it left behind.
-    EarlierJobsCancelled {
-        launcher: String,
-        jobs: Vec<String>,
-    },
-    /// An event kind this build does not know (a newer daisy wrote it).
-    #[serde(other)]
-    Unknown,
-}
+/// One line of `events.jsonl`, read back.
+pub type HistoryEvent = EventLine<Event<'static>>;
 
 /// A line that could not be read as an event, and why.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -213,7 +93,7 @@ impl RunHistory {
             .events
             .iter()
             .enumerate()
-            .filter(|(_, e)| matches!(e.kind, EventKind::RunStarted { .. }))
+            .filter(|(_, e)| matches!(e.kind, Event::RunStarted { .. }))
             .map(|(i, _)| i)
             .collect();
         let ends = starts.iter().skip(1).copied().chain([self.events.len()]);
@@ -249,107 +129,30 @@ impl RunHistory {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::events::{Event, EventLog};
+    use crate::events::EventLog;
 
     #[test]
-    fn every_event_the_log_writes_reads_back() {
+    fn events_the_log_writes_read_back_equal() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("events.jsonl");
         let mut log = EventLog::open(&path).unwrap();
         let events = [
             Event::RunStarted {
-                pipeline: "p",
-                mode: "serial",
+                pipeline: "p".into(),
+                mode: "serial".into(),
                 retry_failed: true,
             },
-            Event::BlockDone {
-                task: "t",
-                block_id: 3,
-                worker_id: Some(2),
-                seconds: Some(0.25),
-            },
             Event::BlockFailed {
-                task: "t",
+                task: "t".into(),
                 block_id: 4,
                 worker_id: None,
-                error: "exit status 1",
+                error: "exit status 1".into(),
                 for_good: true,
                 seconds: None,
             },
-            Event::BlocksReturned {
-                task: "t",
-                worker_id: 1,
-                block_ids: &[5, 6],
-                why: "walltime",
-            },
-            Event::TaskDone {
-                task: "t",
-                counters: TaskCounters {
-                    total: 2,
-                    completed: 1,
-                    failed: 1,
-                    ..TaskCounters::default()
-                },
-            },
-            Event::TaskAbandoned {
-                task: "t",
-                unclean_exits: 3,
-                why: "3 unclean worker exits",
-            },
-            Event::WorkerSubmitted {
-                task: "t",
-                worker_id: 1,
-                job: "42",
-            },
-            Event::WorkerStartFailed {
-                task: "t",
-                worker_id: 1,
-                error: "no",
-            },
-            Event::WorkerConnected {
-                task: "t",
-                worker_id: 1,
-                host: "h",
-                pid: 7,
-                by_hand: false,
-                requeued: true,
-            },
-            Event::WorkerReleased {
-                task: "t",
-                worker_id: 1,
-                why: "idle",
-            },
-            Event::WorkerDraining {
-                task: "t",
-                worker_id: 1,
-                why: "SIGTERM",
-            },
-            Event::WorkerGone {
-                task: "t",
-                worker_id: 1,
-                clean: false,
-                why: "eof",
-            },
-            Event::ConnectionRefused {
-                peer: "1.2.3.4:5",
-                reason: "wrong token",
-            },
-            Event::ConnectionsRefused {
-                count: 3,
-                seconds: 10.0,
-            },
-            Event::RequestRefused {
-                task: "t",
-                worker_id: 1,
-                reason: "not held",
-            },
-            Event::RunFinished {
-                completed: false,
-                seconds: 1.5,
-            },
             Event::EarlierJobsCancelled {
-                launcher: "sbatch",
-                jobs: &["24_0".to_string()],
+                launcher: "sbatch".into(),
+                jobs: vec!["24_0".to_string()].into(),
             },
         ];
         for event in &events {
@@ -357,23 +160,8 @@ mod tests {
         }
         let history = RunHistory::read(&path).unwrap();
         assert!(history.bad_lines.is_empty(), "{:?}", history.bad_lines);
-        assert_eq!(history.events.len(), events.len());
-        assert!(history.events.iter().all(|e| e.kind != EventKind::Unknown));
-        let EventKind::BlockDone { seconds, .. } = &history.events[1].kind else {
-            panic!("{:?}", history.events[1]);
-        };
-        assert_eq!(*seconds, Some(0.25));
-        assert_eq!(
-            history.events[2].kind,
-            EventKind::BlockFailed {
-                task: "t".into(),
-                block_id: 4,
-                worker_id: None,
-                error: "exit status 1".into(),
-                for_good: true,
-                seconds: None,
-            }
-        );
+        let read: Vec<&Event> = history.events.iter().map(|e| &e.kind).collect();
+        assert_eq!(read, events.iter().collect::<Vec<_>>());
     }
 
     #[test]
@@ -392,7 +180,7 @@ mod tests {
         );
         let history = RunHistory::parse(Path::new("run/events.jsonl"), text);
         assert_eq!(history.events.len(), 3);
-        assert_eq!(history.events[1].kind, EventKind::Unknown);
+        assert_eq!(history.events[1].kind, Event::Unknown);
         let lines: Vec<usize> = history.bad_lines.iter().map(|b| b.line).collect();
         assert_eq!(lines, [2, 3], "the torn line 6 is not a problem");
         let warnings = history.warnings();
@@ -429,8 +217,8 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("events.jsonl");
         let started = |retry_failed| Event::RunStarted {
-            pipeline: "p",
-            mode: "serial",
+            pipeline: "p".into(),
+            mode: "serial".into(),
             retry_failed,
         };
         EventLog::open(&path)
@@ -449,7 +237,7 @@ mod tests {
         assert!(
             matches!(
                 history.last_run()[0].kind,
-                EventKind::RunStarted {
+                Event::RunStarted {
                     retry_failed: true,
                     ..
                 }

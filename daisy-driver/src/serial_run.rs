@@ -7,8 +7,8 @@
 //! success is reported anywhere, so a driver killed at any moment never
 //! loses a block it reported done; a block killed mid-way runs again.
 
-use crate::done_marker::DoneMarker;
-use crate::events::{Event, EventLog};
+use crate::events::Event;
+use crate::outcome_recorder::{Attempt, OutcomeRecorder};
 use crate::pipeline::{Pipeline, TaskConfig, UserCommand};
 use crate::retry::OnlyBlocks;
 use crate::run_dir::RunDir;
@@ -35,12 +35,7 @@ pub fn run(
     let started = Instant::now();
     std::fs::create_dir_all(run_dir.path())
         .with_context(|| format!("creating the run directory {}", run_dir.path().display()))?;
-    let mut runner = SerialRunner::open(pipeline, run_dir)?;
-    runner.events.record(&Event::RunStarted {
-        pipeline: &pipeline.name,
-        mode: "serial",
-        retry_failed: only.is_some(),
-    })?;
+    let mut runner = SerialRunner::open(pipeline, run_dir, only.is_some())?;
     let mut scheduler = crate::retry::scheduler(pipeline, only);
     let end = serial::run(&mut scheduler, &mut runner);
     runner.finish(&scheduler, started.elapsed())?;
@@ -101,13 +96,11 @@ struct TaskRunner<'a> {
     config: &'a TaskConfig,
     code: UserCode,
     log: BlockLog,
-    marker: DoneMarker,
 }
 
 impl<'a> TaskRunner<'a> {
     fn open(config: &'a TaskConfig, run_dir: &RunDir) -> anyhow::Result<Self> {
         let id = &config.spec.id;
-        let marker = DoneMarker::open(&run_dir.done_marker(id), &config.spec)?;
         let code = match &config.command {
             UserCommand::PerBlock(argv) => UserCode::PerBlock(
                 BlockCommand::new(argv, config.env.clone(), config.timeout)
@@ -123,7 +116,6 @@ impl<'a> TaskRunner<'a> {
             config,
             code,
             log: BlockLog::in_dir(&run_dir.task_logs(id), "serial"),
-            marker,
         })
     }
 
@@ -166,7 +158,7 @@ fn start_worker_command(
 /// Runs each block with its task's code and records what happened.
 struct SerialRunner<'a> {
     tasks: Vec<TaskRunner<'a>>,
-    events: EventLog,
+    recorder: OutcomeRecorder,
     /// An error that must end the run (a done marker that cannot be written).
     fatal: Option<anyhow::Error>,
     /// Why the block just processed failed, until its release is known.
@@ -179,17 +171,16 @@ struct SerialRunner<'a> {
 }
 
 impl<'a> SerialRunner<'a> {
-    fn open(pipeline: &'a Pipeline, run_dir: &RunDir) -> anyhow::Result<Self> {
+    fn open(pipeline: &'a Pipeline, run_dir: &RunDir, retry_failed: bool) -> anyhow::Result<Self> {
         let tasks = pipeline
             .tasks
             .iter()
             .map(|config| TaskRunner::open(config, run_dir))
             .collect::<anyhow::Result<_>>()?;
-        let events = EventLog::open(&run_dir.events())
-            .with_context(|| format!("opening {}", run_dir.events().display()))?;
+        let recorder = OutcomeRecorder::open(pipeline, run_dir, "serial", retry_failed)?;
         Ok(Self {
             tasks,
-            events,
+            recorder,
             fatal: None,
             last_failure: None,
             last_seconds: 0.0,
@@ -216,34 +207,18 @@ impl<'a> SerialRunner<'a> {
         }
     }
 
+    /// Blocks run one at a time, so each line is written at once (for a
+    /// `status` run alongside), not buffered as in distributed runs.
     fn record_success(&mut self, block: &Block) -> anyhow::Result<()> {
-        let task = &mut self.tasks[block.id.task.index()];
-        task.marker.mark_done(block)?;
-        let task = task.config.spec.id.as_str();
-        self.events.record(&Event::BlockDone {
-            task,
-            block_id: block.id.spatial,
-            worker_id: None,
-            seconds: Some(self.last_seconds),
-        })?;
+        self.recorder.done(block, self.last_attempt())?;
+        self.recorder.flush();
         Ok(())
     }
 
-    fn record_failure(&mut self, block: &Block, error: &str, for_good: bool) {
-        self.tasks[block.id.task.index()]
-            .marker
-            .count_failed_attempt(block);
-        let task = &self.tasks[block.id.task.index()].config.spec.id;
-        let event = Event::BlockFailed {
-            task,
-            block_id: block.id.spatial,
+    fn last_attempt(&self) -> Attempt {
+        Attempt {
             worker_id: None,
-            error,
-            for_good,
             seconds: Some(self.last_seconds),
-        };
-        if let Err(e) = self.events.record(&event) {
-            tracing::warn!("cannot record a block failure in events.jsonl: {e}");
         }
     }
 
@@ -263,32 +238,32 @@ impl<'a> SerialRunner<'a> {
     /// Ends the run: done markers synced to disk, worker commands told to
     /// finish, the outcome recorded.
     fn finish(&mut self, scheduler: &Scheduler, elapsed: Duration) -> anyhow::Result<()> {
+        self.recorder.flush_markers()?;
         for (i, task) in self.tasks.iter_mut().enumerate() {
-            task.marker.flush()?;
             match std::mem::replace(&mut task.code, UserCode::Worker(None)) {
                 UserCode::Worker(Some(process)) => drop(process.finish()),
                 UserCode::Embedded(mut code) => code.finish(),
                 _ => {}
             }
             let counters = scheduler.counters(TaskIdx(i as u32));
-            self.events.record(&Event::TaskDone {
-                task: &task.config.spec.id,
+            self.recorder.record(&Event::TaskDone {
+                task: task.config.spec.id.as_str().into(),
                 counters,
-            })?;
+            });
         }
         // As in distributed runs: the run reached its end (failed and
         // orphaned blocks included), rather than being interrupted.
-        self.events.record(&Event::RunFinished {
+        self.recorder.record(&Event::RunFinished {
             completed: scheduler.is_done(),
             seconds: elapsed.as_secs_f64(),
-        })?;
+        });
         Ok(())
     }
 }
 
 impl BlockRunner for SerialRunner<'_> {
     fn is_done(&mut self, block: &Block) -> bool {
-        self.tasks[block.id.task.index()].marker.is_done(block)
+        self.recorder.is_done(block)
     }
 
     fn process(&mut self, block: &Block) -> Step {
@@ -309,22 +284,18 @@ impl BlockRunner for SerialRunner<'_> {
     }
 
     fn released(&mut self, block: &Block, released: &Released) {
-        let error = self.last_failure.take().unwrap_or_default();
-        match released {
-            Released::Retrying { .. } => self.record_failure(block, &error, false),
-            Released::FailedForGood { orphaned } => {
-                let error = format!(
-                    "{error} (failed for good, {} blocks orphaned)",
-                    orphaned.len()
-                );
-                tracing::warn!(
-                    "task {:?}: block {}: {error}",
-                    self.task_id(block),
-                    block.id.spatial
-                );
-                self.record_failure(block, &error, true);
-            }
-            _ => {}
+        let Some(error) = self.last_failure.take() else {
+            return;
+        };
+        if let Released::FailedForGood { orphaned } = released {
+            tracing::warn!(
+                "task {:?}: block {}: {error} (failed for good, {} blocks orphaned)",
+                self.task_id(block),
+                block.id.spatial,
+                orphaned.len()
+            );
         }
+        let attempt = self.last_attempt();
+        self.recorder.failed(block, attempt, &error, released);
     }
 }

@@ -93,6 +93,45 @@ fn a_failing_block_is_retried_then_orphans_its_downstream_blocks() {
     );
 }
 
+/// A run's block events without what differs from run to run (times,
+/// workers), in block order.
+fn block_events(run_dir: &std::path::Path) -> Vec<serde_json::Value> {
+    let mut blocks: Vec<serde_json::Value> = events(run_dir)
+        .into_iter()
+        .filter(|e| e["event"] == "block_done" || e["event"] == "block_failed")
+        .map(|mut e| {
+            let fields = e.as_object_mut().unwrap();
+            for varying in ["time", "worker_id", "seconds"] {
+                fields.remove(varying);
+            }
+            e
+        })
+        .collect();
+    blocks.sort_by_key(|e| (e["block_id"].as_u64(), e["for_good"].as_bool()));
+    blocks
+}
+
+/// Issue 13: a serial run recorded a block failed for good with its
+/// orphans in the error text; both modes now record outcomes alike.
+#[test]
+fn serial_and_distributed_runs_record_the_same_block_events() {
+    let dir = TestDir::new();
+    dir.write(
+        "line.toml",
+        &line_task(6, true, "echo broken >&2; test {block_id} -ne 4"),
+    );
+    let serial = ["run", "--serial", "line.toml", "--run-dir", "serial"];
+    run_fails(&mut dir.driver(&serial), 1);
+    run_fails(
+        &mut dir.driver(&["run", "line.toml", "--run-dir", "distributed"]),
+        1,
+    );
+    let serial = block_events(&dir.join("serial"));
+    let failed = serial.iter().filter(|e| e["event"] == "block_failed");
+    assert_eq!(failed.count(), 3, "block 4, retried twice: {serial:#?}");
+    assert_eq!(serial, block_events(&dir.join("distributed")));
+}
+
 #[test]
 fn a_driver_killed_mid_run_loses_no_reported_block_and_the_rerun_does_only_the_rest() {
     let dir = TestDir::new();

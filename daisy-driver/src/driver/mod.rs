@@ -9,7 +9,6 @@
 //! touches the scheduler, so there are no locks. All of it runs on one
 //! thread of its own (see [`run`] for why).
 
-mod journal;
 mod launcher_thread;
 mod state;
 

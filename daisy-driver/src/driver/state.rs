@@ -2,15 +2,14 @@
 //! event. Everything here is synchronous; I/O happens by sending on a
 //! connection's outbox or calling the launcher (which returns at once).
 
-use super::journal::Journal;
 use super::launcher_thread::{LauncherEvent, LauncherThread};
 use super::RunOptions;
 use crate::budget::{worker_demand, Budget};
 use crate::connection::Outbox;
 use crate::connection::{ConnEvent, ConnId};
-use crate::done_marker::DoneMarker;
-use crate::events::{Event, EventLog};
+use crate::events::Event;
 use crate::launch;
+use crate::outcome_recorder::{Attempt, OutcomeRecorder};
 use crate::pipeline::{Pipeline, TaskConfig};
 use crate::progress::{Progress, TaskProgress};
 use crate::recent_rate::RecentRate;
@@ -18,12 +17,10 @@ use crate::run_dir::RunDir;
 use crate::slots::{Gone, SlotId, SlotState, Slots};
 use crate::summary::{RunEnd, RunSummary, TaskSummary};
 use crate::throttle::Throttle;
-use anyhow::Context as _;
 use daisy_core::context::{WorkerContext, CONTEXT_ENV};
 use daisy_core::printable::printable;
 use daisy_core::protocol::messages::{InFlightBlock, RunSnapshot, TaskSnapshot, WorkerCounts};
 use daisy_core::protocol::{BlockResult, FromDriver, Hello, Role, ToDriver, Welcome, WireBlock};
-use daisy_core::scheduler::Released;
 use daisy_core::{BlockId, BlockOutcome, Scheduler, TaskIdx};
 use launchers::WorkerRequest;
 use std::collections::{BTreeSet, HashMap};
@@ -81,8 +78,7 @@ pub struct Driver {
     run_dir: RunDir,
     options: RunOptions,
     scheduler: Scheduler,
-    markers: Vec<DoneMarker>,
-    events: Journal,
+    recorder: OutcomeRecorder,
     budget: Budget,
     slots: Slots,
     launcher: LauncherThread,
@@ -123,18 +119,8 @@ impl Driver {
         launcher: LauncherThread,
         context: WorkerContext,
     ) -> anyhow::Result<Self> {
-        let markers = pipeline
-            .tasks
-            .iter()
-            .map(|t| DoneMarker::open(&run_dir.done_marker(&t.spec.id), &t.spec))
-            .collect::<Result<Vec<_>, _>>()?;
-        let mut events = EventLog::open(&run_dir.events())
-            .with_context(|| format!("opening {}", run_dir.events().display()))?;
-        events.record(&Event::RunStarted {
-            pipeline: &pipeline.name,
-            mode: "distributed",
-            retry_failed: options.only_blocks.is_some(),
-        })?;
+        let retry_failed = options.only_blocks.is_some();
+        let recorder = OutcomeRecorder::open(&pipeline, run_dir, "distributed", retry_failed)?;
         let scheduler = crate::retry::scheduler(&pipeline, options.only_blocks.as_ref());
         let totals: Vec<(&str, u64)> = (scheduler.graph().task_indices())
             .map(|t| {
@@ -161,8 +147,7 @@ impl Driver {
             parked: BTreeSet::new(),
             started: Instant::now(),
             fatal: None,
-            markers,
-            events: Journal::new(events),
+            recorder,
             refusals: Throttle::new(REFUSALS_WINDOW, REFUSALS_TOLD_PER_WINDOW),
             launcher,
             context,
@@ -179,7 +164,7 @@ impl Driver {
     }
 
     fn record(&mut self, event: &Event) {
-        self.events.record(event);
+        self.recorder.record(event);
     }
 
     /// Prints where the driver listens and how to start workers by hand.
@@ -275,8 +260,8 @@ impl Driver {
         }
         tracing::warn!(%peer, "refused a connection: {reason}");
         self.record(&Event::ConnectionRefused {
-            peer: &peer.to_string(),
-            reason,
+            peer: peer.to_string().into(),
+            reason: reason.into(),
         });
     }
 
@@ -364,9 +349,9 @@ impl Driver {
         let slot = self.slots.connect(hello.worker_id, task);
         let by_hand = !self.slots.get(slot).is_some_and(|s| s.launched);
         self.record(&Event::WorkerConnected {
-            task: task_id,
+            task: task_id.into(),
             worker_id: slot,
-            host: &printable(&hello.host),
+            host: printable(&hello.host),
             pid: hello.pid,
             by_hand,
             requeued,
@@ -438,9 +423,9 @@ impl Driver {
         let task = self.task_id(task).to_string();
         tracing::warn!(task, worker_id, "refused a request: {reason}");
         self.record(&Event::RequestRefused {
-            task: &task,
+            task: task.as_str().into(),
             worker_id,
-            reason: &reason,
+            reason: reason.as_str().into(),
         });
     }
 
@@ -510,10 +495,10 @@ impl Driver {
 
     /// Up to `max` ready blocks of `task`, as they go on the wire.
     fn take_blocks(&mut self, task: TaskIdx, max: u32) -> Vec<WireBlock> {
-        let marker = &self.markers[task.index()];
+        let recorder = &self.recorder;
         let task_id = &self.pipeline.tasks[task.index()].spec.id;
         let scheduler = &mut self.scheduler;
-        std::iter::from_fn(|| scheduler.acquire(task, &mut |b| marker.is_done(b)))
+        std::iter::from_fn(|| scheduler.acquire(task, &mut |b| recorder.is_done(b)))
             .take(max as usize)
             .map(|block| WireBlock::new(task_id, &block))
             .collect()
@@ -578,12 +563,17 @@ impl Driver {
     }
 
     /// Marks the block done, then tells the scheduler: a block reported
-    /// done is never lost, even if the driver dies right after.
+    /// done is never lost, even if the driver dies right after. Its event
+    /// is buffered (one line per block); the tick writes them.
     fn record_success(&mut self, id: BlockId, worker_id: u64, seconds: Option<f64>) {
         let Some(block) = self.scheduler.block_in_flight(id).copied() else {
             return;
         };
-        if let Err(error) = self.markers[id.task.index()].mark_done(&block) {
+        let attempt = Attempt {
+            worker_id: Some(worker_id),
+            seconds,
+        };
+        if let Err(error) = self.recorder.done(&block, attempt) {
             self.fatal = Some(
                 anyhow::Error::new(error)
                     .context(format!("recording block {} as done", id.spatial)),
@@ -592,39 +582,25 @@ impl Driver {
         }
         self.scheduler.release(id, BlockOutcome::Success);
         self.rates[id.task.index()].record(Instant::now());
-        // Buffered (one line per block); the tick writes them. The marker
-        // above is what makes the block safe.
-        let done = Event::BlockDone {
-            task: &self.pipeline.tasks[id.task.index()].spec.id,
-            block_id: id.spatial,
-            worker_id: Some(worker_id),
-            seconds,
-        };
-        self.events.record_buffered(&done);
     }
 
     /// Records a failed attempt; `error` (a user process's stderr, as a
     /// worker sent it) is escaped before it reaches a log, the events or
     /// the terminal.
     fn record_failure(&mut self, id: BlockId, worker_id: u64, error: &str, seconds: Option<f64>) {
-        let error = &*printable(error);
-        if let Some(block) = self.scheduler.block_in_flight(id).copied() {
-            self.markers[id.task.index()].count_failed_attempt(&block);
-        }
+        let Some(block) = self.scheduler.block_in_flight(id).copied() else {
+            return;
+        };
         let released = self
             .scheduler
             .release_at(id, BlockOutcome::Failure, Instant::now());
-        let for_good = matches!(released, Released::FailedForGood { .. });
-        let task = self.task_id(id.task).to_string();
+        let error = printable(error);
         self.last_errors[id.task.index()] = Some(format!("block {}: {error}", id.spatial));
-        self.record(&Event::BlockFailed {
-            task: &task,
-            block_id: id.spatial,
+        let attempt = Attempt {
             worker_id: Some(worker_id),
-            error,
-            for_good,
             seconds,
-        });
+        };
+        self.recorder.failed(&block, attempt, &error, &released);
     }
 
     fn on_draining(&mut self, conn: ConnId, reason: &str, out_of_time: bool) {
@@ -636,9 +612,9 @@ impl Driver {
         let (task, worker_id) = (c.task, c.slot);
         let task = self.task_id(task).to_string();
         self.record(&Event::WorkerDraining {
-            task: &task,
+            task: task.as_str().into(),
             worker_id,
-            why: reason,
+            why: reason.into(),
         });
         self.serve(conn);
     }
@@ -659,10 +635,10 @@ impl Driver {
         if !held.is_empty() {
             let task = self.task_id(task).to_string();
             self.record(&Event::BlocksReturned {
-                task: &task,
+                task: task.as_str().into(),
                 worker_id,
-                block_ids: &held,
-                why: reason,
+                block_ids: held.as_slice().into(),
+                why: reason.into(),
             });
         }
         if !not_held.is_empty() {
@@ -798,10 +774,10 @@ impl Driver {
         self.end_slot(c.slot, how);
         let task = self.task_id(c.task).to_string();
         self.record(&Event::WorkerGone {
-            task: &task,
+            task: task.as_str().into(),
             worker_id: c.slot,
             clean,
-            why,
+            why: why.into(),
         });
         self.serve_parked();
     }
@@ -835,7 +811,7 @@ impl Driver {
         self.note_finished_tasks();
         self.update_progress();
         self.say_unsaid_refusals();
-        self.events.flush();
+        self.recorder.flush();
     }
 
     /// Launched workers that waited for blocks longer than their task's
@@ -875,9 +851,9 @@ impl Driver {
             });
             let task = self.task_id(task).to_string();
             self.record(&Event::WorkerReleased {
-                task: &task,
+                task: task.as_str().into(),
                 worker_id,
-                why: &reason,
+                why: reason.as_str().into(),
             });
         }
     }
@@ -940,9 +916,9 @@ impl Driver {
         let error = format!("the worker's job ended before it connected: {end}");
         tracing::warn!(task, worker_id = slot, "{error}");
         self.record(&Event::WorkerStartFailed {
-            task: &task,
+            task: task.as_str().into(),
             worker_id: slot,
-            error: &error,
+            error: error.as_str().into(),
         });
     }
 
@@ -988,9 +964,9 @@ impl Driver {
             tracing::error!(task = id, "abandoned: {why}");
             self.abandon_reasons[abandoned.index()] = Some(why.to_string());
             self.record(&Event::TaskAbandoned {
-                task: &id,
+                task: id.as_str().into(),
                 unclean_exits,
-                why,
+                why: why.into(),
             });
         }
         self.serve_parked();
@@ -1025,10 +1001,10 @@ impl Driver {
             return 0;
         }
         let config = &self.pipeline.tasks[task.index()];
-        let marker = &self.markers[task.index()];
+        let recorder = &self.recorder;
         if !self
             .scheduler
-            .has_runnable(task, &mut |b| marker.is_done(b))
+            .has_runnable(task, &mut |b| recorder.is_done(b))
         {
             return 0;
         }
@@ -1070,9 +1046,9 @@ impl Driver {
             Ok(job) => {
                 self.slots.submitted(slot, job.0.clone());
                 self.record(&Event::WorkerSubmitted {
-                    task: &task_id,
+                    task: task_id.as_str().into(),
                     worker_id: slot,
-                    job: &job.0,
+                    job: job.0.as_str().into(),
                 });
             }
             Err(error) => {
@@ -1087,9 +1063,9 @@ impl Driver {
                 tracing::warn!(task = task_id, "cannot start a worker: {message}");
                 self.end_slot(slot, Gone::FailedStart(message.clone()));
                 self.record(&Event::WorkerStartFailed {
-                    task: &task_id,
+                    task: task_id.as_str().into(),
                     worker_id: slot,
-                    error: &message,
+                    error: message.as_str().into(),
                 });
                 if permanent {
                     self.abandon(task, &message);
@@ -1125,7 +1101,7 @@ impl Driver {
                 self.done_at[i] = Some(self.started.elapsed().as_secs_f64());
                 let id = self.task_id(task).to_string();
                 self.record(&Event::TaskDone {
-                    task: &id,
+                    task: id.as_str().into(),
                     counters,
                 });
             }
@@ -1165,9 +1141,7 @@ impl Driver {
     /// they are not failed starts.
     pub fn finish(mut self, end: RunEnd, elapsed: Duration) -> anyhow::Result<RunSummary> {
         self.launcher.finish(self.options.leave_jobs);
-        for marker in &self.markers {
-            marker.flush()?;
-        }
+        self.recorder.flush_markers()?;
         self.note_finished_tasks();
         self.update_progress();
         self.progress.finish();

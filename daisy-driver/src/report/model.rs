@@ -9,7 +9,8 @@
 //! Nothing here needs the run to have finished: a crashed or running run
 //! simply has rows without an end.
 
-use crate::run_history::{EventKind, HistoryEvent, RunHistory};
+use crate::events::Event;
+use crate::run_history::{HistoryEvent, RunHistory};
 use daisy_core::TaskCounters;
 use std::collections::BTreeMap;
 
@@ -162,8 +163,8 @@ impl Builder {
         let time = event.time - self.model.started;
         self.model.span = self.model.span.max(time);
         match &event.kind {
-            EventKind::RunStarted { pipeline, .. } => self.model.pipeline.clone_from(pipeline),
-            EventKind::BlockDone {
+            Event::RunStarted { pipeline, .. } => self.model.pipeline = pipeline.to_string(),
+            Event::BlockDone {
                 task,
                 block_id,
                 worker_id,
@@ -173,7 +174,7 @@ impl Builder {
                 self.model.tasks[task_index].blocks_done += 1;
                 self.on_block(task, *worker_id, time, *seconds, Outcome::Done, *block_id);
             }
-            EventKind::BlockFailed {
+            Event::BlockFailed {
                 task,
                 block_id,
                 worker_id,
@@ -183,7 +184,7 @@ impl Builder {
             } => {
                 let task_index = self.task(task);
                 let activity = &mut self.model.tasks[task_index];
-                activity.last_error = Some(error.clone());
+                activity.last_error = Some(error.to_string());
                 let outcome = if *for_good {
                     activity.failed_for_good += 1;
                     Outcome::FailedForGood
@@ -196,32 +197,32 @@ impl Builder {
         }
     }
 
-    fn on_task_or_worker(&mut self, kind: &EventKind, time: f64) {
+    fn on_task_or_worker(&mut self, kind: &Event, time: f64) {
         match kind {
-            EventKind::TaskDone { task, counters } => {
+            Event::TaskDone { task, counters } => {
                 let task = self.task(task);
                 self.model.tasks[task].counters = Some(*counters);
                 self.model.tasks[task].done_at = Some(time);
             }
-            EventKind::TaskAbandoned { task, why, .. } => {
+            Event::TaskAbandoned { task, why, .. } => {
                 let task = self.task(task);
-                self.model.tasks[task].abandoned = Some(why.clone());
+                self.model.tasks[task].abandoned = Some(why.to_string());
             }
-            EventKind::WorkerSubmitted {
+            Event::WorkerSubmitted {
                 task,
                 worker_id,
                 job,
             } => {
                 let row = self.row(task, Some(*worker_id));
                 row.submitted = Some(time);
-                row.job = Some(job.clone());
+                row.job = Some(job.to_string());
             }
-            EventKind::WorkerStartFailed {
+            Event::WorkerStartFailed {
                 task, worker_id, ..
             } => {
                 self.row(task, Some(*worker_id)).gone = Some((time, false));
             }
-            EventKind::WorkerConnected {
+            Event::WorkerConnected {
                 task,
                 worker_id,
                 host,
@@ -231,30 +232,30 @@ impl Builder {
                 // A requeued job connects again as the same worker; its
                 // row began at the first connection.
                 row.connected.get_or_insert(time);
-                row.host = Some(host.clone());
+                row.host = Some(host.to_string());
             }
-            EventKind::WorkerGone {
+            Event::WorkerGone {
                 task,
                 worker_id,
                 clean,
                 ..
             } => self.row(task, Some(*worker_id)).gone = Some((time, *clean)),
-            EventKind::WorkerDraining {
+            Event::WorkerDraining {
                 task,
                 worker_id,
                 why,
             } => {
                 self.row(task, Some(*worker_id))
                     .drained
-                    .get_or_insert((time, why.clone()));
+                    .get_or_insert((time, why.to_string()));
             }
-            EventKind::BlocksReturned {
+            Event::BlocksReturned {
                 task,
                 worker_id,
                 block_ids,
                 ..
             } => self.row(task, Some(*worker_id)).returned += block_ids.len() as u64,
-            EventKind::RunFinished { completed, .. } => self.model.finished = Some(*completed),
+            Event::RunFinished { completed, .. } => self.model.finished = Some(*completed),
             _ => {}
         }
     }

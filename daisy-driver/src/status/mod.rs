@@ -20,9 +20,10 @@ mod render;
 
 pub use offline::{blocks_to_retry, findings, BlockState, Findings, RetryBlocks};
 
+use crate::events::Event;
 use crate::pipeline::Pipeline;
 use crate::run_dir::RunDir;
-use crate::run_history::{EventKind, RunHistory};
+use crate::run_history::RunHistory;
 use anyhow::Context as _;
 use daisy_core::printable::printable;
 use daisy_core::protocol::messages::TaskSnapshot;
@@ -208,7 +209,7 @@ fn live_status(
     let last_run = history.last_run();
     let finished = last_run
         .iter()
-        .any(|e| matches!(e.kind, EventKind::RunFinished { .. }));
+        .any(|e| matches!(e.kind, Event::RunFinished { .. }));
     if last_run.is_empty() || finished {
         return None;
     }

@@ -7,9 +7,10 @@
 
 use super::{FailedBlock, LastRun, RunEnding, TaskStatus, WorkerEnd, WorkerStatus};
 use crate::done_marker::DoneMarker;
+use crate::events::Event;
 use crate::pipeline::Pipeline;
 use crate::run_dir::RunDir;
-use crate::run_history::{EventKind, HistoryEvent, RunHistory};
+use crate::run_history::{HistoryEvent, RunHistory};
 use anyhow::Context as _;
 use daisy_core::{Block, BlockId, DependencyGraph, TaskIdx};
 use std::collections::{BTreeMap, HashMap, HashSet};
@@ -193,9 +194,9 @@ fn read_last_run(findings: &mut Findings, events: &[HistoryEvent]) {
     let mut unknown_tasks = HashSet::new();
     for event in events {
         let (task, kind) = match &event.kind {
-            EventKind::BlockFailed { task, .. }
-            | EventKind::BlockDone { task, .. }
-            | EventKind::TaskAbandoned { task, .. } => (task, &event.kind),
+            Event::BlockFailed { task, .. }
+            | Event::BlockDone { task, .. }
+            | Event::TaskAbandoned { task, .. } => (task, &event.kind),
             _ => continue,
         };
         let Some(index) = findings.graph.task_index(task) else {
@@ -204,7 +205,7 @@ fn read_last_run(findings: &mut Findings, events: &[HistoryEvent]) {
         };
         let failed = &mut findings.failed[index.index()];
         match kind {
-            EventKind::BlockFailed {
+            Event::BlockFailed {
                 block_id,
                 worker_id,
                 error,
@@ -218,15 +219,15 @@ fn read_last_run(findings: &mut Findings, events: &[HistoryEvent]) {
                     for_good: false,
                 });
                 failure.attempts += 1;
-                failure.error.clone_from(error);
+                failure.error = error.to_string();
                 failure.worker_id = *worker_id;
                 failure.for_good = *for_good;
             }
-            EventKind::BlockDone { block_id, .. } => {
+            Event::BlockDone { block_id, .. } => {
                 failed.remove(block_id);
             }
-            EventKind::TaskAbandoned { why, .. } => {
-                findings.abandoned[index.index()] = Some(why.clone());
+            Event::TaskAbandoned { why, .. } => {
+                findings.abandoned[index.index()] = Some(why.to_string());
             }
             _ => {}
         }
@@ -341,19 +342,19 @@ fn user_log(run_dir: &RunDir, task: &str, worker_id: Option<u64>) -> Option<Path
 /// The last run's start, end and workers.
 pub(super) fn last_run(history: &RunHistory, running: bool) -> Option<LastRun> {
     let events = history.last_run();
-    let EventKind::RunStarted {
+    let Event::RunStarted {
         mode, retry_failed, ..
     } = &events.first()?.kind
     else {
         return None;
     };
     let finished = events.iter().find_map(|e| match e.kind {
-        EventKind::RunFinished { completed, seconds } => Some(RunEnding { completed, seconds }),
+        Event::RunFinished { completed, seconds } => Some(RunEnding { completed, seconds }),
         _ => None,
     });
     Some(LastRun {
         started: events[0].time,
-        mode: mode.clone(),
+        mode: mode.to_string(),
         retry_failed: *retry_failed,
         finished,
         workers: workers(events, running),
@@ -387,12 +388,12 @@ fn workers(events: &[HistoryEvent], running: bool) -> Vec<WorkerStatus> {
     }
     for event in events {
         match &event.kind {
-            EventKind::WorkerSubmitted {
+            Event::WorkerSubmitted {
                 task,
                 worker_id,
                 job,
-            } => entry(&mut workers, task, *worker_id, no_end).job = Some(job.clone()),
-            EventKind::WorkerConnected {
+            } => entry(&mut workers, task, *worker_id, no_end).job = Some(job.to_string()),
+            Event::WorkerConnected {
                 task,
                 worker_id,
                 host,
@@ -402,19 +403,19 @@ fn workers(events: &[HistoryEvent], running: bool) -> Vec<WorkerStatus> {
             } => {
                 // Also a requeued job connecting again: running anew.
                 let worker = entry(&mut workers, task, *worker_id, no_end);
-                (worker.host, worker.pid) = (Some(host.clone()), Some(*pid));
+                (worker.host, worker.pid) = (Some(host.to_string()), Some(*pid));
                 (worker.end, worker.why) = (no_end, None);
                 worker.by_hand = *by_hand;
             }
-            EventKind::WorkerStartFailed {
+            Event::WorkerStartFailed {
                 task,
                 worker_id,
                 error,
             } => {
                 let worker = entry(&mut workers, task, *worker_id, no_end);
-                (worker.end, worker.why) = (WorkerEnd::FailedStart, Some(error.clone()));
+                (worker.end, worker.why) = (WorkerEnd::FailedStart, Some(error.to_string()));
             }
-            EventKind::WorkerGone {
+            Event::WorkerGone {
                 task,
                 worker_id,
                 clean,
@@ -426,7 +427,7 @@ fn workers(events: &[HistoryEvent], running: bool) -> Vec<WorkerStatus> {
                 } else {
                     WorkerEnd::Lost
                 };
-                worker.why = Some(why.clone());
+                worker.why = Some(why.to_string());
             }
             _ => {}
         }

@@ -1,8 +1,9 @@
-//! The run loop's `events.jsonl`, and what it says when the file cannot
-//! be written: a run goes on when its event log fails (the done markers
-//! are what must not), but never silently. The first failures of each
-//! window are logged as warnings with the count so far, the rest as one
-//! count when the window is over (a full disk fails every line).
+//! A run's `events.jsonl` as the run loops write it, and what it says
+//! when the file cannot be written: a run goes on when its event log
+//! fails (the done markers are what must not), but never silently. The
+//! first failures of each window are logged as warnings with the count so
+//! far, the rest as one count when the window is over (a full disk fails
+//! every line).
 
 use crate::events::{Event, EventLog};
 use crate::throttle::Throttle;

@@ -1,0 +1,268 @@
+//! What became of each block, recorded the same way by serial and
+//! distributed runs: the done markers (the truth a resume reads) and the
+//! block's line in `events.jsonl`.
+//!
+//! The order is what makes a run safe to kill: a block is marked done
+//! before anything reports it done, so a driver killed at any moment never
+//! loses a block it reported; the `block_done` line is only buffered (see
+//! [`crate::events`]). A marker that cannot be written is the caller's
+//! error to end the run with; an event that cannot be written is logged
+//! and the run goes on ([`Journal`]). The scheduler, which decides whether a
+//! failed block is retried, stays with the caller: it passes the verdict in.
+
+use crate::done_marker::{DoneMarker, DoneMarkerError};
+use crate::events::{Event, EventLog};
+use crate::journal::Journal;
+use crate::pipeline::Pipeline;
+use crate::run_dir::RunDir;
+use anyhow::Context as _;
+use daisy_core::printable::printable;
+use daisy_core::scheduler::Released;
+use daisy_core::Block;
+
+/// One run of a block: which worker ran it (none in a serial run) and
+/// for how long, as it was measured.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct Attempt {
+    pub worker_id: Option<u64>,
+    pub seconds: Option<f64>,
+}
+
+/// Owns a run's done markers and event log.
+pub struct OutcomeRecorder {
+    /// Task ids by task index, as events name them.
+    task_ids: Vec<String>,
+    markers: Vec<DoneMarker>,
+    events: Journal,
+}
+
+impl OutcomeRecorder {
+    /// Opens every task's done marker and the event log of `run_dir`, and
+    /// records the run's start (`mode`: `serial` or `distributed`).
+    pub fn open(
+        pipeline: &Pipeline,
+        run_dir: &RunDir,
+        mode: &str,
+        retry_failed: bool,
+    ) -> anyhow::Result<Self> {
+        let markers = (pipeline.tasks.iter())
+            .map(|t| DoneMarker::open(&run_dir.done_marker(&t.spec.id), &t.spec))
+            .collect::<Result<Vec<_>, _>>()?;
+        let mut events = EventLog::open(&run_dir.events())
+            .with_context(|| format!("opening {}", run_dir.events().display()))?;
+        events.record(&Event::RunStarted {
+            pipeline: pipeline.name.as_str().into(),
+            mode: mode.into(),
+            retry_failed,
+        })?;
+        Ok(Self {
+            task_ids: pipeline.tasks.iter().map(|t| t.spec.id.clone()).collect(),
+            markers,
+            events: Journal::new(events),
+        })
+    }
+
+    pub fn is_done(&self, block: &Block) -> bool {
+        self.markers[block.id.task.index()].is_done(block)
+    }
+
+    /// Marks `block` done, then records it (buffered: the next
+    /// [`Self::record`] or [`Self::flush`] writes the line). On an error
+    /// nothing is recorded and the block must not count as done.
+    pub fn done(&mut self, block: &Block, attempt: Attempt) -> Result<(), DoneMarkerError> {
+        self.markers[block.id.task.index()].mark_done(block)?;
+        self.events.record_buffered(&Event::BlockDone {
+            task: self.task_ids[block.id.task.index()].as_str().into(),
+            block_id: block.id.spatial,
+            worker_id: attempt.worker_id,
+            seconds: attempt.seconds,
+        });
+        Ok(())
+    }
+
+    /// Records a failed attempt of `block` (counted in its marker), which
+    /// the scheduler `released` as retried or failed for good. `error`
+    /// (a user process's stderr, as a worker sent it) is escaped before
+    /// it reaches the events.
+    pub fn failed(&mut self, block: &Block, attempt: Attempt, error: &str, released: &Released) {
+        let task = block.id.task.index();
+        self.markers[task].count_failed_attempt(block);
+        let error = printable(error);
+        let for_good = matches!(released, Released::FailedForGood { .. });
+        self.events.record(&Event::BlockFailed {
+            task: self.task_ids[task].as_str().into(),
+            block_id: block.id.spatial,
+            worker_id: attempt.worker_id,
+            error,
+            for_good,
+            seconds: attempt.seconds,
+        });
+    }
+
+    /// Records any other event at once (after the buffered ones).
+    pub fn record(&mut self, event: &Event) {
+        self.events.record(event);
+    }
+
+    /// Writes the buffered events.
+    pub fn flush(&mut self) {
+        self.events.flush();
+    }
+
+    /// Forces every done marker to disk (see [`DoneMarker::flush`]).
+    pub fn flush_markers(&self) -> Result<(), DoneMarkerError> {
+        self.markers.iter().try_for_each(DoneMarker::flush)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::run_history::RunHistory;
+    use daisy_core::{BlockId, Scheduler, TaskIdx};
+    use std::path::Path;
+    use std::sync::Arc;
+
+    /// One task of 4 blocks.
+    const PIPELINE: &str = r#"
+        name = "p"
+        [[task]]
+        id = "paint"
+        total_roi = { offset = [0], shape = [40] }
+        read_roi = { offset = [0], shape = [10] }
+        write_roi = { offset = [0], shape = [10] }
+        read_write_conflict = false
+        block_command = ["true"]
+    "#;
+
+    struct Run {
+        _dir: tempfile::TempDir,
+        pipeline: Pipeline,
+        run_dir: RunDir,
+        recorder: OutcomeRecorder,
+        scheduler: Scheduler,
+    }
+
+    impl Run {
+        fn open(mode: &str) -> Self {
+            let pipeline = Pipeline::from_str(PIPELINE, Path::new("p.toml")).unwrap();
+            let dir = tempfile::tempdir().unwrap();
+            let run_dir = RunDir::new(Some(dir.path()), "p");
+            let recorder = OutcomeRecorder::open(&pipeline, &run_dir, mode, false).unwrap();
+            let scheduler = Scheduler::new(Arc::new(pipeline.graph()));
+            Self {
+                _dir: dir,
+                pipeline,
+                run_dir,
+                recorder,
+                scheduler,
+            }
+        }
+
+        fn next_block(&mut self) -> Block {
+            let recorder = &self.recorder;
+            (self.scheduler)
+                .acquire(TaskIdx(0), &mut |b| recorder.is_done(b))
+                .unwrap()
+        }
+
+        fn events(&self) -> Vec<Event<'static>> {
+            let history = RunHistory::read(&self.run_dir.events()).unwrap();
+            assert!(history.bad_lines.is_empty(), "{:?}", history.bad_lines);
+            history.events.into_iter().map(|e| e.kind).collect()
+        }
+
+        /// The marker as the next run reads it.
+        fn marker(&self) -> DoneMarker {
+            let spec = &self.pipeline.tasks[0].spec;
+            DoneMarker::open(&self.run_dir.done_marker("paint"), spec).unwrap()
+        }
+    }
+
+    fn attempt(worker_id: Option<u64>) -> Attempt {
+        Attempt {
+            worker_id,
+            seconds: Some(0.5),
+        }
+    }
+
+    #[test]
+    fn opening_records_the_start_of_the_run() {
+        let run = Run::open("serial");
+        let [Event::RunStarted { pipeline, mode, .. }] = &run.events()[..] else {
+            panic!("{:?}", run.events());
+        };
+        assert_eq!((&**pipeline, &**mode), ("p", "serial"));
+    }
+
+    #[test]
+    fn a_done_block_is_marked_at_once_and_its_line_written_on_flush() {
+        let mut run = Run::open("distributed");
+        let block = run.next_block();
+        run.recorder.done(&block, attempt(Some(3))).unwrap();
+        assert!(run.marker().is_done(&block), "marked before any report");
+        assert_eq!(run.events().len(), 1, "the line is only buffered");
+        run.recorder.flush();
+        let done = Event::BlockDone {
+            task: "paint".into(),
+            block_id: block.id.spatial,
+            worker_id: Some(3),
+            seconds: Some(0.5),
+        };
+        assert_eq!(run.events()[1], done);
+    }
+
+    #[test]
+    fn failed_attempts_are_counted_and_the_last_is_failed_for_good() {
+        let mut run = Run::open("serial");
+        let block = run.next_block();
+        let retrying = Released::Retrying { attempt: 1 };
+        run.recorder
+            .failed(&block, attempt(None), "no luck", &retrying);
+        let orphaned = vec![BlockId {
+            task: TaskIdx(0),
+            spatial: 9,
+        }];
+        let for_good = Released::FailedForGood { orphaned };
+        run.recorder
+            .failed(&block, attempt(None), "no luck", &for_good);
+        assert_eq!(run.marker().failure_count(&block).unwrap(), 2);
+        let failed = |for_good| Event::BlockFailed {
+            task: "paint".into(),
+            block_id: block.id.spatial,
+            worker_id: None,
+            error: "no luck".into(),
+            for_good,
+            seconds: Some(0.5),
+        };
+        assert_eq!(run.events()[1..], [failed(false), failed(true)]);
+    }
+
+    #[test]
+    fn a_failure_is_recorded_with_its_control_characters_escaped() {
+        let mut run = Run::open("serial");
+        let block = run.next_block();
+        let released = Released::Retrying { attempt: 1 };
+        (run.recorder).failed(&block, attempt(None), "red \x1b[31m", &released);
+        let Event::BlockFailed { error, .. } = &run.events()[1] else {
+            panic!("{:?}", run.events());
+        };
+        assert_eq!(error, "red \\x1b[31m");
+    }
+
+    #[test]
+    fn a_marker_that_cannot_be_written_records_nothing() {
+        let mut run = Run::open("serial");
+        let block = run.next_block();
+        let spec = run.pipeline.tasks[0].spec.clone();
+        run.recorder.markers[0] = read_only_marker(&run.run_dir, &spec);
+        assert!(run.recorder.done(&block, attempt(None)).is_err());
+        run.recorder.flush();
+        assert_eq!(run.events().len(), 1, "{:?}", run.events());
+    }
+
+    fn read_only_marker(run_dir: &RunDir, spec: &daisy_core::TaskSpec) -> DoneMarker {
+        let dir = run_dir.done_marker(&spec.id);
+        DoneMarker::open_existing(&dir, spec).unwrap().unwrap()
+    }
+}
