@@ -123,7 +123,9 @@ impl WorkerFunction {
         let thread = Python::attach(|py| -> PyResult<Py<PyAny>> {
             let helpers = py.import("daisy_rs._code")?;
             let start = helpers.getattr("start_worker_function")?;
-            Ok(start.call1((self.function.bind(py), self.check.bind(py), feed))?.unbind())
+            Ok(start
+                .call1((self.function.bind(py), self.check.bind(py), feed))?
+                .unbind())
         })?;
         Ok(Running {
             blocks: blocks_tx,
