@@ -27,8 +27,10 @@ import operator
 import os
 import re
 import signal
+import site
 import subprocess
 import sys
+import sysconfig
 from pathlib import Path
 
 import cloudpickle
@@ -256,7 +258,7 @@ def _task_table(task, pipeline):
         "max_worker_restarts": task.max_worker_restarts,
         "requires": task.requires,
         "upstream": [u.task_id for u in pipeline.upstream_of(task)],
-        "worker_program": [sys.executable, "-m", "daisy_rs.worker"],
+        "worker_program": task.worker_program or [sys.executable, "-m", "daisy_rs.worker"],
         "python_path": _search_path(),
     }
     optional = {
@@ -293,11 +295,24 @@ def _roi(roi):
 
 
 def _search_path():
-    """This interpreter's module search path, so that workers import the
-    modules a function comes from (the script's directory included), as
-    absolute paths: a worker may start in another directory."""
+    """This interpreter's module search path but its own directories, so
+    that workers import the modules a function comes from (the script's
+    directory included), as absolute paths: a worker may start in
+    another directory."""
+    own = _interpreter_dirs()
     entries = [os.path.abspath(entry) for entry in sys.path]
-    return [entry for entry in entries if os.path.isdir(entry)]
+    return [entry for entry in entries if os.path.isdir(entry) and entry not in own]
+
+
+def _interpreter_dirs():
+    """The standard library and site-packages of this interpreter: every
+    worker has its own, and these would shadow them if a task's
+    ``worker_program`` is another interpreter."""
+    stdlib = os.path.dirname(os.__file__)  # a venv's sysconfig names its own
+    paths = sysconfig.get_paths()
+    found = {stdlib, os.path.join(stdlib, "lib-dynload"), paths["purelib"], paths["platlib"]}
+    found |= {site.getusersitepackages(), *site.getsitepackages()}
+    return {os.path.abspath(d) for d in found}
 
 
 def _pickle(task, kind, function):

@@ -69,6 +69,7 @@ class Task:
         retry_backoff=None,
         idle_timeout=None,
         launcher=None,
+        worker_program=None,
         **unsupported,
     ):
         _refuse_unsupported(task_id, unsupported)
@@ -102,6 +103,7 @@ class Task:
         self.retry_backoff = retry_backoff
         self.idle_timeout = idle_timeout
         self.launcher = dict(launcher or {})
+        self.worker_program = worker_program
 
     @property
     def num_workers(self):
@@ -226,15 +228,14 @@ def _first(*values):
 
 def _takes_no_argument(function) -> bool:
     """daisy's rule: a function without positional parameters (``self``
-    aside) is a worker function."""
+    aside; one with a default counts, as in daisy) is a worker function."""
     try:
         parameters = inspect.signature(function).parameters.values()
     except (TypeError, ValueError):
         return False
     positional = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
     return not any(
-        p.kind in positional and p.default is inspect.Parameter.empty
-        or p.kind == inspect.Parameter.VAR_POSITIONAL
+        p.kind in positional or p.kind == inspect.Parameter.VAR_POSITIONAL
         for p in parameters
     )
 

@@ -8,6 +8,7 @@ import os
 import signal
 import subprocess
 import sys
+import sysconfig
 import textwrap
 
 import numpy as np
@@ -148,6 +149,17 @@ def test_workers_get_an_absolute_search_path(workdir, monkeypatch):
     search_path = json.loads(pipeline.read_text())["task"][0]["python_path"]
     assert str(workdir / "mods") in search_path
     assert all(os.path.isabs(entry) for entry in search_path), search_path
+    interpreter = {os.path.dirname(os.__file__), sysconfig.get_paths()["purelib"]}
+    assert not interpreter & set(search_path), "another interpreter's workers would import this one's modules"
+
+
+def test_a_task_names_its_worker_program(workdir):
+    program = [sys.executable, "-X", "utf8", "-m", "daisy_rs.worker"]
+    task = daisy.Task("prog", TOTAL, ONE, ONE, touch, worker_program=program)
+    assert daisy.run_blockwise([task], run_dir="run")
+    (pipeline,) = (workdir / "run" / "python").glob("pipeline-*.json")
+    assert json.loads(pipeline.read_text())["task"][0]["worker_program"] == program
+    assert len(list(out_dir().glob("prog-*"))) == 6
 
 
 def test_a_terminated_python_session_leaves_no_driver_and_no_workers(workdir):
@@ -156,3 +168,14 @@ def test_a_terminated_python_session_leaves_no_driver_and_no_workers(workdir):
     script.terminate()  # the session alone, as `kill <pid>` does: not its process group
     script.wait(timeout=120)
     assert_nothing_left_in(workdir)
+
+
+def test_a_parameter_with_a_default_makes_a_process_function_as_in_daisy():
+    def process(block=None):
+        pass
+
+    def serve(*, model="unet"):
+        pass
+
+    assert daisy.Task("p", TOTAL, ONE, ONE, process).function()[0] == "process_function"
+    assert daisy.Task("w", TOTAL, ONE, ONE, serve).function()[0] == "worker_function"
