@@ -36,6 +36,14 @@ def register_in_process(task_id, call, check):
     _in_process[task_id] = (call, check)
 
 
+def forget_in_process():
+    """Drops the functions a serial run registered (and the worker
+    function's feed), so that what they capture can be freed."""
+    global _worker
+    _in_process.clear()
+    _worker = None
+
+
 def load(task_id, source_kind, source, search_path):
     """``(call, check)`` for a task; ``check`` may be None."""
     for directory in reversed(search_path):

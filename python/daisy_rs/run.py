@@ -151,6 +151,18 @@ def run_blockwise(
     pipeline = Pipeline.of(tasks)
     name = name or _default_name(pipeline)
     run_dir = Path(run_dir or os.environ.get("DAISY_RUN_DIR") or Path("daisy_run") / name).absolute()
+    try:
+        status = _run(pipeline, name, run_dir, resources, launcher, host, multiprocessing, summary)
+    finally:
+        _code.forget_in_process()  # a serial run's functions, and what they hold
+    if return_states:
+        return states(run_dir)
+    return status == 0
+
+
+def _run(pipeline, name, run_dir, resources, launcher, host, multiprocessing, summary):
+    """Writes the pipeline file and runs the driver on it; its exit
+    status, unless it was interrupted or did not run."""
     spec, payloads = _pipeline_file(pipeline, name, resources, launcher, run_dir, not multiprocessing)
     text = json.dumps(spec, indent=1, default=_unwritable)
     file = run_dir / "python" / f"pipeline-{_digest(text.encode())}.json"
@@ -175,9 +187,7 @@ def run_blockwise(
             f"the driver did not run the pipeline in {run_dir} (exit status 2): "
             "its message is above"
         )
-    if return_states:
-        return states(run_dir)
-    return status == 0
+    return status
 
 
 def states(run_dir):

@@ -3,6 +3,7 @@ orders, its TaskState names, numpy numbers, names the driver refuses,
 check functions of worker functions, Ctrl-C in a serial run of a worker
 function, a refused run's files, and the search path workers get."""
 
+import gc
 import json
 import os
 import signal
@@ -10,6 +11,7 @@ import subprocess
 import sys
 import sysconfig
 import textwrap
+import weakref
 
 import numpy as np
 import pytest
@@ -179,3 +181,25 @@ def test_a_parameter_with_a_default_makes_a_process_function_as_in_daisy():
 
     assert daisy.Task("p", TOTAL, ONE, ONE, process).function()[0] == "process_function"
     assert daisy.Task("w", TOTAL, ONE, ONE, serve).function()[0] == "worker_function"
+
+
+class Model:
+    """Something big a function captures."""
+
+
+def predictor(model):
+    def predict(block):
+        assert model is not None
+
+    return predict
+
+
+def test_a_serial_run_lets_go_of_its_functions(workdir):
+    model = Model()
+    held = weakref.ref(model)
+    predict = predictor(model)
+    task = daisy.Task("held", TOTAL, ONE, ONE, predict)
+    assert daisy.run_blockwise([task], multiprocessing=False, run_dir="run")
+    del model, predict, task
+    gc.collect()
+    assert held() is None, "the run keeps what its functions captured"
