@@ -201,7 +201,7 @@ def _run_driver(args, summary):
     it, then is raised."""
     command = [sys.executable, "-m", "daisy_rs.driver", *args]
     stdout = None if summary else subprocess.DEVNULL
-    with subprocess.Popen(command, stdout=stdout, preexec_fn=_stop_with_parent) as driver:
+    with subprocess.Popen(command, stdout=stdout, preexec_fn=_stop_with_parent()) as driver:
         try:
             return driver.wait(), driver.pid
         except KeyboardInterrupt:
@@ -210,11 +210,14 @@ def _run_driver(args, summary):
 
 
 def _stop_with_parent():
-    """In the driver before it starts: the kernel sends it SIGTERM (which
-    stops a run as Ctrl-C does) if this process dies without stopping it,
-    killed or terminated, so that no driver and no workers outlive it."""
-    if sys.platform == "linux":
-        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
+    """What the driver's process runs before the driver (on Linux): the
+    kernel is to send it SIGTERM (which stops a run as Ctrl-C does) if
+    this process dies without stopping it, so that no driver and no
+    workers outlive it. Looked up here: a forked child should only call."""
+    if sys.platform != "linux":
+        return None
+    prctl = ctypes.CDLL(None, use_errno=True).prctl
+    return lambda: prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
 
 
 def _stop(driver):

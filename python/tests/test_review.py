@@ -203,3 +203,17 @@ def test_a_serial_run_lets_go_of_its_functions(workdir):
     del model, predict, task
     gc.collect()
     assert held() is None, "the run keeps what its functions captured"
+
+
+def test_the_printed_hand_start_line_of_a_python_task_starts_a_worker(workdir):
+    script = start_script(workdir, "out", task="hand", blocks=4, workers=0, function="touch")
+    commands = workdir / "run" / "worker-commands.txt"
+    wait_for("worker-commands.txt", lambda: commands.exists() and commands.read_text().strip())
+    (line,) = commands.read_text().splitlines()
+    elsewhere = workdir / "elsewhere"
+    elsewhere.mkdir()
+    env = {**os.environ, "PYTHONPATH": TESTS_DIR, "TEST_OUT": str(workdir / "out")}
+    worker = subprocess.run(line, shell=True, cwd=elsewhere, env=env, capture_output=True, text=True, timeout=120)
+    assert worker.returncode == 0, f"{line}\n{worker.stderr}"
+    assert script.wait(timeout=120) == 0
+    assert len(list((workdir / "out").glob("hand-*"))) == 4
