@@ -217,3 +217,19 @@ def test_the_printed_hand_start_line_of_a_python_task_starts_a_worker(workdir):
     assert worker.returncode == 0, f"{line}\n{worker.stderr}"
     assert script.wait(timeout=120) == 0
     assert len(list((workdir / "out").glob("hand-*"))) == 4
+
+
+def check_raises_on_block_2(block):
+    if block.block_id[1] == 2:
+        raise RuntimeError("cannot tell whether block 2 is done")
+    return False
+
+
+@pytest.mark.parametrize("function", [touch, touch_every_block], ids=["process", "worker"])
+def test_a_check_function_that_raises_fails_that_block_with_its_traceback(workdir, function):
+    task = daisy.Task("raises", TOTAL, ONE, ONE, function, check_raises_on_block_2, max_retries=0)
+    states = daisy.run_blockwise([task], run_dir="run", return_states=True)
+    (failed,) = states["raises"].failed_blocks
+    assert failed["block_id"] == 2
+    assert "RuntimeError: cannot tell whether block 2 is done" in failed["error"]
+    assert sorted(done_blocks("run", "raises")) == [0, 1, 3, 4, 5]
