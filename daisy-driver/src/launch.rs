@@ -65,6 +65,19 @@ fn cluster_options(config: &LauncherConfig) -> ClusterOptions {
 /// `--walltime`), so it stops taking blocks before the job is killed.
 const WALLTIME_ENV: &str = "DAISY_WALLTIME";
 
+/// The program (and its first arguments) that serves `task`: the task's
+/// own `worker_program` if it has one, else `program` with `program_args`.
+pub fn task_worker_program<'a>(
+    task: &'a TaskConfig,
+    program: &'a Path,
+    program_args: &'a [String],
+) -> (&'a Path, &'a [String]) {
+    match task.worker_program.as_deref() {
+        Some([own, own_args @ ..]) => (Path::new(own), own_args),
+        _ => (program, program_args),
+    }
+}
+
 /// The request that starts worker `worker_id` of `task`: the task's own
 /// `worker_program` if it has one, else `program` with `program_args`,
 /// then the worker's log directory; `env` holds what the worker must not
@@ -82,10 +95,7 @@ pub fn worker_request(
     if let Some(walltime) = task.launcher.time.as_deref().and_then(parse_slurm_time) {
         env.push((WALLTIME_ENV.to_string(), format!("{}s", walltime.as_secs())));
     }
-    let (program, program_args) = match task.worker_program.as_deref() {
-        Some([own, own_args @ ..]) => (Path::new(own), own_args),
-        _ => (program, program_args),
-    };
+    let (program, program_args) = task_worker_program(task, program, program_args);
     WorkerRequest {
         task_id: task.spec.id.clone(),
         worker_id,

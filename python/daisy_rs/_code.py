@@ -25,14 +25,23 @@ IN_PROCESS = "daisy_rs._code:in_process"
 
 _in_process: dict[str, tuple] = {}
 
-#: The feed of the worker function running in this process, if any.
-_feed = None
+#: The feed of the worker function running in this process, and its
+#: task's check function, if any.
+_worker = None
 
 _TRACEBACK_LINES = 12
 
 
 def register_in_process(task_id, call, check):
     _in_process[task_id] = (call, check)
+
+
+def forget_in_process():
+    """Drops the functions a serial run registered (and the worker
+    function's feed), so that what they capture can be freed."""
+    global _worker
+    _in_process.clear()
+    _worker = None
 
 
 def load(task_id, source_kind, source, search_path):
@@ -83,11 +92,12 @@ def run_block(function, check, task_id, block_id, read, write):
     return None
 
 
-def start_worker_function(function, feed):
+def start_worker_function(function, check, feed):
     """Calls ``function()`` on a daemon thread whose `Client` reads
-    ``feed``; returns the thread."""
-    global _feed
-    _feed = feed
+    ``feed``, skipping the blocks ``check`` (if not None) calls done;
+    returns the thread."""
+    global _worker
+    _worker = (feed, check)
     thread = threading.Thread(
         target=_run_worker_function, args=(function, feed), name="daisy-worker-function", daemon=True
     )
@@ -104,5 +114,6 @@ def _run_worker_function(function, feed):
         feed.ended(None)
 
 
-def current_feed():
-    return _feed
+def current_worker():
+    """``(feed, check)`` of the worker function running here, or None."""
+    return _worker

@@ -36,7 +36,7 @@ class Block:
 
     __slots__ = ("task_id", "_spatial_id", "_read", "_write", "_read_roi", "_write_roi", "status")
 
-    def __init__(self, total_roi, read_roi, write_roi, block_id=None, task_id=None):
+    def __init__(self, total_roi, read_roi, write_roi, task_id=None, block_id=None):
         read_roi, write_roi = _as_roi(read_roi), _as_roi(write_roi)
         if block_id is None:
             block_id = _spatial_id(_as_roi(total_roi), write_roi)

@@ -32,23 +32,22 @@ class Client:
     """
 
     def __init__(self, context=None):
-        feed = _code.current_feed()
-        if feed is None:
+        worker = _code.current_worker()
+        if worker is None:
             raise RuntimeError(
                 "daisy_rs.Client() works inside a worker function that daisy_rs runs "
                 "(a Task whose process_function takes no argument); unlike daisy 2.0 it "
                 "does not connect a script of its own to a driver: start such workers "
                 "with `python -m daisy_rs.worker` (see docs/python.md)"
             )
-        self._feed = feed
+        self._feed, self._check = worker
 
     @contextmanager
     def acquire_block(self):
-        wire = self._feed.next_block()
-        if wire is None:
+        block = self._next_unchecked()
+        if block is None:
             yield None
             return
-        block = Block._from_wire(*wire)
         try:
             yield block
         except BaseException as error:
@@ -59,4 +58,22 @@ class Client:
             self._feed.release(block._spatial_id, "the worker function set the block's status to FAILED")
         else:
             block.status = BlockStatus.SUCCESS
+            self._feed.release(block._spatial_id, None)
+
+    def _next_unchecked(self):
+        """The next block the task's check_function does not call done
+        (those are released as done, or failed if the check raises)."""
+        while True:
+            wire = self._feed.next_block()
+            if wire is None:
+                return None
+            block = Block._from_wire(*wire)
+            if self._check is None:
+                return block
+            try:
+                if not self._check(block):
+                    return block
+            except Exception as error:  # noqa: BLE001 — the block's failure
+                self._feed.release(block._spatial_id, _code.describe(error))
+                continue
             self._feed.release(block._spatial_id, None)

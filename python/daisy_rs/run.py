@@ -19,13 +19,18 @@ files are never overwritten. Then:
 
 from __future__ import annotations
 
+import ctypes
 import hashlib
 import inspect
 import json
+import operator
 import os
+import re
 import signal
+import site
 import subprocess
 import sys
+import sysconfig
 from pathlib import Path
 
 import cloudpickle
@@ -35,6 +40,9 @@ from daisy_rs.task import Pipeline, seconds
 
 #: How long a stopped driver gets to stop its workers before it is killed.
 _STOP_GRACE_S = 60
+
+#: prctl(2)'s option for the signal a process gets when its parent dies.
+_PR_SET_PDEATHSIG = 1
 
 #: daisy-driver's exit status for a run stopped by Ctrl-C or SIGTERM.
 _INTERRUPTED = 130
@@ -58,6 +66,24 @@ class PipelineError(ValueError):
         super().__init__(f"the pipeline has {len(self.problems)} problem(s):\n{listed}")
 
 
+#: daisy 2.0's `TaskState` fields a state read from the run directory lacks.
+_STATE_DIFFERS = frozenset(
+    (
+        "started",
+        "ready_count",
+        "processing_count",
+        "skipped_count",
+        "worker_failure_count",
+        "worker_restart_count",
+        "last_worker_error",
+        "first_worker_error",
+        "worker_start_count",
+        "timeout_reclaim_count",
+        "timeout_secs",
+    )
+)
+
+
 class TaskState:
     """Where a task stands after a run (daisy 2.0's names)."""
 
@@ -74,6 +100,17 @@ class TaskState:
 
     def is_done(self) -> bool:
         return self.pending_count == 0
+
+    def __getattr__(self, name):
+        if name in _STATE_DIFFERS:
+            raise AttributeError(
+                f"TaskState has no {name}: it differs from daisy 2.0 on purpose: "
+                "the state is read back from the run directory, which records blocks done "
+                "(in this run or before), failed and orphaned; worker counts are in "
+                "`python -m daisy_rs.driver status` and events.jsonl "
+                "(docs/python.md, 'What differs')"
+            )
+        raise AttributeError(f"'TaskState' object has no attribute {name!r}")
 
     def __repr__(self):
         return (
@@ -114,32 +151,43 @@ def run_blockwise(
     pipeline = Pipeline.of(tasks)
     name = name or _default_name(pipeline)
     run_dir = Path(run_dir or os.environ.get("DAISY_RUN_DIR") or Path("daisy_run") / name).absolute()
+    try:
+        status = _run(pipeline, name, run_dir, resources, launcher, host, multiprocessing, summary)
+    finally:
+        _code.forget_in_process()  # a serial run's functions, and what they hold
+    if return_states:
+        return states(run_dir)
+    return status == 0
+
+
+def _run(pipeline, name, run_dir, resources, launcher, host, multiprocessing, summary):
+    """Writes the pipeline file and runs the driver on it; its exit
+    status, unless it was interrupted or did not run."""
     spec, payloads = _pipeline_file(pipeline, name, resources, launcher, run_dir, not multiprocessing)
-    text = json.dumps(spec, indent=1)
+    text = json.dumps(spec, indent=1, default=_unwritable)
     file = run_dir / "python" / f"pipeline-{_digest(text.encode())}.json"
     problems = _native.pipeline_problems(text, str(file))
     if problems:
         raise PipelineError(problems)
-    for path, data in payloads.items():
-        _write_once(path, data)
-    _write_once(file, text.encode())
+    new_dirs = [d for d in (run_dir, file.parent) if not d.exists()]
+    written = [path for path, data in {**payloads, file: text.encode()}.items() if _write_once(path, data)]
     args = ["run", str(file), "--run-dir", str(run_dir)]
     if host is not None:
         args += ["--listen", f"{host}:0"]
     if multiprocessing:
-        status = _run_driver(args, summary)
+        status, pid = _run_driver(args, summary)
     else:
-        status = _native.driver_main(args + ["--serial"])
+        status, pid = _native.driver_main(args + ["--serial"]), os.getpid()
     if status == _INTERRUPTED:
         raise KeyboardInterrupt
+    if status == _ERROR and not _locked_by(run_dir, pid):
+        _remove(written, new_dirs)
     if status == _ERROR:
         raise RunError(
             f"the driver did not run the pipeline in {run_dir} (exit status 2): "
             "its message is above"
         )
-    if return_states:
-        return states(run_dir)
-    return status == 0
+    return status
 
 
 def states(run_dir):
@@ -149,15 +197,27 @@ def states(run_dir):
 
 
 def _run_driver(args, summary):
-    """The driver as a child; Ctrl-C here stops it, then is raised."""
+    """The driver as a child: its exit status and pid; Ctrl-C here stops
+    it, then is raised."""
     command = [sys.executable, "-m", "daisy_rs.driver", *args]
     stdout = None if summary else subprocess.DEVNULL
-    with subprocess.Popen(command, stdout=stdout) as driver:
+    with subprocess.Popen(command, stdout=stdout, preexec_fn=_stop_with_parent()) as driver:
         try:
-            return driver.wait()
+            return driver.wait(), driver.pid
         except KeyboardInterrupt:
             _stop(driver)
             raise
+
+
+def _stop_with_parent():
+    """What the driver's process runs before the driver (on Linux): the
+    kernel is to send it SIGTERM (which stops a run as Ctrl-C does) if
+    this process dies without stopping it, so that no driver and no
+    workers outlive it. Looked up here: a forked child should only call."""
+    if sys.platform != "linux":
+        return None
+    prctl = ctypes.CDLL(None, use_errno=True).prctl
+    return lambda: prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
 
 
 def _stop(driver):
@@ -192,7 +252,7 @@ def _pipeline_file(pipeline, name, resources, launcher, run_dir, in_process):
         task_tables.append(table)
     spec = {"name": name, "task": task_tables}
     if resources:
-        spec["resources"] = dict(resources)
+        spec["resources"] = {key: _whole(value) for key, value in resources.items()}
     if launcher:
         spec["launcher"] = dict(launcher)
     return spec, payloads
@@ -211,7 +271,7 @@ def _task_table(task, pipeline):
         "max_worker_restarts": task.max_worker_restarts,
         "requires": task.requires,
         "upstream": [u.task_id for u in pipeline.upstream_of(task)],
-        "worker_program": [sys.executable, "-m", "daisy_rs.worker"],
+        "worker_program": task.worker_program or [sys.executable, "-m", "daisy_rs.worker"],
         "python_path": _search_path(),
     }
     optional = {
@@ -221,13 +281,26 @@ def _task_table(task, pipeline):
     }
     for field, value in optional.items():
         if value is not None:
-            table[field] = f"{round(seconds(value, field) * 1000)}ms"
+            table[field] = f"{round(seconds(value, f'task {task.task_id!r}: {field}') * 1000)}ms"
     for field in ("batch_size", "prefetch"):
         if getattr(task, field) is not None:
             table[field] = getattr(task, field)
+    for field in ("max_workers", "max_retries", "max_worker_restarts", "batch_size", "prefetch"):
+        if field in table:
+            table[field] = _whole(table[field])
+    table["requires"] = {key: _whole(value) for key, value in table["requires"].items()}
     if task.launcher:
         table["launcher"] = task.launcher
     return table
+
+
+def _whole(value):
+    """An integer-like value (a numpy integer, say) as the `int` JSON
+    takes; anything else as it is, for the driver to judge."""
+    try:
+        return operator.index(value)
+    except TypeError:
+        return value
 
 
 def _roi(roi):
@@ -235,10 +308,24 @@ def _roi(roi):
 
 
 def _search_path():
-    """This interpreter's module search path, so that workers import the
-    modules a function comes from (the script's directory included)."""
-    entries = [os.getcwd() if entry == "" else entry for entry in sys.path]
-    return [entry for entry in entries if os.path.isdir(entry)]
+    """This interpreter's module search path but its own directories, so
+    that workers import the modules a function comes from (the script's
+    directory included), as absolute paths: a worker may start in
+    another directory."""
+    own = _interpreter_dirs()
+    entries = [os.path.abspath(entry) for entry in sys.path]
+    return [entry for entry in entries if os.path.isdir(entry) and entry not in own]
+
+
+def _interpreter_dirs():
+    """The standard library and site-packages of this interpreter: every
+    worker has its own, and these would shadow them if a task's
+    ``worker_program`` is another interpreter."""
+    stdlib = os.path.dirname(os.__file__)  # a venv's sysconfig names its own
+    paths = sysconfig.get_paths()
+    found = {stdlib, os.path.join(stdlib, "lib-dynload"), paths["purelib"], paths["platlib"]}
+    found |= {site.getusersitepackages(), *site.getsitepackages()}
+    return {os.path.abspath(d) for d in found}
 
 
 def _pickle(task, kind, function):
@@ -274,22 +361,55 @@ def _unpicklable_captures(function):
     return culprits
 
 
+def _unwritable(value):
+    raise TypeError(
+        f"{type(value).__name__} value {value!r} in a Task cannot be written to the "
+        "pipeline file: give numbers, strings, lists or dicts"
+    )
+
+
 def _digest(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()[:16]
 
 
-def _write_once(path: Path, data: bytes):
-    """Writes a content-named file unless it is there already, atomically."""
+def _write_once(path: Path, data: bytes) -> bool:
+    """Writes a content-named file unless it is there already, atomically;
+    whether it wrote it."""
     if path.exists():
-        return
+        return False
     path.parent.mkdir(parents=True, exist_ok=True)
     partial = path.with_name(f".{path.name}.{os.getpid()}")
     partial.write_bytes(data)
     partial.replace(path)
+    return True
+
+
+def _locked_by(run_dir, pid) -> bool:
+    """Whether process ``pid`` took the run directory's lock (it writes
+    its pid into driver.lock): a driver that did not was refused."""
+    try:
+        holder = json.loads((run_dir / "driver.lock").read_text())
+    except (OSError, ValueError):
+        return False
+    return isinstance(holder, dict) and holder.get("pid") == pid
+
+
+def _remove(files, new_dirs):
+    """Takes back what a refused run wrote: a run directory another
+    driver holds is left as it was."""
+    for path in files:
+        path.unlink(missing_ok=True)
+    for directory in reversed(new_dirs):
+        try:
+            directory.rmdir()
+        except OSError:
+            pass  # not empty: the driver wrote there, so it is the driver's
 
 
 def _default_name(pipeline):
-    ids = "-".join(task.task_id for task in pipeline.tasks)
+    """The task ids, with what a run name may not hold replaced: a task
+    id the driver refuses is reported once, as the id's problem."""
+    ids = re.sub(r"[^A-Za-z0-9_.-]", "_", "-".join(str(task.task_id) for task in pipeline.tasks))
     if len(ids) <= 64:
         return ids
     return f"{pipeline.tasks[0].task_id[:40]}-{_digest(ids.encode())[:8]}"

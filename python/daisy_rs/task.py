@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import datetime
 import inspect
+import numbers
 
 from daisy_rs.block import _as_roi
 
@@ -29,8 +30,10 @@ _DIFFERS = {
 
 
 class Task:
-    """One blockwise task (daisy 2.0's signature, plus this engine's own
-    fields after ``max_worker_restarts``).
+    """One blockwise task: daisy 2.0's signature, positions included
+    (``done_marker_path``, ``resource_tracking`` and ``skip_mask`` are
+    refused unless left at their defaults), then keyword-only daisy 1.x's
+    ``upstream_tasks`` and ``num_workers`` and this engine's own fields.
 
     ``process_function`` takes a block, or nothing: a function without
     parameters is a *worker function* that loops over its own
@@ -52,10 +55,13 @@ class Task:
         max_workers=None,
         max_retries=2,
         timeout=None,
-        upstream_tasks=None,
+        done_marker_path=None,
+        resource_tracking=False,
         requires=None,
         max_worker_restarts=10,
+        skip_mask=None,
         *,
+        upstream_tasks=None,
         num_workers=None,
         worker_function=None,
         batch_size=None,
@@ -63,9 +69,16 @@ class Task:
         retry_backoff=None,
         idle_timeout=None,
         launcher=None,
+        worker_program=None,
         **unsupported,
     ):
         _refuse_unsupported(task_id, unsupported)
+        given = {
+            "done_marker_path": done_marker_path,
+            "resource_tracking": resource_tracking or None,
+            "skip_mask": skip_mask,
+        }
+        _refuse_unsupported(task_id, {k: v for k, v in given.items() if v is not None})
         if num_workers is not None and max_workers is not None:
             raise TypeError("pass either max_workers or num_workers (daisy 1.x), not both")
         if fit not in _FITS:
@@ -90,6 +103,7 @@ class Task:
         self.retry_backoff = retry_backoff
         self.idle_timeout = idle_timeout
         self.launcher = dict(launcher or {})
+        self.worker_program = worker_program
 
     @property
     def num_workers(self):
@@ -214,15 +228,14 @@ def _first(*values):
 
 def _takes_no_argument(function) -> bool:
     """daisy's rule: a function without positional parameters (``self``
-    aside) is a worker function."""
+    aside; one with a default counts, as in daisy) is a worker function."""
     try:
         parameters = inspect.signature(function).parameters.values()
     except (TypeError, ValueError):
         return False
     positional = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
     return not any(
-        p.kind in positional and p.default is inspect.Parameter.empty
-        or p.kind == inspect.Parameter.VAR_POSITIONAL
+        p.kind in positional or p.kind == inspect.Parameter.VAR_POSITIONAL
         for p in parameters
     )
 
@@ -240,8 +253,8 @@ def _refuse_unsupported(task_id, unsupported):
 def seconds(value, what):
     """A duration in seconds from seconds or a `datetime.timedelta`."""
     if isinstance(value, datetime.timedelta):
-        return value.total_seconds()
-    if isinstance(value, (int, float)) and value > 0:
+        value = value.total_seconds()
+    if isinstance(value, numbers.Real) and not isinstance(value, bool) and value > 0:
         return float(value)
     raise ValueError(f"{what} = {value!r} is not a positive number of seconds or a timedelta")
 

@@ -36,7 +36,7 @@ fn load(py: Python<'_>, task_id: &str, code: &TaskCode) -> PyResult<Box<dyn Embe
     ))?;
     let (call, check): (Py<PyAny>, Py<PyAny>) = loaded.extract()?;
     Ok(match code.kind {
-        CodeKind::WorkerFunction => Box::new(WorkerFunction::new(py, task_id, call, code)?),
+        CodeKind::WorkerFunction => Box::new(WorkerFunction::new(py, task_id, call, check, code)?),
         _ => Box::new(ProcessFunction::new(py, task_id, call, check)?),
     })
 }

@@ -16,12 +16,17 @@ use daisy_worker::user_code::BlockFailure;
 use pyo3::prelude::*;
 use pyo3::types::PyTuple;
 use std::collections::{BTreeMap, VecDeque};
-use std::sync::mpsc::{channel, Receiver, Sender};
+use std::sync::mpsc::{channel, Receiver, RecvError, RecvTimeoutError, Sender};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 /// How long the function gets to return once its feed ended.
 const FINISH_GRACE: Duration = Duration::from_secs(5);
+
+/// How often a wait for the function looks at the interpreter's signals:
+/// in a serial run the wait is on Python's main thread, where Ctrl-C
+/// becomes a `KeyboardInterrupt` only when something asks.
+const SIGNAL_POLL: Duration = Duration::from_millis(100);
 
 /// What the function's thread tells the worker.
 enum Report {
@@ -81,9 +86,12 @@ struct Running {
 pub struct WorkerFunction {
     task_id: String,
     function: Py<PyAny>,
+    /// The task's check_function (or None), asked by `Client` per block.
+    check: Py<PyAny>,
     /// Blocks fed ahead of their releases: 1 + prefetch.
     depth: usize,
     running: Option<Running>,
+    interrupted: bool,
 }
 
 impl WorkerFunction {
@@ -91,13 +99,16 @@ impl WorkerFunction {
         _py: Python<'_>,
         task_id: &str,
         function: Py<PyAny>,
+        check: Py<PyAny>,
         code: &TaskCode,
     ) -> PyResult<Self> {
         Ok(Self {
             task_id: task_id.to_string(),
             function,
+            check,
             depth: 1 + code.prefetch as usize,
             running: None,
+            interrupted: false,
         })
     }
 
@@ -112,7 +123,9 @@ impl WorkerFunction {
         let thread = Python::attach(|py| -> PyResult<Py<PyAny>> {
             let helpers = py.import("daisy_rs._code")?;
             let start = helpers.getattr("start_worker_function")?;
-            Ok(start.call1((self.function.bind(py), feed))?.unbind())
+            Ok(start
+                .call1((self.function.bind(py), self.check.bind(py), feed))?
+                .unbind())
         })?;
         Ok(Running {
             blocks: blocks_tx,
@@ -146,12 +159,12 @@ impl EmbeddedCode for WorkerFunction {
         while !todo.is_empty() {
             match self.running() {
                 Ok(running) => {
-                    let (ended, stopped) =
-                        feed_ahead(running, &mut todo, depth, control, &mut done);
-                    if ended {
+                    let fed = feed_ahead(running, &mut todo, depth, control, &mut done);
+                    if fed.ended {
                         self.running = None;
                     }
-                    if stopped {
+                    self.interrupted = fed.interrupted;
+                    if fed.stopped || fed.interrupted {
                         break;
                     }
                 }
@@ -164,6 +177,10 @@ impl EmbeddedCode for WorkerFunction {
             }
         }
         done
+    }
+
+    fn interrupted(&self) -> bool {
+        self.interrupted
     }
 
     fn finish(&mut self) {
@@ -184,20 +201,33 @@ impl EmbeddedCode for WorkerFunction {
     }
 }
 
+/// How feeding a batch ended.
+#[derive(Default)]
+struct Fed {
+    /// The function ended (its fed blocks failed).
+    ended: bool,
+    /// `control` stopped the batch.
+    stopped: bool,
+    /// Ctrl-C: the blocks fed and not released did not run.
+    interrupted: bool,
+}
+
 /// Feeds `todo` to the function `depth` ahead while `control` lets blocks
 /// start, collecting its releases into `done`, until every fed block is
-/// released; returns whether the function ended (its fed blocks failed)
-/// and whether `control` stopped the batch.
+/// released.
 fn feed_ahead(
     running: &mut Running,
     todo: &mut VecDeque<WireBlock>,
     depth: usize,
     control: &dyn BlockControl,
     done: &mut Vec<EmbeddedRan>,
-) -> (bool, bool) {
+) -> Fed {
     // A function that ended between batches held nothing: start another.
     if let Ok(Report::Ended(_)) = running.reports.try_recv() {
-        return (true, false);
+        return Fed {
+            ended: true,
+            ..Fed::default()
+        };
     }
     let mut fed: BTreeMap<u64, Instant> = BTreeMap::new();
     let mut stopped = false;
@@ -215,10 +245,20 @@ fn feed_ahead(
             }
         }
         if fed.is_empty() {
-            return (false, stopped);
+            return Fed {
+                stopped,
+                ..Fed::default()
+            };
         }
-        match running.reports.recv() {
-            Ok(Report::Released { block_id, error }) => {
+        match next_report(&running.reports) {
+            Err(Interrupted) => {
+                return Fed {
+                    interrupted: true,
+                    stopped,
+                    ..Fed::default()
+                };
+            }
+            Ok(Ok(Report::Released { block_id, error })) => {
                 let Some(started) = fed.remove(&block_id) else {
                     tracing::warn!(
                         block_id,
@@ -235,13 +275,42 @@ fn feed_ahead(
                     took,
                 });
             }
-            Ok(Report::Ended(error)) => {
+            Ok(Ok(Report::Ended(error))) => {
                 end_fed(fed, error, control, done);
-                return (true, stopped);
+                return Fed {
+                    ended: true,
+                    stopped,
+                    ..Fed::default()
+                };
             }
-            Err(_) => {
+            Ok(Err(RecvError)) => {
                 end_fed(fed, Some("its thread vanished".into()), control, done);
-                return (true, stopped);
+                return Fed {
+                    ended: true,
+                    stopped,
+                    ..Fed::default()
+                };
+            }
+        }
+    }
+}
+
+/// The interpreter raised from a signal handler (Ctrl-C) while the
+/// worker waited for its function.
+struct Interrupted;
+
+/// The function's next report, or `Interrupted` if a signal handler of
+/// the interpreter raised first (only on Python's main thread: a serial
+/// run; elsewhere nothing is raised and this only waits).
+fn next_report(reports: &Receiver<Report>) -> Result<Result<Report, RecvError>, Interrupted> {
+    loop {
+        match reports.recv_timeout(SIGNAL_POLL) {
+            Ok(report) => return Ok(Ok(report)),
+            Err(RecvTimeoutError::Disconnected) => return Ok(Err(RecvError)),
+            Err(RecvTimeoutError::Timeout) => {
+                if Python::attach(|py| py.check_signals()).is_err() {
+                    return Err(Interrupted);
+                }
             }
         }
     }

@@ -178,27 +178,38 @@ impl Driver {
             .pipeline
             .tasks
             .iter()
-            .map(|t| self.hand_command(&t.spec.id))
+            .map(|t| self.hand_command(t))
             .collect();
         let _ = std::fs::write(self.run_dir.worker_commands(), lines.join("\n") + "\n");
         for task in self.pipeline.tasks.iter().filter(|t| t.max_workers == 0) {
             println!(
                 "task {:?} takes workers started by hand: {}",
                 task.spec.id,
-                self.hand_command(&task.spec.id)
+                self.hand_command(task)
             );
         }
     }
 
-    /// The worker program launched workers run, by its absolute path, so
-    /// the line works as printed (daisy-worker need not be on PATH).
-    fn hand_command(&self, task_id: &str) -> String {
+    /// The worker program launched workers of `task` run (a Python task's
+    /// own), a path made absolute, so the line works as printed
+    /// (daisy-worker need not be on PATH).
+    fn hand_command(&self, task: &TaskConfig) -> String {
         let absolute = |path: &std::path::Path| {
             std::path::absolute(path).unwrap_or_else(|_| path.to_path_buf())
         };
-        let program = absolute(&self.options.worker_program);
+        let (program, args) = launch::task_worker_program(
+            task,
+            &self.options.worker_program,
+            &self.options.worker_args,
+        );
+        // A bare name (`python3`) is looked up on PATH, as the launcher does.
+        let program = match program.components().count() {
+            1 => program.to_path_buf(),
+            _ => absolute(program),
+        };
         let context = absolute(&self.run_dir.context_file());
-        let args = self.options.worker_args.iter().map(String::as_str);
+        let task_id = task.spec.id.as_str();
+        let args = args.iter().map(String::as_str);
         std::iter::once(program.to_string_lossy().as_ref())
             .chain(args)
             .chain([
