@@ -126,6 +126,9 @@ impl<'a> TaskRunner<'a> {
         Some(match &mut self.code {
             UserCode::Embedded(code) => {
                 let ran = code.run_batch(vec![block.clone()], &Unwatched).pop();
+                if let Some(reason) = code.cannot_serve() {
+                    return Some(Err(BlockFailure::new(reason)));
+                }
                 return ran.filter(|_| !code.interrupted()).map(|ran| ran.outcome);
             }
             UserCode::PerBlock(command) => command.run(block, &self.log),

@@ -165,6 +165,15 @@ impl Runner {
         Ok(runner)
     }
 
+    /// Why the code cannot serve the task at all, once it found out while
+    /// running a batch (in-process code only).
+    pub fn cannot_serve(&self) -> Option<String> {
+        match self {
+            Self::Embedded(embedded) => embedded.code.cannot_serve(),
+            _ => None,
+        }
+    }
+
     /// For in-process code with a timeout: resolves with the first block
     /// found running past it, and the timeout (once; `None` after).
     pub fn take_overdue(&mut self) -> Option<Overdue> {

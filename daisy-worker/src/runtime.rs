@@ -120,13 +120,14 @@ pub async fn run(
     let overdue = runner.take_overdue();
     let mut worker = Worker::new(client, runner, batch, drain);
     worker.overdue = overdue;
+    worker.task = task;
     match worker.serve(stop).await {
         Ok(stopped) => Ok(worker.finish(stopped).await),
-        // What the worker said about the stuck block must reach the
-        // driver before the process ends.
-        Err(timed_out @ RunError::BlockTimedOut { .. }) => {
+        // What the worker said (a stuck block, code that cannot serve)
+        // must reach the driver before the process ends.
+        Err(said @ (RunError::BlockTimedOut { .. } | RunError::BadCode { .. })) => {
             worker.close().await;
-            Err(timed_out)
+            Err(said)
         }
         Err(error) => Err(error),
     }
@@ -191,6 +192,8 @@ struct Worker {
     signalled: bool,
     /// In-process code with a timeout: the block found running past it.
     overdue: Option<Overdue>,
+    /// The task served, for errors.
+    task: String,
 }
 
 impl Worker {
@@ -205,6 +208,7 @@ impl Worker {
             drain: Arc::new(drain),
             signalled: false,
             overdue: None,
+            task: String::new(),
         }
     }
 
@@ -342,6 +346,7 @@ impl Worker {
         let (results, cut_short): (Vec<Ran>, Vec<Ran>) = ran
             .into_iter()
             .partition(|ran| !self.cut_short_by_signal(ran));
+        let unable = lock(&self.runner).cannot_serve();
         let mut returned: Vec<u64> = block_ids
             .into_iter()
             .filter(|id| !results.iter().any(|ran| ran.block_id == *id))
@@ -352,7 +357,7 @@ impl Worker {
                 .await?;
         }
         if !returned.is_empty() {
-            let reason = self.draining.clone().unwrap_or_default();
+            let reason = unable.clone().or(self.draining.clone()).unwrap_or_default();
             tracing::info!(
                 blocks = returned.len(),
                 cut_short = cut_short.len(),
@@ -360,6 +365,12 @@ impl Worker {
             );
             returned.sort_unstable();
             self.client.return_blocks(returned, reason).await?;
+        }
+        if let Some(reason) = unable {
+            let said = format!("its code cannot run: {reason}");
+            self.client.cannot_serve(said).await?;
+            let task = self.task.clone();
+            return Err(RunError::BadCode { task, reason });
         }
         self.start_next();
         Ok(())

@@ -7,7 +7,9 @@
 //! returns or raises while it holds blocks fails them (with its
 //! traceback) and is started again for the next block, and when the
 //! worker finishes the feed ends, so `acquire_block()` yields `None` and
-//! the function returns.
+//! the function returns. A function that ends before it ever asks for a
+//! block (its model does not load) cannot serve the task: the worker says
+//! so and leaves, rather than fail every block with the same traceback.
 
 use crate::process_function::roi;
 use daisy_core::protocol::{TaskCode, WireBlock};
@@ -16,6 +18,7 @@ use daisy_worker::user_code::BlockFailure;
 use pyo3::prelude::*;
 use pyo3::types::PyTuple;
 use std::collections::{BTreeMap, VecDeque};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{channel, Receiver, RecvError, RecvTimeoutError, Sender};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
@@ -34,8 +37,9 @@ enum Report {
         block_id: u64,
         error: Option<String>,
     },
-    /// The function returned (`None`) or raised (the message).
-    Ended(Option<String>),
+    /// The function returned (`error` is `None`) or raised; `asked`: it
+    /// had asked for a block by then.
+    Ended { error: Option<String>, asked: bool },
 }
 
 /// The blocks of one run of a worker function, as its `Client` sees them.
@@ -45,6 +49,8 @@ pub struct Feed {
     /// `None` ends the feed.
     blocks: Mutex<Receiver<Option<WireBlock>>>,
     reports: Sender<Report>,
+    /// The function asked for a block: it got past its set-up.
+    asked: AtomicBool,
 }
 
 #[pymethods]
@@ -52,6 +58,7 @@ impl Feed {
     /// The next block as `(task_id, block_id, read, write)`, waiting for
     /// it with the interpreter detached; `None` once the worker is done.
     fn next_block<'py>(&self, py: Python<'py>) -> PyResult<Option<Bound<'py, PyTuple>>> {
+        self.asked.store(true, Ordering::Relaxed);
         let next = py.detach(|| {
             let blocks = self.blocks.lock().unwrap_or_else(|e| e.into_inner());
             blocks.recv().ok().flatten()
@@ -72,7 +79,8 @@ impl Feed {
 
     /// Called by the function's thread as it ends.
     fn ended(&self, error: Option<String>) {
-        let _ = self.reports.send(Report::Ended(error));
+        let asked = self.asked.load(Ordering::Relaxed);
+        let _ = self.reports.send(Report::Ended { error, asked });
     }
 }
 
@@ -92,6 +100,8 @@ pub struct WorkerFunction {
     depth: usize,
     running: Option<Running>,
     interrupted: bool,
+    /// The function ended before it asked for a block: it cannot serve.
+    unable: Option<String>,
 }
 
 impl WorkerFunction {
@@ -109,7 +119,15 @@ impl WorkerFunction {
             depth: 1 + code.prefetch as usize,
             running: None,
             interrupted: false,
+            unable: None,
         })
+    }
+
+    /// Starts the function again; what a run before it found no longer
+    /// holds.
+    fn restart(&mut self) -> PyResult<Running> {
+        self.unable = None;
+        self.start()
     }
 
     fn start(&self) -> PyResult<Running> {
@@ -119,6 +137,7 @@ impl WorkerFunction {
             task_id: self.task_id.clone(),
             blocks: Mutex::new(blocks_rx),
             reports: reports_tx,
+            asked: AtomicBool::new(false),
         };
         let thread = Python::attach(|py| -> PyResult<Py<PyAny>> {
             let helpers = py.import("daisy_rs._code")?;
@@ -138,7 +157,7 @@ impl WorkerFunction {
     fn running(&mut self) -> Result<&mut Running, BlockFailure> {
         let running = match self.running.take() {
             Some(running) => running,
-            None => self.start().map_err(|error| {
+            None => self.restart().map_err(|error| {
                 let why = Python::attach(|py| crate::functions::describe(py, &error));
                 BlockFailure::new(format!("cannot start the worker function: {why}"))
             })?,
@@ -164,6 +183,10 @@ impl EmbeddedCode for WorkerFunction {
                         self.running = None;
                     }
                     self.interrupted = fed.interrupted;
+                    if fed.unable.is_some() {
+                        self.unable = fed.unable;
+                        break;
+                    }
                     if fed.stopped || fed.interrupted {
                         break;
                     }
@@ -181,6 +204,10 @@ impl EmbeddedCode for WorkerFunction {
 
     fn interrupted(&self) -> bool {
         self.interrupted
+    }
+
+    fn cannot_serve(&self) -> Option<String> {
+        self.unable.clone()
     }
 
     fn finish(&mut self) {
@@ -210,6 +237,23 @@ struct Fed {
     stopped: bool,
     /// Ctrl-C: the blocks fed and not released did not run.
     interrupted: bool,
+    /// The function ended before it asked for a block: why it cannot
+    /// serve (the blocks fed did not run).
+    unable: Option<String>,
+}
+
+impl Fed {
+    fn unable(error: Option<String>) -> Self {
+        let why = match error {
+            Some(error) => format!("the worker function raised before it took a block: {error}"),
+            None => "the worker function returned before it took a block".to_string(),
+        };
+        Self {
+            ended: true,
+            unable: Some(why),
+            ..Self::default()
+        }
+    }
 }
 
 /// Feeds `todo` to the function `depth` ahead while `control` lets blocks
@@ -222,11 +266,15 @@ fn feed_ahead(
     control: &dyn BlockControl,
     done: &mut Vec<EmbeddedRan>,
 ) -> Fed {
-    // A function that ended between batches held nothing: start another.
-    if let Ok(Report::Ended(_)) = running.reports.try_recv() {
-        return Fed {
-            ended: true,
-            ..Fed::default()
+    // A function that ended between batches held nothing: start another,
+    // unless it never got as far as asking for a block.
+    if let Ok(Report::Ended { error, asked }) = running.reports.try_recv() {
+        return match asked {
+            true => Fed {
+                ended: true,
+                ..Fed::default()
+            },
+            false => Fed::unable(error),
         };
     }
     let mut fed: BTreeMap<u64, Instant> = BTreeMap::new();
@@ -275,7 +323,14 @@ fn feed_ahead(
                     took,
                 });
             }
-            Ok(Ok(Report::Ended(error))) => {
+            Ok(Ok(Report::Ended {
+                error,
+                asked: false,
+            })) => {
+                fed.keys().for_each(|id| control.finished(*id));
+                return Fed::unable(error);
+            }
+            Ok(Ok(Report::Ended { error, .. })) => {
                 end_fed(fed, error, control, done);
                 return Fed {
                     ended: true,

@@ -230,3 +230,14 @@ def test_daisy_names_left_out_on_purpose_say_why():
         daisy.set_tracking_basedir("/tmp/x")
     with pytest.raises(AttributeError, match="has no attribute 'nonsense'"):
         daisy.nonsense  # noqa: B018
+
+
+def test_a_worker_function_that_fails_before_its_first_block_gives_up_with_the_reason(workdir):
+    def start_worker():
+        raise RuntimeError("model weights not found")
+
+    states = daisy.run_blockwise([grid_task("load", start_worker, max_workers=2)], run_dir="run", return_states=True)
+    assert states["load"].abandoned
+    assert "model weights not found" in states["load"].abandon_reason, states["load"].abandon_reason
+    failed = [e for e in events("run") if e.get("event") == "block_failed"]
+    assert failed == [], "no block was failed for it"

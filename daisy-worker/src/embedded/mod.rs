@@ -70,6 +70,13 @@ pub trait EmbeddedCode: Send {
         false
     }
 
+    /// Why this code cannot serve the task at all (a worker function that
+    /// fails before it takes its first block: its model does not load), so
+    /// the worker says so and leaves instead of failing every block.
+    fn cannot_serve(&self) -> Option<String> {
+        None
+    }
+
     /// Ends the code (a worker function is told there are no more blocks
     /// and waited for).
     fn finish(&mut self) {}
