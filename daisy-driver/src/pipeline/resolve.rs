@@ -18,6 +18,7 @@ use super::{
 use daisy_core::coordinate::{MAX_COORDINATE, MAX_DIMS};
 use daisy_core::geometry::geometry_problems;
 use daisy_core::protocol::{CodeKind, FunctionCode, FunctionSource};
+use daisy_core::template::CommandTemplate;
 use daisy_core::{Fit, Roi, TaskSpec};
 use serde_json::Value;
 use std::collections::{BTreeMap, BTreeSet};
@@ -484,8 +485,7 @@ fn command_line(value: &Value) -> Result<Vec<String>, String> {
 /// here, at load, rather than by every worker it would make refuse.
 fn block_command_line(value: &Value) -> Result<Vec<String>, String> {
     let argv = command_line(value)?;
-    daisy_worker::user_code::BlockCommand::new(&argv, BTreeMap::new(), None)
-        .map_err(|e| e.to_string())?;
+    CommandTemplate::parse(&argv).map_err(|e| e.to_string())?;
     Ok(argv)
 }
 
