@@ -39,7 +39,7 @@ impl Format {
     pub(super) fn parse(self, text: &str) -> Result<(Value, Lines), String> {
         match self {
             Format::Toml => toml::from_str::<Spanned<Node>>(text)
-                .map(|node| top_tree(text, node))
+                .map(|node| top_tree(&LineStarts::of(text), node))
                 .map_err(|error| toml_error(text, &error)),
             Format::Json => serde_json::from_str(text)
                 .map(|tree| (tree, Lines::default()))
@@ -75,17 +75,29 @@ impl Lines {
         self.items.get(index).unwrap_or(&NO_LINES)
     }
 
-    /// The line of the value at `path` (`requires.gpu`), or, for a value
-    /// the file lacks, of the innermost table on the way that it has.
-    pub(super) fn of(&self, path: &str) -> Option<usize> {
-        let mut lines = self;
-        for key in path.split('.').filter(|key| !key.is_empty()) {
-            match lines.keys.get(key) {
-                Some(inner) => lines = inner,
-                None => break,
-            }
-        }
-        lines.line.or(self.line)
+    /// The line of this table's value at `key`, or, if the file lacks the
+    /// key, of the table itself.
+    pub(super) fn of(&self, key: &str) -> Option<usize> {
+        self.keys
+            .get(key)
+            .and_then(|lines| lines.line)
+            .or(self.line)
+    }
+}
+
+/// Where each line of a text starts, so that finding the line of every
+/// value of a large file stays linear.
+struct LineStarts(Vec<usize>);
+
+impl LineStarts {
+    fn of(text: &str) -> Self {
+        let after_newlines = text.match_indices('\n').map(|(i, _)| i + 1);
+        Self(std::iter::once(0).chain(after_newlines).collect())
+    }
+
+    /// The 1-based line of byte `offset`.
+    fn line(&self, offset: usize) -> usize {
+        self.0.partition_point(|&start| start <= offset)
     }
 }
 
@@ -98,8 +110,8 @@ enum Node {
 
 /// The tree of the whole file. The top level spans the file, so a field
 /// missing there is on no one line.
-fn top_tree(text: &str, node: Spanned<Node>) -> (Value, Lines) {
-    let (tree, lines) = node_tree(text, node);
+fn top_tree(starts: &LineStarts, node: Spanned<Node>) -> (Value, Lines) {
+    let (tree, lines) = node_tree(starts, node);
     (
         tree,
         Lines {
@@ -109,19 +121,19 @@ fn top_tree(text: &str, node: Spanned<Node>) -> (Value, Lines) {
     )
 }
 
-/// The value tree and the lines of `node`, read from `text`.
-fn node_tree(text: &str, node: Spanned<Node>) -> (Value, Lines) {
-    let line = Some(line_column(text, node.span().start).0);
+/// The value tree and the lines of `node`.
+fn node_tree(starts: &LineStarts, node: Spanned<Node>) -> (Value, Lines) {
+    let line = Some(starts.line(node.span().start));
     let (tree, keys, items) = match node.into_inner() {
         Node::Scalar(value) => (value, BTreeMap::new(), Vec::new()),
         Node::Array(nodes) => {
-            let (values, items) = nodes.into_iter().map(|n| node_tree(text, n)).unzip();
+            let (values, items) = nodes.into_iter().map(|n| node_tree(starts, n)).unzip();
             (Value::Array(values), BTreeMap::new(), items)
         }
         Node::Table(nodes) => {
             let (mut values, mut keys) = (Map::new(), BTreeMap::new());
             for (key, node) in nodes {
-                let (value, lines) = node_tree(text, node);
+                let (value, lines) = node_tree(starts, node);
                 values.insert(key.clone(), value);
                 keys.insert(key, lines);
             }
@@ -269,17 +281,25 @@ mod tests {
         let text = "a = 1\n[r]\ngpu = 2\n\n[[t]]\nid = \"x\"\nb = [\n  3,\n  4,\n]\n[[t]]\nc = { d = 5 }\n";
         let (_, lines) = Format::Toml.parse(text).unwrap();
         assert_eq!(lines.of("a"), Some(1));
-        assert_eq!(lines.of("r.gpu"), Some(3));
+        assert_eq!(lines.key("r").of("gpu"), Some(3));
         let first = lines.key("t").item(0);
         assert_eq!((first.of("id"), first.of("b")), (Some(6), Some(7)));
-        assert_eq!(first.key("b").item(1).of(""), Some(9));
+        assert_eq!(first.key("b").item(1).line, Some(9));
         let second = lines.key("t").item(1);
-        assert_eq!(second.of("c.d"), Some(12));
+        assert_eq!(second.key("c").of("d"), Some(12));
         assert_eq!(
-            lines.of("r.cpu"),
-            lines.of("r"),
+            lines.key("r").of("cpu"),
+            Some(2),
             "the table of an absent key"
         );
+        assert_eq!(lines.of("none"), None, "the top level is on no one line");
+    }
+
+    #[test]
+    fn line_starts_find_the_line_of_an_offset() {
+        let starts = LineStarts::of("ab\ncd\n\nef");
+        let lines: Vec<usize> = (0..9).map(|offset| starts.line(offset)).collect();
+        assert_eq!(lines, [1, 1, 1, 2, 2, 2, 3, 4, 4]);
     }
 
     #[test]
