@@ -16,6 +16,7 @@
 //! - [`context`]: `DAISY_CONTEXT`, how a worker finds its driver.
 //! - [`scheduler`]: the ready surface, retries, orphans, counters.
 //! - [`serial`]: run a pipeline in-process, one block at a time.
+//! - [`template`]: `{placeholders}` in block commands, checked and filled in.
 
 pub mod block;
 pub mod context;
@@ -28,6 +29,7 @@ pub mod roi;
 pub mod scheduler;
 pub mod serial;
 pub mod task;
+pub mod template;
 pub mod walltime;
 
 pub use block::{Block, BlockId, TaskIdx};

@@ -10,7 +10,8 @@
 //! each worker checks again where it runs (refusing with `cannot_serve`).
 
 use crate::pipeline::{LauncherKind, Pipeline, TaskConfig, UserCommand};
-use daisy_worker::user_code::{check_program, BlockCommand};
+use daisy_core::template::CommandTemplate;
+use daisy_worker::user_code::check_program;
 use std::collections::BTreeMap;
 use std::path::Path;
 
@@ -74,7 +75,7 @@ fn program_problem(task: &TaskConfig, dir: &Path) -> Option<String> {
     let (field, argv, program) = match &task.command {
         UserCommand::Worker(argv) => ("command", argv, argv.first().cloned()),
         UserCommand::PerBlock(argv) => {
-            let command = BlockCommand::new(argv, BTreeMap::new(), None).ok()?;
+            let command = CommandTemplate::parse(argv).ok()?;
             ("block_command", argv, command.program().map(str::to_owned))
         }
         UserCommand::Function { .. } => return None,

@@ -23,16 +23,15 @@
 mod block_command;
 mod group;
 mod program;
-mod template;
 #[cfg(test)]
 mod test_util;
 mod watcher;
 mod worker_command;
 
 pub use block_command::BlockCommand;
+pub use daisy_core::template::CommandError;
 pub use group::{end_all as end_all_user_processes, SpawnError};
 pub use program::{check_program, ProgramError};
-pub use template::CommandError;
 pub use worker_command::{Outcome, StartError, WorkerCommand};
 
 use daisy_core::printable::printable;

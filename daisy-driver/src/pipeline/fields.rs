@@ -9,6 +9,7 @@
 //! Messages are `field = value` followed by what is wrong with the value
 //! (`is not a string`); the parsers here return only that second half.
 
+use super::syntax::Lines;
 use super::Problem;
 use serde_json::{Map, Value};
 use std::collections::BTreeMap;
@@ -51,6 +52,7 @@ impl Subject {
             task,
             field: field.to_string(),
             message,
+            line: None,
         }
     }
 }
@@ -59,6 +61,8 @@ impl Subject {
 /// lifetime, so values read out of it outlive the reader.
 pub(super) struct Fields<'t, 'p> {
     table: &'t Table,
+    /// Where the table's values are in the file, for problems to name.
+    lines: &'t Lines,
     /// Put before keys to make field paths: `"launcher."` for `[launcher]`.
     prefix: String,
     subject: Subject,
@@ -66,9 +70,15 @@ pub(super) struct Fields<'t, 'p> {
 }
 
 impl<'t, 'p> Fields<'t, 'p> {
-    pub(super) fn new(table: &'t Table, subject: Subject, problems: &'p mut Vec<Problem>) -> Self {
+    pub(super) fn new(
+        table: &'t Table,
+        lines: &'t Lines,
+        subject: Subject,
+        problems: &'p mut Vec<Problem>,
+    ) -> Self {
         Self {
             table,
+            lines,
             prefix: String::new(),
             subject,
             problems,
@@ -80,6 +90,7 @@ impl<'t, 'p> Fields<'t, 'p> {
     pub(super) fn nested<'s>(&'s mut self, key: &str, table: &'t Table) -> Fields<'t, 's> {
         Fields {
             table,
+            lines: self.lines.key(key),
             prefix: format!("{}{key}.", self.prefix),
             subject: self.subject.clone(),
             problems: self.problems,
@@ -90,10 +101,12 @@ impl<'t, 'p> Fields<'t, 'p> {
         self.table.contains_key(key)
     }
 
-    /// Records a problem with `key` of this table.
+    /// Records a problem with `key` of this table, on the line of its
+    /// value (or of the table, if the key is absent).
     pub(super) fn report(&mut self, key: &str, message: String) {
         let field = format!("{}{key}", self.prefix);
-        self.problems.push(self.subject.problem(&field, message));
+        let problem = self.subject.problem(&field, message);
+        self.problems.push(problem.on_line(self.lines.of(key)));
     }
 
     /// The value of `key` read by `parse`; `None` if it is absent, or
@@ -272,7 +285,13 @@ mod tests {
     fn read<T>(tree: &Value, read: impl FnOnce(&mut Fields) -> T) -> (T, Vec<String>) {
         let mut problems = Vec::new();
         let table = tree.as_object().unwrap();
-        let value = read(&mut Fields::new(table, Subject::Pipeline, &mut problems));
+        let lines = Lines::default();
+        let value = read(&mut Fields::new(
+            table,
+            &lines,
+            Subject::Pipeline,
+            &mut problems,
+        ));
         (value, problems.iter().map(ToString::to_string).collect())
     }
 

@@ -16,11 +16,12 @@
 //! exactly when the scheduler could not handle it.
 //!
 //! Terms: a **problem** is one thing wrong with the file, naming the task,
-//! the field and the value; the **budget** is the `[resources]` table.
+//! the field and the value, and in a TOML file its line; the **budget** is
+//! the `[resources]` table.
 //!
 //! # Layout
-//! - `syntax`: text to a value tree (TOML or JSON), line and column of
-//!   syntax errors.
+//! - `syntax`: text to a value tree (TOML or JSON) and the lines its
+//!   values start on (TOML only), line and column of syntax errors.
 //! - `fields`: typed reads of one table that record a problem and carry on.
 //! - `resolve`: each table to its config (raw to resolved), single-field
 //!   rules and defaults.
@@ -222,7 +223,8 @@ pub enum PipelineError {
     },
 }
 
-/// The header line, then one problem per line.
+/// The header line, then one problem per line, after its place in the
+/// file when it has one: `pipeline.toml:12: task "p": ..`.
 fn invalid_report(file: &Path, problems: &[Problem]) -> String {
     let count = match problems.len() {
         1 => "1 problem".to_string(),
@@ -230,7 +232,10 @@ fn invalid_report(file: &Path, problems: &[Problem]) -> String {
     };
     let mut report = format!("pipeline file {} has {count}:", file.display());
     for problem in problems {
-        report.push_str(&format!("\n  - {problem}"));
+        match problem.line {
+            Some(line) => report.push_str(&format!("\n  - {}:{line}: {problem}", file.display())),
+            None => report.push_str(&format!("\n  - {problem}")),
+        }
     }
     report
 }
@@ -248,6 +253,17 @@ pub struct Problem {
     /// What is wrong, naming the field and the value:
     /// `fit = "sideways" is not one of valid, overhang, shrink`.
     pub message: String,
+    /// The line (from 1) of the value at fault, or of the table holding
+    /// a field that is missing; `None` in a JSON file (serde_json keeps
+    /// no positions) and for a problem of no one place (a cycle).
+    pub line: Option<usize>,
+}
+
+impl Problem {
+    /// This problem, placed on `line`.
+    pub(super) fn on_line(self, line: Option<usize>) -> Self {
+        Self { line, ..self }
+    }
 }
 
 impl fmt::Display for Problem {
@@ -280,14 +296,14 @@ impl Pipeline {
     /// names the file in errors and anchors a relative launcher template.
     pub fn from_str(text: &str, path: &Path) -> Result<Pipeline, PipelineError> {
         let file = || path.to_path_buf();
-        let tree =
+        let (tree, lines) =
             syntax::Format::of(path)
                 .parse(text)
                 .map_err(|message| PipelineError::Syntax {
                     file: file(),
                     message,
                 })?;
-        resolve::pipeline(&tree, path).map_err(|problems| PipelineError::Invalid {
+        resolve::pipeline(&tree, &lines, path).map_err(|problems| PipelineError::Invalid {
             file: file(),
             problems,
         })
@@ -553,6 +569,35 @@ pub(super) mod tests {
         assert_eq!(unknown.field, "max_worker");
     }
 
+    /// Issue 13: each problem of a TOML file is reported on the line of
+    /// the value at fault (a missing field: of its table); JSON keeps none.
+    #[test]
+    fn problems_in_a_toml_file_name_their_line() {
+        let top = "name = \"demo\"\n[resources]\ngpu = 1\n[launcher]\npartiton = \"x\"\n";
+        let p = task("p", "requires = { gpu = 2 }\nupstream = [\"ghost\"]");
+        let text = format!("{top}{p}[[task]]\ntimeout = \"soon\"\n");
+        let error = Pipeline::from_str(&text, Path::new("p.toml")).unwrap_err();
+        let report = error.to_string();
+        let placed: Vec<String> = (report.lines())
+            .filter_map(|line| Some(line.strip_prefix("  - ")?.to_string()))
+            .collect();
+        for expected in [
+            r#"p.toml:5: unknown field "partiton" in [launcher] (did you mean "partition"?)"#,
+            r#"p.toml:12: task "p" requires {gpu: 2} but the global budget only has {gpu: 1}"#,
+            r#"p.toml:13: task "p": upstream task "ghost" does not exist"#,
+            r#"p.toml:14: [[task]] #2: missing required field "id""#,
+            r#"p.toml:15: [[task]] #2: timeout = "soon" is not a duration like "10m" or "90s" (expected number at 0)"#,
+        ] {
+            assert_has(&placed, expected);
+        }
+        let json = r#"{"name": "demo", "launcher": {"partiton": "x"}}"#;
+        let error = Pipeline::from_str(json, Path::new("p.json")).unwrap_err();
+        let PipelineError::Invalid { problems, .. } = error else {
+            panic!("expected Invalid, got {error:?}");
+        };
+        assert!(problems.iter().all(|p| p.line.is_none()), "{problems:?}");
+    }
+
     #[test]
     fn budget_problems_are_worded_exactly() {
         let budget = "name = \"b\"\n[resources]\ngpu = 1\ncpu = 2\n";
@@ -593,7 +638,7 @@ pub(super) mod tests {
         assert_eq!(
             error.to_string(),
             "pipeline file x/daisy.toml has 2 problems:\n  \
-             - name = \"\" must not be empty\n  \
+             - x/daisy.toml:1: name = \"\" must not be empty\n  \
              - missing required field \"task\""
         );
         let one = invalid_report(Path::new("a.toml"), &[]);
@@ -602,9 +647,15 @@ pub(super) mod tests {
             task: None,
             field: "name".into(),
             message: "m".into(),
+            line: None,
         };
-        let one = invalid_report(Path::new("a.toml"), &[problem]);
+        let one = invalid_report(Path::new("a.toml"), std::slice::from_ref(&problem));
         assert_eq!(one, "pipeline file a.toml has 1 problem:\n  - m");
+        let placed = invalid_report(Path::new("a.toml"), &[problem.on_line(Some(3))]);
+        assert_eq!(
+            placed,
+            "pipeline file a.toml has 1 problem:\n  - a.toml:3: m"
+        );
     }
 
     #[test]

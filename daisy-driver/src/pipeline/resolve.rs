@@ -10,6 +10,7 @@ use super::fields::{
     boolean, count, hint, non_empty, object, one_of, show, string, strings, Amounts, Fields,
     Subject, Table,
 };
+use super::syntax::Lines;
 use super::validate;
 use super::{
     LauncherConfig, LauncherKind, Pipeline, Problem, TaskConfig, UserCommand, DEFAULT_MAX_WORKERS,
@@ -18,6 +19,7 @@ use super::{
 use daisy_core::coordinate::{MAX_COORDINATE, MAX_DIMS};
 use daisy_core::geometry::geometry_problems;
 use daisy_core::protocol::{CodeKind, FunctionCode, FunctionSource};
+use daisy_core::template::CommandTemplate;
 use daisy_core::{Fit, Roi, TaskSpec};
 use serde_json::Value;
 use std::collections::{BTreeMap, BTreeSet};
@@ -74,6 +76,8 @@ const MAX_TIMEOUT: Duration = Duration::from_secs(366 * 24 * 3600);
 /// between tasks need, even when the task's own fields failed.
 pub(super) struct TaskDraft {
     pub(super) subject: Subject,
+    /// Where the task's table is in the file.
+    pub(super) lines: Lines,
     pub(super) id: Option<String>,
     pub(super) upstream: Vec<String>,
     /// Dimensions of the task's ROIs, once all three were read.
@@ -82,14 +86,15 @@ pub(super) struct TaskDraft {
     pub(super) config: Option<TaskConfig>,
 }
 
-/// The pipeline in `tree` (read from `path`), or every problem in it.
-pub(super) fn pipeline(tree: &Value, path: &Path) -> Result<Pipeline, Vec<Problem>> {
+/// The pipeline in `tree` (read from `path`, its values on `lines`), or
+/// every problem in it.
+pub(super) fn pipeline(tree: &Value, lines: &Lines, path: &Path) -> Result<Pipeline, Vec<Problem>> {
     let Some(table) = tree.as_object() else {
         let message = format!("the top level is {}, not a table", show(tree));
         return Err(vec![Subject::Pipeline.problem("", message)]);
     };
     let mut problems = Vec::new();
-    let top = TopLevel::read(table, path, &mut problems);
+    let top = TopLevel::read(table, lines, path, &mut problems);
     let mut drafts: Vec<TaskDraft> = Vec::with_capacity(top.tasks.len());
     for (i, table) in top.tasks.iter().enumerate() {
         let run = Run {
@@ -97,7 +102,8 @@ pub(super) fn pipeline(tree: &Value, path: &Path) -> Result<Pipeline, Vec<Proble
             launcher: &top.launcher,
             path,
         };
-        drafts.push(task(i + 1, table, &run, &mut problems));
+        let lines = lines.key("task").item(i);
+        drafts.push(task(i + 1, (table, lines), &run, &mut problems));
     }
     validate::link_tasks(&mut drafts, &mut problems);
     let tasks: Option<Vec<TaskConfig>> = drafts.into_iter().map(|draft| draft.config).collect();
@@ -113,6 +119,14 @@ pub(super) fn pipeline(tree: &Value, path: &Path) -> Result<Pipeline, Vec<Proble
     }
 }
 
+impl TaskDraft {
+    /// A problem with this task's `field`, on the line of its value.
+    pub(super) fn problem(&self, field: &str, message: String) -> Problem {
+        let problem = self.subject.problem(field, message);
+        problem.on_line(self.lines.of(field))
+    }
+}
+
 /// The pipeline-level fields, and the task tables still to be read.
 struct TopLevel<'t> {
     name: Option<String>,
@@ -122,8 +136,8 @@ struct TopLevel<'t> {
 }
 
 impl<'t> TopLevel<'t> {
-    fn read(table: &'t Table, path: &Path, problems: &mut Vec<Problem>) -> Self {
-        let mut fields = Fields::new(table, Subject::Pipeline, problems);
+    fn read(table: &'t Table, lines: &'t Lines, path: &Path, problems: &mut Vec<Problem>) -> Self {
+        let mut fields = Fields::new(table, lines, Subject::Pipeline, problems);
         fields.reject_unknown(PIPELINE_FIELDS);
         Self {
             name: fields.required("name", |v| string(v).and_then(directory_name)),
@@ -223,11 +237,12 @@ fn beside(pipeline_path: &Path, path: &str) -> PathBuf {
 
 /// The `n`-th `[[task]]` table (from 1), its `requires` checked against
 /// the global `budget`.
-fn task(n: usize, table: &Table, run: &Run, problems: &mut Vec<Problem>) -> TaskDraft {
-    let mut unnamed = Fields::new(table, Subject::UnnamedTask(n), problems);
+fn task(n: usize, at: (&Table, &Lines), run: &Run, problems: &mut Vec<Problem>) -> TaskDraft {
+    let (table, lines) = at;
+    let mut unnamed = Fields::new(table, lines, Subject::UnnamedTask(n), problems);
     let id = unnamed.required("id", |v| string(v).and_then(directory_name));
     let subject = id.clone().map_or(Subject::UnnamedTask(n), Subject::Task);
-    let mut fields = Fields::new(table, subject.clone(), problems);
+    let mut fields = Fields::new(table, lines, subject.clone(), problems);
     fields.reject_unknown(TASK_FIELDS);
     let upstream = fields.optional("upstream", strings).unwrap_or_default();
     let spec = task_spec(&mut fields);
@@ -241,6 +256,7 @@ fn task(n: usize, table: &Table, run: &Run, problems: &mut Vec<Problem>) -> Task
     };
     TaskDraft {
         subject,
+        lines: lines.clone(),
         id,
         upstream,
         dims,
@@ -484,8 +500,7 @@ fn command_line(value: &Value) -> Result<Vec<String>, String> {
 /// here, at load, rather than by every worker it would make refuse.
 fn block_command_line(value: &Value) -> Result<Vec<String>, String> {
     let argv = command_line(value)?;
-    daisy_worker::user_code::BlockCommand::new(&argv, BTreeMap::new(), None)
-        .map_err(|e| e.to_string())?;
+    CommandTemplate::parse(&argv).map_err(|e| e.to_string())?;
     Ok(argv)
 }
 

@@ -90,7 +90,7 @@ impl<'d> Links<'d> {
                         "id = {id:?} is already the id of [[task]] #{}",
                         first.get() + 1
                     );
-                    problems.push(draft.subject.problem("id", message));
+                    problems.push(draft.problem("id", message));
                 }
             }
         }
@@ -120,7 +120,7 @@ impl<'d> Links<'d> {
                 }
             };
             if let Some(message) = problem {
-                problems.push(draft.subject.problem("upstream", message));
+                problems.push(draft.problem("upstream", message));
             }
         }
         upstream

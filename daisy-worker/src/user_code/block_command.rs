@@ -7,9 +7,9 @@
 //! `DAISY_WRITE_ROI`. Exit 0 is success.
 
 use super::group::{self, describe, GroupChild, Waited};
-use super::template::{ArgTemplate, CommandError};
 use super::{BlockFailure, BlockLog, OpenLog, DEFAULT_GRACE};
 use daisy_core::protocol::WireBlock;
+use daisy_core::template::{CommandError, CommandTemplate};
 use serde::Serialize;
 use std::collections::BTreeMap;
 use std::process::Command;
@@ -18,7 +18,7 @@ use std::time::Duration;
 /// A command line to run once per block.
 #[derive(Debug, Clone)]
 pub struct BlockCommand {
-    argv: Vec<ArgTemplate>,
+    argv: CommandTemplate,
     /// The user's variables, set before the `DAISY_*` ones (which win).
     env: BTreeMap<String, String>,
     /// Per-block limit; past it the block's process group is terminated.
@@ -35,15 +35,8 @@ impl BlockCommand {
         env: BTreeMap<String, String>,
         timeout: Option<Duration>,
     ) -> Result<Self, CommandError> {
-        if argv.is_empty() {
-            return Err(CommandError::Empty);
-        }
-        let argv = argv
-            .iter()
-            .map(|a| ArgTemplate::parse(a.as_ref()))
-            .collect::<Result<_, _>>()?;
         Ok(Self {
-            argv,
+            argv: CommandTemplate::parse(argv)?,
             env,
             timeout,
             grace: DEFAULT_GRACE,
@@ -52,7 +45,7 @@ impl BlockCommand {
 
     /// The program, unless a placeholder makes it differ per block.
     pub fn program(&self) -> Option<&str> {
-        self.argv[0].literal()
+        self.argv.program()
     }
 
     /// Replaces [`DEFAULT_GRACE`].
@@ -89,7 +82,7 @@ impl BlockCommand {
     }
 
     fn command(&self, block: &WireBlock) -> Command {
-        let argv: Vec<String> = self.argv.iter().map(|a| a.render(block)).collect();
+        let argv = self.argv.render(block);
         let mut cmd = group::user_command(&argv[0], &argv[1..], &self.env);
         cmd.envs(block_env(block));
         cmd

@@ -2,9 +2,11 @@
 //!
 //! Arguments are parsed once, when the command is built, so a typo such as
 //! `{blok_id}` fails when the pipeline starts, not on every block. `{{`
-//! and `}}` stand for literal braces.
+//! and `}}` stand for literal braces. It lives here, not in the worker,
+//! because the driver checks a pipeline's block commands with the same
+//! parser the worker fills them in with.
 
-use daisy_core::protocol::WireBlock;
+use crate::protocol::WireBlock;
 use std::iter::Peekable;
 use std::str::Chars;
 
@@ -81,14 +83,46 @@ enum Piece {
     Field(Field),
 }
 
+/// A whole command line, each argument parsed: one that parses is one the
+/// worker can fill in for any block.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CommandTemplate {
+    argv: Vec<ArgTemplate>,
+}
+
+impl CommandTemplate {
+    /// Checks every argument's placeholders, so that a typo fails before
+    /// any block runs.
+    pub fn parse(argv: &[impl AsRef<str>]) -> Result<Self, CommandError> {
+        if argv.is_empty() {
+            return Err(CommandError::Empty);
+        }
+        let argv = argv
+            .iter()
+            .map(|a| ArgTemplate::parse(a.as_ref()))
+            .collect::<Result<_, _>>()?;
+        Ok(Self { argv })
+    }
+
+    /// The program, unless a placeholder makes it differ per block.
+    pub fn program(&self) -> Option<&str> {
+        self.argv[0].literal()
+    }
+
+    /// The command line for `block`; never empty.
+    pub fn render(&self, block: &WireBlock) -> Vec<String> {
+        self.argv.iter().map(|a| a.render(block)).collect()
+    }
+}
+
 /// One argument, split into literal text and placeholders.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(super) struct ArgTemplate {
+struct ArgTemplate {
     pieces: Vec<Piece>,
 }
 
 impl ArgTemplate {
-    pub(super) fn parse(argument: &str) -> Result<Self, CommandError> {
+    fn parse(argument: &str) -> Result<Self, CommandError> {
         let unmatched = || CommandError::UnmatchedBrace {
             argument: argument.to_string(),
         };
@@ -116,7 +150,7 @@ impl ArgTemplate {
     }
 
     /// The argument as it is, if it has no placeholder.
-    pub(super) fn literal(&self) -> Option<&str> {
+    fn literal(&self) -> Option<&str> {
         match self.pieces.as_slice() {
             [] => Some(""),
             [Piece::Text(text)] => Some(text),
@@ -124,7 +158,7 @@ impl ArgTemplate {
         }
     }
 
-    pub(super) fn render(&self, block: &WireBlock) -> String {
+    fn render(&self, block: &WireBlock) -> String {
         let render = |piece: &Piece| match piece {
             Piece::Text(text) => text.clone(),
             Piece::Field(field) => field.render(block),
@@ -160,7 +194,20 @@ fn lookup(argument: &str, name: &str) -> Result<Field, CommandError> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::user_code::test_util::block;
+    use crate::protocol::WireRoi;
+
+    fn block(id: u64) -> WireBlock {
+        let roi = |offset: [i64; 3], shape: [i64; 3]| WireRoi {
+            offset: offset.to_vec(),
+            shape: shape.to_vec(),
+        };
+        WireBlock {
+            task_id: "predict".into(),
+            block_id: id,
+            read_roi: roi([0, 64, 128], [32, 32, 32]),
+            write_roi: roi([8, 72, 136], [16, 16, 16]),
+        }
+    }
 
     fn render(argument: &str) -> String {
         ArgTemplate::parse(argument).unwrap().render(&block(17))
@@ -205,5 +252,18 @@ mod tests {
                 }
             );
         }
+    }
+
+    #[test]
+    fn a_command_is_checked_whole_and_knows_its_program() {
+        let empty: [&str; 0] = [];
+        assert_eq!(CommandTemplate::parse(&empty), Err(CommandError::Empty));
+        let err = CommandTemplate::parse(&["predict", "{blok_id}"]).unwrap_err();
+        assert!(matches!(&err, CommandError::UnknownPlaceholder { name, .. } if name == "blok_id"));
+        let command = CommandTemplate::parse(&["predict", "{block_id}"]).unwrap();
+        assert_eq!(command.program(), Some("predict"));
+        assert_eq!(command.render(&block(3)), ["predict", "3"]);
+        let per_block = CommandTemplate::parse(&["run-{task_id}"]).unwrap();
+        assert_eq!(per_block.program(), None);
     }
 }
