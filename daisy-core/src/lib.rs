@@ -1,4 +1,5 @@
 //! daisy-core: the shared model of daisy.
+//! (How the crates fit together: docs/architecture.md.)
 //!
 //! Geometry (`Coordinate`, `Roi`), blocks and their ids, the task spec the
 //! scheduler needs, the blockwise dependency graph, the scheduler state

@@ -1,4 +1,5 @@
 //! daisy-driver: the process that owns a run.
+//! (How the crates fit together: docs/architecture.md.)
 //!
 //! It reads the pipeline file, plans the blockwise graph, hands blocks out
 //! and records what finished so a re-run resumes.

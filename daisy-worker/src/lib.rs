@@ -1,4 +1,5 @@
 //! daisy-worker: connects to a driver and runs user code on blocks.
+//! (How the crates fit together: docs/architecture.md.)
 //!
 //! # Layout
 //! - [`client`]: one connection to the driver ([`Client`]): handshake,

@@ -1,6 +1,6 @@
 //! How daisy starts and cancels workers: the [`Launcher`] trait and its
 //! backends: local processes, SLURM's sbatch, LSF's bsub, and SLURM's REST
-//! API (slurmrestd).
+//! API (slurmrestd). (How the crates fit together: docs/architecture.md.)
 //!
 //! A launcher is deliberately small, like HyperQueue's `QueueHandler`:
 //! start one worker, one batched check of which jobs ended, cancel. It

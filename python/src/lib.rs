@@ -1,4 +1,5 @@
 //! `daisy_rs._native`: the Rust half of the `daisy_rs` Python package.
+//! (How the crates fit together: docs/architecture.md.)
 //!
 //! It holds no scheduler of its own: `driver_main` is `daisy-driver`'s
 //! command line and `worker_main` is `daisy-worker`'s, run inside the
