@@ -21,10 +21,10 @@ pub(crate) const BJOBS_FORMAT: &str = "jobid jobindex stat exit_code";
 
 /// One LSF job or array element: `12345` (index 0) or `12345[3]`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub(crate) struct Element {
-    pub job: u64,
+pub struct Element {
+    pub(crate) job: u64,
     /// The array index, from 1; 0 for a job that is not an array.
-    pub index: u32,
+    pub(crate) index: u32,
 }
 
 /// How LSF names it, the form bjobs and bkill take: `12345[3]`.
