@@ -17,30 +17,29 @@ use std::time::Duration;
 
 use crate::arrays;
 use crate::pacing::{Backoff, Paced, Pacing};
-use crate::{JobEnd, JobId, LaunchError, Launcher, WorkerRequest};
+use crate::{JobEnd, JobId, JobScript, LaunchError, Launcher, WorkerRequest};
 
 /// One kind of cluster scheduler, as the launcher needs it. Methods may
 /// block for the scheduler's answer (they run on the driver's launcher
 /// thread); each logs what went wrong in its own terms.
 pub trait Queue: Send {
     /// One worker's job, as the scheduler knows it (an array element).
-    type Job: Clone + Send;
+    type Job: QueueJob;
 
     /// The backend's name for logs and events ("sbatch").
     const NAME: &'static str;
 
-    /// How the job is reported and recorded ("24_3", "777[2]").
-    fn job_id(job: &Self::Job) -> JobId;
+    /// The job script of `group` (consecutive worker ids of one task) as
+    /// one array, as `plan` shows it and the launcher keeps it.
+    const JOB_SCRIPT: ScriptRenderer;
 
-    /// Reads a [`JobId`] as [`Queue::job_id`] writes it (an earlier run's).
-    fn parse_job_id(id: &JobId) -> Option<Self::Job>;
-
-    /// Submits `group` (consecutive worker ids of one task) as one array,
+    /// Submits `group` as one array with its `script` (already written),
     /// retrying transient failures after each of `delays`; one job per
     /// worker, in order.
     fn submit(
         &mut self,
         group: &[WorkerRequest],
+        script: JobScript,
         delays: &[Duration],
     ) -> Result<Vec<Self::Job>, LaunchError>;
 
@@ -60,6 +59,19 @@ pub trait Queue: Send {
     /// when none of its elements stays.
     fn cancel(&mut self, jobs: &[Self::Job], staying: &[&Self::Job], delays: &[Duration]);
 }
+
+/// A job as a [`Queue`] tracks it, and its name both ways.
+pub trait QueueJob: Clone + Send + Sized {
+    /// How the job is reported and recorded ("24_3", "777[2]").
+    fn job_id(&self) -> JobId;
+
+    /// Reads a [`JobId`] as [`QueueJob::job_id`] writes it (an earlier
+    /// run's), or `None` when it names no such job.
+    fn from_job_id(id: &JobId) -> Option<Self>;
+}
+
+/// Renders the job script of a group of workers.
+pub type ScriptRenderer = fn(&[WorkerRequest]) -> Result<JobScript, LaunchError>;
 
 /// Submitted workers not yet reported ended: worker id → job.
 pub type Jobs<J> = BTreeMap<u64, J>;
@@ -109,9 +121,9 @@ impl<Q: Queue> ClusterLauncher<Q> {
     /// One result per request of a group: its job id, or the group's error.
     fn submit_array(&mut self, group: &[WorkerRequest]) -> Vec<Result<JobId, LaunchError>> {
         let first = &group[0];
-        match self.queue.submit(group, &self.pacing.retry_delays) {
+        match self.submit(group) {
             Ok(jobs) => {
-                let ids: Vec<JobId> = jobs.iter().map(Q::job_id).collect();
+                let ids: Vec<JobId> = jobs.iter().map(QueueJob::job_id).collect();
                 let (task, workers, job) = (&first.task_id, group.len(), &ids[0]);
                 tracing::info!(launcher = Q::NAME, %task, first = first.worker_id, workers, %job, "submitted worker array");
                 let workers = group.iter().map(|request| request.worker_id);
@@ -140,8 +152,7 @@ impl<Q: Queue> ClusterLauncher<Q> {
         self.queue
             .cancel(&jobs, &staying, &self.pacing.retry_delays);
         for (worker, job) in cancelled {
-            self.ended
-                .push((worker, Q::job_id(&job), JobEnd::Cancelled));
+            self.ended.push((worker, job.job_id(), JobEnd::Cancelled));
         }
     }
 
@@ -150,12 +161,19 @@ impl<Q: Queue> ClusterLauncher<Q> {
         self.cancel_workers(&workers);
     }
 
+    /// Writes the group's job script, then submits it.
+    fn submit(&mut self, group: &[WorkerRequest]) -> Result<Vec<Q::Job>, LaunchError> {
+        let script = (Q::JOB_SCRIPT)(group)?;
+        script.write()?;
+        self.queue.submit(group, script, &self.pacing.retry_delays)
+    }
+
     /// Removes the ended workers and returns their reports.
     fn take_ended(&mut self, ends: Vec<(u64, JobEnd)>) -> Vec<(u64, JobId, JobEnd)> {
         ends.into_iter()
             .filter_map(|(worker, end)| {
                 let job = self.jobs.remove(&worker)?;
-                Some((worker, Q::job_id(&job), end))
+                Some((worker, job.job_id(), end))
             })
             .collect()
     }
@@ -216,7 +234,7 @@ impl<Q: Queue> Launcher for ClusterLauncher<Q> {
     /// those still queued or running. Nothing is known of their arrays'
     /// other elements, so each is cancelled by itself, never a whole array.
     fn cancel_earlier_jobs(&mut self, jobs: &[JobId]) -> Vec<JobId> {
-        let wanted: Vec<Q::Job> = jobs.iter().filter_map(Q::parse_job_id).collect();
+        let wanted: Vec<Q::Job> = jobs.iter().filter_map(QueueJob::from_job_id).collect();
         if wanted.is_empty() {
             return Vec::new();
         }
@@ -232,7 +250,7 @@ impl<Q: Queue> Launcher for ClusterLauncher<Q> {
             self.queue
                 .cancel(&live, &staying, &self.pacing.retry_delays);
         }
-        live.iter().map(Q::job_id).collect()
+        live.iter().map(QueueJob::job_id).collect()
     }
 }
 

@@ -14,7 +14,8 @@
 use std::collections::BTreeSet;
 use std::fmt;
 
-use crate::JobEnd;
+use crate::queue::QueueJob;
+use crate::{JobEnd, JobId};
 
 /// The `-o` format asked for; [`parse_states`] reads these columns.
 pub(crate) const BJOBS_FORMAT: &str = "jobid jobindex stat exit_code";
@@ -51,6 +52,17 @@ impl Element {
             job: job.parse().ok()?,
             index,
         })
+    }
+}
+
+/// `12345[3]`, both ways.
+impl QueueJob for Element {
+    fn job_id(&self) -> JobId {
+        JobId(self.to_string())
+    }
+
+    fn from_job_id(id: &JobId) -> Option<Self> {
+        Element::parse(&id.0)
     }
 }
 

@@ -47,13 +47,9 @@ use std::io;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-#[cfg(test)]
-use crate::pacing::Paced;
-use crate::queue::{ClusterLauncher, Jobs, Queue};
+use crate::queue::{ClusterLauncher, Jobs, Queue, ScriptRenderer};
 use crate::retry::{self, CallError};
-#[cfg(test)]
-use crate::Launcher;
-use crate::{JobEnd, JobId, LaunchError, WorkerRequest};
+use crate::{JobEnd, JobScript, LaunchError, WorkerRequest};
 use bjobs::{Element, ElementState, StatesReport};
 use commands::{Invocation, LsfCommands, Output};
 
@@ -128,23 +124,15 @@ impl BsubLauncher {
 impl Queue for Bsub {
     type Job = Element;
     const NAME: &'static str = "bsub";
+    const JOB_SCRIPT: ScriptRenderer = script::job_script;
 
-    fn job_id(job: &Element) -> JobId {
-        JobId(job.to_string())
-    }
-
-    fn parse_job_id(id: &JobId) -> Option<Element> {
-        Element::parse(&id.0)
-    }
-
-    /// Renders and writes the group's script, then one `bsub < script`.
+    /// One `bsub < script`.
     fn submit(
         &mut self,
         group: &[WorkerRequest],
+        script: JobScript,
         delays: &[Duration],
     ) -> Result<Vec<Element>, LaunchError> {
-        let script = script::job_script(group)?;
-        script.write()?;
         let job = self.bsub(&group[0], &script.path, delays)?;
         Ok((1..=group.len() as u32)
             .map(|index| Element { job, index })

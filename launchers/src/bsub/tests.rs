@@ -10,6 +10,7 @@ use std::path::PathBuf;
 
 use super::*;
 use crate::ClusterOptions;
+use crate::{JobId, Launcher, Paced};
 
 /// Records its arguments, stdin, DAISY_CONTEXT and directory, then acts
 /// out the next line of `bsub.plan`: `down`, `refuse`, `garbage`, or a

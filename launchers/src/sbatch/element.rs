@@ -6,6 +6,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use super::squeue::{self, Record};
+use crate::queue::QueueJob;
 use crate::JobId;
 
 /// Element `index` of array job `array`.
@@ -28,20 +29,22 @@ impl Element {
         }
     }
 
-    pub(crate) fn job_id(&self) -> JobId {
+    fn key(&self) -> (&str, u32) {
+        (&self.array, self.index)
+    }
+}
+
+/// `24_3`, both ways.
+impl QueueJob for Element {
+    fn job_id(&self) -> JobId {
         JobId(format!("{}_{}", self.array, self.index))
     }
 
-    /// Reads `24_3`, as [`Element::job_id`] writes it.
-    pub(crate) fn parse(id: &JobId) -> Option<Self> {
+    fn from_job_id(id: &JobId) -> Option<Self> {
         match squeue::parse_job_id(&id.0)? {
             (array, indices) if indices.len() == 1 => Some(Self::new(&array, indices[0])),
             _ => None,
         }
-    }
-
-    fn key(&self) -> (&str, u32) {
-        (&self.array, self.index)
     }
 }
 
@@ -87,9 +90,9 @@ mod tests {
     #[test]
     fn job_ids_read_back_as_elements() {
         let element = Element::new("24", 3);
-        assert_eq!(Element::parse(&element.job_id()), Some(element));
+        assert_eq!(Element::from_job_id(&element.job_id()), Some(element));
         for other in ["24", "24_[1-2]", "24_3.batch", "x_1"] {
-            assert_eq!(Element::parse(&JobId(other.into())), None, "{other}");
+            assert_eq!(Element::from_job_id(&JobId(other.into())), None, "{other}");
         }
     }
 
@@ -105,8 +108,8 @@ mod tests {
     fn only_listed_active_elements_are_live() {
         let listing =
             squeue::parse_squeue("24_0|25|RUNNING\n24_[1-2]|24|PENDING\n31_0|32|COMPLETED\n");
-        let wanted =
-            ["24_0", "24_2", "24_5", "31_0"].map(|id| Element::parse(&JobId(id.into())).unwrap());
+        let wanted = ["24_0", "24_2", "24_5", "31_0"]
+            .map(|id| Element::from_job_id(&JobId(id.into())).unwrap());
         let live: Vec<JobId> = live(&listing, &wanted)
             .iter()
             .map(Element::job_id)

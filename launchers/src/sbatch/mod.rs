@@ -56,13 +56,9 @@ use std::ffi::OsString;
 use std::path::Path;
 use std::time::Duration;
 
-#[cfg(test)]
-use crate::pacing::Paced;
-use crate::queue::{ClusterLauncher, Jobs, Queue};
+use crate::queue::{ClusterLauncher, Jobs, Queue, QueueJob, ScriptRenderer};
 use crate::retry::{self, CallError};
-#[cfg(test)]
-use crate::Launcher;
-use crate::{JobEnd, JobId, LaunchError, WorkerRequest};
+use crate::{JobEnd, JobScript, LaunchError, WorkerRequest};
 use commands::{Failure, Invocation, SlurmCommands};
 use element::Element;
 use squeue::Record;
@@ -154,23 +150,15 @@ impl SbatchLauncher {
 impl Queue for Sbatch {
     type Job = Element;
     const NAME: &'static str = "sbatch";
+    const JOB_SCRIPT: ScriptRenderer = script::job_script;
 
-    fn job_id(job: &Element) -> JobId {
-        job.job_id()
-    }
-
-    fn parse_job_id(id: &JobId) -> Option<Element> {
-        Element::parse(id)
-    }
-
-    /// Renders and writes the group's script, then one sbatch call.
+    /// One sbatch call.
     fn submit(
         &mut self,
         group: &[WorkerRequest],
+        script: JobScript,
         delays: &[Duration],
     ) -> Result<Vec<Element>, LaunchError> {
-        let script = script::job_script(group)?;
-        script.write()?;
         let array = self.sbatch(&group[0], &script.path, group.len(), delays)?;
         // The last element of an array to start keeps the array's id, so
         // the only element of an array of one is known by it from the start.

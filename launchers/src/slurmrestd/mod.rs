@@ -71,16 +71,12 @@ mod job;
 
 use std::time::Duration;
 
-#[cfg(test)]
-use crate::pacing::Paced;
-use crate::queue::{ClusterLauncher, Jobs, Queue};
+use crate::queue::{ClusterLauncher, Jobs, Queue, QueueJob, ScriptRenderer};
 use crate::retry::{self, CallError};
 use crate::sbatch::element::{self, Element};
 use crate::sbatch::{script, squeue};
 use crate::template::JobScript;
-#[cfg(test)]
-use crate::Launcher;
-use crate::{JobEnd, JobId, LaunchError, WorkerRequest};
+use crate::{JobEnd, LaunchError, WorkerRequest};
 use api::{errno, JobProperties, JobSubmission};
 use client::{Failure, Refusal, RestClient};
 
@@ -191,22 +187,18 @@ impl Queue for Slurmrestd {
     type Job = Element;
     const NAME: &'static str = "slurmrestd";
 
-    fn job_id(job: &Element) -> JobId {
-        job.job_id()
-    }
+    /// The sbatch backend's script, kept for the record: slurmrestd does
+    /// not read its `#SBATCH` lines, they become job properties.
+    const JOB_SCRIPT: ScriptRenderer = script::job_script;
 
-    fn parse_job_id(id: &JobId) -> Option<Element> {
-        Element::parse(id)
-    }
-
-    /// Renders and keeps the group's script, then one `POST /job/submit`.
+    /// The script's directives as job properties, then one
+    /// `POST /job/submit`.
     fn submit(
         &mut self,
         group: &[WorkerRequest],
+        script: JobScript,
         delays: &[Duration],
     ) -> Result<Vec<Element>, LaunchError> {
-        let script = script::job_script(group)?;
-        script.write()?;
         let job = job_properties(group, &script, &self.base_env)?;
         let submission = JobSubmission {
             script: script.text,

@@ -30,6 +30,7 @@ use super::job::{self, job_for};
 use super::*;
 use crate::sbatch::squeue::ExitCode;
 use crate::ClusterOptions;
+use crate::{JobId, Launcher, Paced};
 
 const SECRET: &str = "tok-5ecr3t";
 
