@@ -2,8 +2,8 @@
 //! job runs (partition, account, qos), for how long, and how its job
 //! script is made.
 //!
-//! They are shared by the cluster backends (sbatch now; bsub and
-//! slurmrestd later) and resolved by the driver, per task, from the
+//! They are shared by the cluster backends (sbatch, bsub and
+//! slurmrestd) and resolved by the driver, per task, from the
 //! pipeline's `[launcher]` section and the task's overrides, so a launcher
 //! receives one finished [`ClusterOptions`] in each
 //! [`WorkerRequest`](crate::WorkerRequest). The local backend ignores them.

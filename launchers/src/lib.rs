@@ -3,7 +3,10 @@
 //! API (slurmrestd). (How the crates fit together: docs/architecture.md.)
 //!
 //! A launcher is deliberately small, like HyperQueue's `QueueHandler`:
-//! start one worker, one batched check of which jobs ended, cancel. It
+//! start one worker, one batched check of which jobs ended, cancel. The
+//! three cluster backends are one `ClusterLauncher` each over a
+//! `Queue` (module `queue`), which says only how that scheduler
+//! submits, reports and cancels; retrying is module `retry`'s. It
 //! never decides how many workers a task gets (the driver's resource
 //! budget and `max_workers` do), and what it reports about its jobs is a
 //! safety net: a worker is alive while its connection to the driver is,
@@ -22,6 +25,8 @@ mod bsub;
 mod cluster;
 mod local;
 mod pacing;
+mod queue;
+mod retry;
 mod sbatch;
 mod slurmrestd;
 mod template;
@@ -33,11 +38,10 @@ pub use bsub::{
 };
 pub use cluster::ClusterOptions;
 pub use local::{command_line as local_command_line, LocalLauncher, DEFAULT_GRACE};
-pub use pacing::{Paced, Pacing};
+pub use pacing::{Paced, Pacing, DEFAULT_POLL_INTERVAL, DEFAULT_RETRY_DELAYS, MAX_BACKOFF};
 pub use sbatch::{
     job_script as sbatch_job_script, SbatchLauncher, SchedulerCalls, BUILTIN_WORKER_TEMPLATE,
-    DEFAULT_COMMAND_TIMEOUT, DEFAULT_POLL_INTERVAL, DEFAULT_RETRY_DELAYS, MAX_BACKOFF,
-    PLACEHOLDERS, SLURM_COMMANDS,
+    DEFAULT_COMMAND_TIMEOUT, PLACEHOLDERS, SLURM_COMMANDS,
 };
 pub use slurmrestd::{
     job_script as slurmrestd_job_script, SlurmrestdCalls, SlurmrestdConfigError,

@@ -1,9 +1,24 @@
 //! What every cluster backend (sbatch, bsub, slurmrestd) sets the same
-//! way: how often it asks for job states, how it retries a failing
-//! submission or cancellation, and whether dropping it cancels its jobs.
+//! way: how often it asks for job states (and how it spaces them out after
+//! failures), how it retries a failing submission or cancellation, and
+//! whether dropping it cancels its jobs.
 
-use crate::{DEFAULT_POLL_INTERVAL, DEFAULT_RETRY_DELAYS};
-use std::time::Duration;
+use std::time::{Duration, Instant};
+
+/// How often the driver should poll the scheduler: often enough to notice
+/// a failed start within a minute, rarely enough not to load it.
+pub const DEFAULT_POLL_INTERVAL: Duration = Duration::from_secs(30);
+
+/// Pauses between attempts of a transiently failing submission or
+/// cancellation.
+pub const DEFAULT_RETRY_DELAYS: [Duration; 3] = [
+    Duration::from_secs(1),
+    Duration::from_secs(2),
+    Duration::from_secs(4),
+];
+
+/// The longest pause between status polls after repeated failures.
+pub const MAX_BACKOFF: Duration = Duration::from_secs(300);
 
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Pacing {
@@ -46,5 +61,29 @@ pub trait Paced: Sized {
     fn with_cancel_on_drop(mut self, cancel: bool) -> Self {
         self.pacing_mut().cancel_on_drop = cancel;
         self
+    }
+}
+
+/// Spacing of status polls after failures: a job is never declared dead
+/// because the scheduler was busy, and a busy scheduler is not asked
+/// again at once.
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct Backoff {
+    pub(crate) failures: u32,
+    resume_at: Option<Instant>,
+}
+
+impl Backoff {
+    pub(crate) fn waiting(&self) -> bool {
+        self.resume_at.is_some_and(|at| Instant::now() < at)
+    }
+
+    /// After the n-th failure in a row, waits `interval * 2^(n-1)` (capped
+    /// at [`MAX_BACKOFF`]) before the next attempt.
+    pub(crate) fn failed(&mut self, interval: Duration) {
+        self.failures += 1;
+        let factor = 1u32 << (self.failures - 1).min(16);
+        let pause = interval.saturating_mul(factor).min(MAX_BACKOFF);
+        self.resume_at = Some(Instant::now() + pause);
     }
 }

@@ -315,3 +315,24 @@ fn fifty_workers_cost_one_submission_and_a_poll_one_request() {
         squeue(&array_of(&jobs[0])).is_empty()
     });
 }
+
+#[test]
+fn a_new_launcher_cancels_the_jobs_an_earlier_one_left_queued() {
+    needs_slurmrestd("a_new_launcher_cancels_the_jobs_an_earlier_one_left...");
+    let (run, mut cleanup) = (Run::new("earlier"), JobCleanup::scancel());
+    let mut earlier = launcher().with_cancel_on_drop(false);
+    let jobs = start(&mut earlier, &run.requests(3, "true", held()), &mut cleanup);
+    drop(earlier);
+    let array = array_of(&jobs[0]);
+    let status = Command::new("scancel").arg(&jobs[2].0).status().unwrap();
+    assert!(status.success(), "one of them gone before the new launcher");
+
+    let mut later = launcher();
+    let mut cancelled = later.cancel_earlier_jobs(&jobs);
+    cancelled.sort();
+    assert_eq!(cancelled, jobs[..2], "the ones still queued, only");
+    assert_eq!(later.calls().polls, 1, "one listing for all");
+    wait_for("the queue to forget them", || squeue(&array).is_empty());
+    let unknown = [JobId("not-a-job".into())];
+    assert!(later.cancel_earlier_jobs(&unknown).is_empty());
+}

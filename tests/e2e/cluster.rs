@@ -312,26 +312,43 @@ mod slurmrestd {
 
     #[test]
     fn a_pipeline_runs_through_slurmrestd() {
-        needs_slurm("slurmrestd chain");
+        let env = slurmrestd_env("slurmrestd chain");
+        let dir = TestDir::new();
+        dir.write("p.toml", &cluster_pipeline("slurmrestd", "rest", ""));
+        let mut driver = cluster_driver(&dir, "p.toml");
+        driver.envs(env);
+        run_ok(&mut driver);
+        assert_eq!(ran(&dir).len(), 24);
+        wait_until_gone(&job_ids(&dir.join("daisy_run/rest")));
+    }
+
+    #[test]
+    fn a_new_driver_cancels_the_slurmrestd_jobs_a_killed_driver_left_queued() {
+        let env = slurmrestd_env("earlier slurmrestd jobs");
+        let dir = TestDir::new();
+        assert_earlier_jobs_cancelled(&dir, "slurmrestd", "\"--hold\"", &env);
+    }
+
+    /// `SLURM_JWT` and `SLURMRESTD_URL` for a driver; fails `test` when
+    /// SLURM or slurmrestd is not there.
+    fn slurmrestd_env(test: &str) -> Vec<(String, String)> {
+        needs_slurm(test);
         let url =
             std::env::var("SLURMRESTD_URL").unwrap_or_else(|_| "http://127.0.0.1:6820".into());
         let address = url.trim_start_matches("http://").to_string();
         if std::net::TcpStream::connect(&address).is_err() {
             missing(
-                "slurmrestd chain",
+                test,
                 &format!("no slurmrestd at {url}"),
                 "start one with `DAISY_SLURM_RESTD=1 bash ci/slurm/start-local-slurm.sh`, or set SLURMRESTD_URL",
             );
         }
         let token = run_ok(Command::new("scontrol").args(["token", "lifespan=600"]));
         let jwt = token.trim().trim_start_matches("SLURM_JWT=").to_string();
-        let dir = TestDir::new();
-        dir.write("p.toml", &cluster_pipeline("slurmrestd", "rest", ""));
-        let mut driver = cluster_driver(&dir, "p.toml");
-        driver.env("SLURM_JWT", jwt).env("SLURMRESTD_URL", &url);
-        run_ok(&mut driver);
-        assert_eq!(ran(&dir).len(), 24);
-        wait_until_gone(&job_ids(&dir.join("daisy_run/rest")));
+        vec![
+            ("SLURM_JWT".to_string(), jwt),
+            ("SLURMRESTD_URL".to_string(), url),
+        ]
     }
 }
 
@@ -387,7 +404,7 @@ fn assert_earlier_jobs_cancelled(dir: &TestDir, kind: &str, hold: &str, env: &[(
     let mut expected = left.clone();
     expected.sort();
     assert_eq!(recorded, expected);
-    if kind == "sbatch" {
+    if kind != "bsub" {
         wait_until_gone(&left);
     }
     let pid = nix::unistd::Pid::from_raw(second.0.id() as i32);

@@ -14,17 +14,18 @@
 use std::collections::BTreeSet;
 use std::fmt;
 
-use crate::JobEnd;
+use crate::queue::QueueJob;
+use crate::{JobEnd, JobId};
 
 /// The `-o` format asked for; [`parse_states`] reads these columns.
 pub(crate) const BJOBS_FORMAT: &str = "jobid jobindex stat exit_code";
 
 /// One LSF job or array element: `12345` (index 0) or `12345[3]`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub(crate) struct Element {
-    pub job: u64,
+pub struct Element {
+    pub(crate) job: u64,
     /// The array index, from 1; 0 for a job that is not an array.
-    pub index: u32,
+    pub(crate) index: u32,
 }
 
 /// How LSF names it, the form bjobs and bkill take: `12345[3]`.
@@ -51,6 +52,17 @@ impl Element {
             job: job.parse().ok()?,
             index,
         })
+    }
+}
+
+/// `12345[3]`, both ways.
+impl QueueJob for Element {
+    fn job_id(&self) -> JobId {
+        JobId(self.to_string())
+    }
+
+    fn from_job_id(id: &JobId) -> Option<Self> {
+        Element::parse(&id.0)
     }
 }
 

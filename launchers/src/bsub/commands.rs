@@ -1,5 +1,6 @@
 //! Running LSF's commands: finding bsub, bjobs and bkill, running one with
-//! a bounded wait, and retrying what failed for passing reasons.
+//! a bounded wait, and telling what failed for passing reasons (the
+//! retrying is `retry.rs`'s).
 //!
 //! The wait is bounded because LSF's commands never give up by themselves
 //! while mbatchd is unreachable ("... still trying"), and the launcher
@@ -156,99 +157,9 @@ fn wait_at_most(child: &mut Child, timeout: Duration) -> io::Result<Option<ExitS
     }
 }
 
-/// The outcome of one try.
-#[derive(Debug)]
-pub(crate) enum Attempt<T> {
-    Done(T),
-    /// Failed for a passing reason, with LSF's message.
-    Transient(String),
-    /// Refused, with LSF's message: trying again will not help.
-    Permanent(String),
-}
-
-/// Why the tries ended without success: the last message, and whether it
-/// was a refusal (`permanent`) or passing trouble that outlasted them.
-#[derive(Debug, PartialEq, Eq)]
-pub(crate) struct Failure {
-    pub message: String,
-    pub permanent: bool,
-}
-
-/// Calls `attempt` until it is done or refused, pausing for each of
-/// `delays` in turn after a transient failure (so one try more than
-/// pauses).
-pub(crate) fn with_retries<T>(
-    delays: &[Duration],
-    mut attempt: impl FnMut() -> Attempt<T>,
-) -> Result<T, Failure> {
-    let mut delays = delays.iter();
-    loop {
-        let message = match attempt() {
-            Attempt::Done(value) => return Ok(value),
-            Attempt::Permanent(message) => {
-                return Err(Failure {
-                    message,
-                    permanent: true,
-                })
-            }
-            Attempt::Transient(message) => message,
-        };
-        let Some(delay) = delays.next() else {
-            return Err(Failure {
-                message,
-                permanent: false,
-            });
-        };
-        tracing::warn!(%message, retry_in = ?delay, "LSF did not answer; retrying");
-        std::thread::sleep(*delay);
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    const NO_PAUSES: [Duration; 4] = [Duration::ZERO; 4];
-
-    #[test]
-    fn transient_failures_are_retried_until_success() {
-        let mut tries = 0;
-        let result = with_retries(&NO_PAUSES, || {
-            tries += 1;
-            match tries {
-                1 | 2 => Attempt::Transient("LSF is down. Please wait ...".into()),
-                _ => Attempt::Done(tries),
-            }
-        });
-        assert_eq!(result, Ok(3));
-    }
-
-    #[test]
-    fn a_refusal_is_not_retried() {
-        let mut tries = 0;
-        let result: Result<(), _> = with_retries(&NO_PAUSES, || {
-            tries += 1;
-            Attempt::Permanent("nosuch: No such queue. Job not submitted.".into())
-        });
-        assert_eq!(tries, 1);
-        let failure = result.unwrap_err();
-        assert!(failure.permanent && failure.message.contains("No such queue"));
-    }
-
-    #[test]
-    fn trouble_outlasting_the_pauses_is_a_transient_failure() {
-        let mut tries = 0;
-        let result: Result<(), _> = with_retries(&NO_PAUSES[..2], || {
-            tries += 1;
-            Attempt::Transient(format!("LSF is down ({tries})"))
-        });
-        assert_eq!(tries, 3, "one try and a retry after each pause");
-        let expected = Failure {
-            message: "LSF is down (3)".into(),
-            permanent: false,
-        };
-        assert_eq!(result.unwrap_err(), expected);
-    }
 
     #[test]
     fn a_command_reads_its_stdin_file_and_gets_environment_and_directory() {

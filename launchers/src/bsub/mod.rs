@@ -24,8 +24,10 @@
 //! `Failed` when LSF recorded none), ZOMBI and UNKWN → `Failed`; a job
 //! LSF says "is not found" (finished longer ago than its CLEAN_PERIOD)
 //! ended in a way nobody can tell any more: `Failed`. Each end is
-//! reported once. A bjobs that fails or says LSF is down reports nothing:
-//! a job is never declared dead because LSF was busy.
+//! reported once. A bjobs that fails or says LSF is down reports nothing
+//! and makes later polls back off (doubling, up to
+//! [`MAX_BACKOFF`](crate::MAX_BACKOFF)): a job is never declared dead
+//! because LSF was busy.
 //!
 //! `cancel` makes ONE `bkill` call with every element (`12345[1-3,7]`) and
 //! reports the workers as `Cancelled` at the next poll. bsub and bkill
@@ -42,14 +44,14 @@ mod script;
 use std::collections::{BTreeMap, BTreeSet};
 use std::ffi::OsString;
 use std::io;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use crate::arrays::{self, ArrayBackend};
-use crate::pacing::{Paced, Pacing};
-use crate::{JobEnd, JobId, LaunchError, Launcher, WorkerRequest};
+use crate::queue::{ClusterLauncher, Jobs, Queue, ScriptRenderer};
+use crate::retry::{self, CallError};
+use crate::{JobEnd, JobScript, LaunchError, WorkerRequest};
 use bjobs::{Element, ElementState, StatesReport};
-use commands::{Attempt, Invocation, LsfCommands, Output};
+use commands::{Invocation, LsfCommands, Output};
 
 pub use commands::COMMANDS as LSF_COMMANDS;
 pub use script::{
@@ -70,15 +72,24 @@ pub struct LsfCalls {
 }
 
 /// Starts workers as LSF job-array elements; see the module doc.
-pub struct BsubLauncher {
+pub type BsubLauncher = ClusterLauncher<Bsub>;
+
+/// LSF's commands as a [`Queue`]; see the module doc.
+pub struct Bsub {
     lsf: LsfCommands,
-    /// Submitted workers not yet reported ended, by worker id.
-    jobs: BTreeMap<u64, Element>,
-    /// Ends recorded by `cancel`, handed out by the next `poll_ended`.
-    ended: Vec<(u64, JobId, JobEnd)>,
-    pacing: Pacing,
     command_timeout: Duration,
     calls: LsfCalls,
+}
+
+/// Why bsub will not submit, whatever the retries.
+#[derive(Debug)]
+enum Refusal {
+    /// bsub could not be started at all.
+    Spawn(io::Error),
+    /// LSF refused the job; its message.
+    Lsf(String),
+    /// bsub succeeded without printing a job id; its stdout.
+    NoJobId(String),
 }
 
 impl BsubLauncher {
@@ -90,61 +101,103 @@ impl BsubLauncher {
     /// A launcher using the LSF commands found on `path` (a PATH value);
     /// the error names every missing command and the path searched.
     pub fn with_path(path: Option<OsString>) -> Result<Self, LaunchError> {
-        Ok(Self {
+        Ok(Self::over(Bsub {
             lsf: LsfCommands::find(path)?,
-            jobs: BTreeMap::new(),
-            ended: Vec::new(),
-            pacing: Pacing::default(),
             command_timeout: crate::DEFAULT_COMMAND_TIMEOUT,
             calls: LsfCalls::default(),
-        })
+        }))
     }
 
     /// Kills an LSF command running longer than `timeout` (LSF's commands
     /// keep "still trying" forever while mbatchd is unreachable).
     pub fn with_command_timeout(mut self, timeout: Duration) -> Self {
-        self.command_timeout = timeout;
+        self.queue.command_timeout = timeout;
         self
     }
 
     /// The LSF calls made so far.
     pub fn calls(&self) -> LsfCalls {
-        self.calls
+        self.queue.calls
+    }
+}
+
+impl Queue for Bsub {
+    type Job = Element;
+    const NAME: &'static str = "bsub";
+    const JOB_SCRIPT: ScriptRenderer = script::job_script;
+
+    /// One `bsub < script`.
+    fn submit(
+        &mut self,
+        group: &[WorkerRequest],
+        script: JobScript,
+        delays: &[Duration],
+    ) -> Result<Vec<Element>, LaunchError> {
+        let job = self.bsub(&group[0], &script.path, delays)?;
+        Ok((1..=group.len() as u32)
+            .map(|index| Element { job, index })
+            .collect())
     }
 
-    /// One result per request of a group: its job id, or the group's error.
-    fn submit_array(&mut self, group: &[WorkerRequest]) -> Vec<Result<JobId, LaunchError>> {
-        match self.submit_group(group) {
-            Ok(job) => (1..=group.len() as u32)
-                .map(|index| Ok(JobId(Element { job, index }.to_string())))
-                .collect(),
-            Err(error) => {
-                tracing::warn!(task = %group[0].task_id, %error, "cannot submit workers");
-                let copies: Vec<_> = (1..group.len())
-                    .map(|_| Err(arrays::copy_error(&error)))
-                    .collect();
-                std::iter::once(Err(error)).chain(copies).collect()
-            }
+    /// One bjobs call about every tracked array.
+    fn ended(&mut self, jobs: &mut Jobs<Element>) -> Result<Vec<(u64, JobEnd)>, String> {
+        let report = self.bjobs(jobs.values())?;
+        let states = report
+            .elements
+            .iter()
+            .map(|(element, state)| (element, state));
+        let states: BTreeMap<&Element, &ElementState> = states.collect();
+        let end = |element| end_of(element, &states, &report);
+        let ends = jobs
+            .iter()
+            .filter_map(|(worker, element)| Some((*worker, end(element)?)));
+        Ok(ends.collect())
+    }
+
+    fn live(&mut self, jobs: &[Element]) -> Option<Vec<Element>> {
+        let report = self.bjobs(jobs.iter()).ok()?;
+        let live = |element: &&Element| {
+            let listed = report
+                .elements
+                .iter()
+                .find(|(listed, _)| listed == *element);
+            listed.is_some_and(|(_, state)| !matches!(state, ElementState::Ended(_)))
+        };
+        Some(jobs.iter().filter(live).copied().collect())
+    }
+
+    /// One bkill call for every element, retried while LSF is
+    /// unreachable; jobs that already finished are no failure. LSF's
+    /// index lists make arrays cheap to name, so `staying` does not matter.
+    fn cancel(&mut self, jobs: &[Element], _staying: &[&Element], delays: &[Duration]) {
+        let call = Invocation {
+            args: bjobs::job_arguments(&jobs.iter().copied().collect()),
+            ..Invocation::default()
+        };
+        let (program, timeout) = (&self.lsf.bkill, self.command_timeout);
+        let attempt = || match commands::run(program, &call, timeout) {
+            Ok(output) => bkill_reply(output),
+            Err(error) => Err(CallError::Permanent(format!(
+                "cannot run {}: {error}",
+                program.display()
+            ))),
+        };
+        if let Err(failure) = retry::retrying(delays, &mut self.calls.cancels, "bkill", attempt) {
+            let ids = &call.args;
+            tracing::error!(?ids, %failure, "bkill failed; these jobs may still run");
         }
     }
+}
 
-    /// Submits one group of workers as one array and records its elements.
-    fn submit_group(&mut self, group: &[WorkerRequest]) -> Result<u64, LaunchError> {
-        let first = &group[0];
-        let script = script::job_script(group)?;
-        script.write()?;
-        let job = self.bsub(first, &script.path)?;
-        for (request, index) in group.iter().zip(1..) {
-            self.jobs.insert(request.worker_id, Element { job, index });
-        }
-        let (task, workers) = (&first.task_id, group.len());
-        tracing::info!(%task, first = first.worker_id, workers, job, "submitted worker array");
-        Ok(job)
-    }
-
+impl Bsub {
     /// Runs `bsub < script` with the request's environment and working
     /// directory, retried while LSF is unreachable; returns the job id.
-    fn bsub(&mut self, first: &WorkerRequest, script: &Path) -> Result<u64, LaunchError> {
+    fn bsub(
+        &mut self,
+        first: &WorkerRequest,
+        script: &Path,
+        delays: &[Duration],
+    ) -> Result<u64, LaunchError> {
         let call = Invocation {
             stdin: Some(script),
             env: &first.env,
@@ -152,41 +205,21 @@ impl BsubLauncher {
             ..Invocation::default()
         };
         let (program, timeout) = (&self.lsf.bsub, self.command_timeout);
-        let (calls, mut spawn_error) = (&mut self.calls.submissions, None);
-        let result = commands::with_retries(&self.pacing.retry_delays, || {
-            *calls += 1;
-            commands::run(program, &call, timeout)
-                .map_or_else(|e| spawn_failed(e, &mut spawn_error), bsub_attempt)
-        });
-        if let Some(source) = spawn_error {
-            return Err(LaunchError::Spawn {
-                program: program.clone(),
-                working_dir: first.working_dir.clone(),
-                source,
-            });
-        }
-        match result {
-            Ok(Ok(job)) => Ok(job),
-            Ok(Err(output)) => Err(LaunchError::UnexpectedOutput {
-                command: "bsub",
-                output,
-            }),
-            Err(failure) => Err(LaunchError::Submit {
-                stderr: failure.message,
-                permanent: failure.permanent,
-            }),
-        }
+        let attempt = || match commands::run(program, &call, timeout) {
+            Ok(output) => bsub_reply(output),
+            Err(source) => Err(CallError::Permanent(Refusal::Spawn(source))),
+        };
+        retry::retrying(delays, &mut self.calls.submissions, "bsub", attempt)
+            .map_err(|failure| submit_error(failure, program, first))
     }
 
-    /// One bjobs call about every tracked array, or `None` when it gave no
+    /// One bjobs call about the arrays of `elements`, or why it gave no
     /// usable answer (LSF down, the command killed or missing).
-    fn query_states(&mut self) -> Option<StatesReport> {
-        let jobs: BTreeSet<u64> = self.jobs.values().map(|element| element.job).collect();
-        self.bjobs(&jobs)
-    }
-
-    /// One bjobs call about `jobs`, as [`Self::query_states`].
-    fn bjobs(&mut self, jobs: &BTreeSet<u64>) -> Option<StatesReport> {
+    fn bjobs<'a>(
+        &mut self,
+        elements: impl Iterator<Item = &'a Element>,
+    ) -> Result<StatesReport, String> {
+        let jobs: BTreeSet<u64> = elements.map(|element| element.job).collect();
         let mut args: Vec<String> = ["-a", "-noheader", "-o", bjobs::BJOBS_FORMAT]
             .map(String::from)
             .into();
@@ -196,214 +229,77 @@ impl BsubLauncher {
             args,
             ..Invocation::default()
         };
-        let output = match commands::run(&self.lsf.bjobs, &call, self.command_timeout) {
-            Ok(output) => output,
-            Err(error) => {
-                tracing::warn!(%error, "cannot run bjobs; no job is declared ended this time");
-                return None;
-            }
-        };
-        usable_report(&output)
-    }
-
-    /// Removes the workers whose elements the report shows ended (or LSF
-    /// forgot) and returns their reports.
-    fn take_ended(&mut self, report: &StatesReport) -> Vec<(u64, JobId, JobEnd)> {
-        let states: BTreeMap<&Element, &ElementState> = report
-            .elements
-            .iter()
-            .map(|(element, state)| (element, state))
-            .collect();
-        let ends: Vec<(u64, JobEnd)> = self
-            .jobs
-            .iter()
-            .filter_map(|(worker, element)| Some((*worker, end_of(element, &states, report)?)))
-            .collect();
-        ends.into_iter()
-            .filter_map(|(worker, end)| {
-                let element = self.jobs.remove(&worker)?;
-                Some((worker, JobId(element.to_string()), end))
-            })
-            .collect()
-    }
-
-    /// One bkill call for `elements`, retried while LSF is unreachable;
-    /// jobs that already finished are no failure.
-    fn bkill(&mut self, elements: &BTreeSet<Element>) {
-        let call = Invocation {
-            args: bjobs::job_arguments(elements),
-            ..Invocation::default()
-        };
-        let (program, timeout, calls) = (
-            &self.lsf.bkill,
-            self.command_timeout,
-            &mut self.calls.cancels,
-        );
-        let result = commands::with_retries(&self.pacing.retry_delays, || {
-            *calls += 1;
-            match commands::run(program, &call, timeout) {
-                Ok(output) => bkill_attempt(output),
-                Err(error) => {
-                    Attempt::Permanent(format!("cannot run {}: {error}", program.display()))
-                }
-            }
-        });
-        if let Err(failure) = result {
-            let (ids, message) = (&call.args, failure.message);
-            tracing::error!(?ids, %message, "bkill failed; these jobs may still run");
+        match commands::run(&self.lsf.bjobs, &call, self.command_timeout) {
+            Ok(output) => usable_report(&output),
+            Err(error) => Err(format!("cannot run bjobs: {error}")),
         }
     }
 }
 
-impl Paced for BsubLauncher {
-    fn pacing_mut(&mut self) -> &mut Pacing {
-        &mut self.pacing
-    }
-}
-
-impl ArrayBackend for BsubLauncher {
-    fn tracks(&self, worker_id: u64) -> bool {
-        self.jobs.contains_key(&worker_id)
-    }
-
-    fn start_group(&mut self, group: &[WorkerRequest]) -> Vec<Result<JobId, LaunchError>> {
-        self.submit_array(group)
-    }
-}
-
-impl Launcher for BsubLauncher {
-    fn name(&self) -> &'static str {
-        "bsub"
-    }
-
-    fn start(&mut self, request: &WorkerRequest) -> Result<JobId, LaunchError> {
-        arrays::start_one(self, request)
-    }
-
-    fn start_many(&mut self, requests: &[WorkerRequest]) -> Vec<Result<JobId, LaunchError>> {
-        arrays::start_in_arrays(self, requests)
-    }
-
-    fn poll_interval(&self) -> Duration {
-        self.pacing.poll_interval
-    }
-
-    fn poll_ended(&mut self) -> Vec<(u64, JobId, JobEnd)> {
-        let mut ended = std::mem::take(&mut self.ended);
-        if self.jobs.is_empty() {
-            return ended;
-        }
-        if let Some(report) = self.query_states() {
-            ended.extend(self.take_ended(&report));
-        }
-        ended
-    }
-
-    fn cancel(&mut self, worker_ids: &[u64]) {
-        let cancelled: Vec<(u64, Element)> = worker_ids
-            .iter()
-            .filter_map(|worker| Some((*worker, self.jobs.remove(worker)?)))
-            .collect();
-        if cancelled.is_empty() {
-            return;
-        }
-        self.bkill(&cancelled.iter().map(|(_, element)| *element).collect());
-        for (worker, element) in cancelled {
-            self.ended
-                .push((worker, JobId(element.to_string()), JobEnd::Cancelled));
-        }
-    }
-
-    fn cancel_all(&mut self) {
-        let workers: Vec<u64> = self.jobs.keys().copied().collect();
-        self.cancel(&workers);
-    }
-
-    fn cancel_earlier_jobs(&mut self, jobs: &[JobId]) -> Vec<JobId> {
-        let wanted: BTreeSet<Element> = jobs.iter().filter_map(|j| Element::parse(&j.0)).collect();
-        let arrays: BTreeSet<u64> = wanted.iter().map(|element| element.job).collect();
-        if arrays.is_empty() {
-            return Vec::new();
-        }
-        let Some(report) = self.bjobs(&arrays) else {
-            return Vec::new();
-        };
-        let live: BTreeSet<Element> = report
-            .elements
-            .iter()
-            .filter(|(element, state)| {
-                wanted.contains(element) && !matches!(state, ElementState::Ended(_))
-            })
-            .map(|(element, _)| *element)
-            .collect();
-        if !live.is_empty() {
-            self.bkill(&live);
-        }
-        live.iter()
-            .map(|element| JobId(element.to_string()))
-            .collect()
-    }
-}
-
-/// Dropping the launcher kills its jobs (unless told not to), so a driver
-/// that returns or unwinds leaves no worker queued.
-impl Drop for BsubLauncher {
-    fn drop(&mut self) {
-        if self.pacing.cancel_on_drop {
-            self.cancel_all();
-        }
-    }
-}
-
-/// A bsub run's outcome: the job id, bsub's stdout when it succeeded
-/// without the submission line, or LSF's message.
-fn bsub_attempt(output: Output) -> Attempt<Result<u64, String>> {
+/// A bsub run's outcome: the job id, or why there is none.
+fn bsub_reply(output: Output) -> Result<u64, CallError<Refusal>> {
     if output.succeeded() {
         let submitted = replies::parse_submitted(&output.stdout);
-        return Attempt::Done(submitted.map(|s| s.job).ok_or(output.stdout));
+        let no_job_id = || CallError::Permanent(Refusal::NoJobId(output.stdout.clone()));
+        return submitted.map(|s| s.job).ok_or_else(no_job_id);
     }
     match output.is_transient() {
-        true => Attempt::Transient(output.message()),
-        false => Attempt::Permanent(output.message()),
+        true => Err(CallError::Transient(output.message())),
+        false => Err(CallError::Permanent(Refusal::Lsf(output.message()))),
     }
 }
 
-/// bsub could not even be started: kept for a `Spawn` error, not retried.
-fn spawn_failed<T>(error: io::Error, slot: &mut Option<io::Error>) -> Attempt<T> {
-    let message = error.to_string();
-    *slot = Some(error);
-    Attempt::Permanent(message)
+/// The error for a failed bsub: LSF's message, and whether retrying later
+/// could help.
+fn submit_error(failure: CallError<Refusal>, bsub: &Path, first: &WorkerRequest) -> LaunchError {
+    match failure {
+        CallError::Permanent(Refusal::Spawn(source)) => LaunchError::Spawn {
+            program: PathBuf::from(bsub),
+            working_dir: first.working_dir.clone(),
+            source,
+        },
+        CallError::Permanent(Refusal::NoJobId(output)) => LaunchError::UnexpectedOutput {
+            command: "bsub",
+            output,
+        },
+        CallError::Permanent(Refusal::Lsf(stderr)) => LaunchError::Submit {
+            stderr,
+            permanent: true,
+        },
+        CallError::Transient(stderr) => LaunchError::Submit {
+            stderr,
+            permanent: false,
+        },
+    }
 }
 
 /// A bkill run's outcome; "already finished" and "no matching job" lines
 /// (exit status 255) mean there was nothing left to kill.
-fn bkill_attempt(output: Output) -> Attempt<()> {
+fn bkill_reply(output: Output) -> Result<(), CallError<String>> {
     if output.is_transient() {
-        return Attempt::Transient(output.message());
+        return Err(CallError::Transient(output.message()));
     }
     let problems = replies::bkill_problems(&output.stderr);
     let said_why = !output.stderr.trim().is_empty();
     match (problems.is_empty(), output.succeeded() || said_why) {
-        (true, true) => Attempt::Done(()),
-        (true, false) => Attempt::Permanent(output.message()),
-        (false, _) => Attempt::Permanent(problems.join("; ")),
+        (true, true) => Ok(()),
+        (true, false) => Err(CallError::Permanent(output.message())),
+        (false, _) => Err(CallError::Permanent(problems.join("; "))),
     }
 }
 
 /// The report, unless bjobs failed without telling anything about the
 /// jobs (then no job may be declared ended on its word).
-fn usable_report(output: &Output) -> Option<StatesReport> {
+fn usable_report(output: &Output) -> Result<StatesReport, String> {
     let report = bjobs::parse_states(&output.stdout, &output.stderr);
     let told = !report.elements.is_empty() || !report.not_found.is_empty();
     if output.is_transient() || !(output.succeeded() || told) {
-        let message = output.message();
-        tracing::warn!(%message, "bjobs failed; no job is declared ended this time");
-        return None;
+        return Err(format!("bjobs failed: {}", output.message()));
     }
     if !report.unreadable.is_empty() {
         tracing::warn!(lines = ?report.unreadable, "bjobs printed lines that are not job states");
     }
-    Some(report)
+    Ok(report)
 }
 
 /// How `element` ended, if the report says it did: its final state, or

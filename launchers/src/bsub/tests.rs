@@ -10,6 +10,7 @@ use std::path::PathBuf;
 
 use super::*;
 use crate::ClusterOptions;
+use crate::{JobId, Launcher, Paced};
 
 /// Records its arguments, stdin, DAISY_CONTEXT and directory, then acts
 /// out the next line of `bsub.plan`: `down`, `refuse`, `garbage`, or a
@@ -278,7 +279,11 @@ fn pending_and_held_workers_keep_their_slots() {
 fn lsf_down_during_a_poll_ends_nothing() {
     let lsf = FakeLsf::new();
     lsf.plan(&["777"]);
-    let mut launcher = lsf.launcher().with_cancel_on_drop(false);
+    // No pause after a failed poll, so that every poll asks bjobs.
+    let mut launcher = lsf
+        .launcher()
+        .with_cancel_on_drop(false)
+        .with_poll_interval(Duration::ZERO);
     launcher.start_many(&lsf.workers(0, 2));
     lsf.bjobs("", "LSF is down. Please wait ...\n", 255);
     assert!(launcher.poll_ended().is_empty());
@@ -293,6 +298,18 @@ fn lsf_down_during_a_poll_ends_nothing() {
         2,
         "the workers were still tracked"
     );
+}
+
+#[test]
+fn lsf_down_makes_the_next_polls_wait() {
+    let lsf = FakeLsf::new();
+    lsf.plan(&["777"]);
+    let mut launcher = lsf.launcher().with_cancel_on_drop(false);
+    launcher.start_many(&lsf.workers(0, 2));
+    lsf.bjobs("", "LSF is down. Please wait ...\n", 255);
+    assert!(launcher.poll_ended().is_empty());
+    assert!(launcher.poll_ended().is_empty(), "backing off: no bjobs");
+    assert_eq!(launcher.calls().status, 1);
 }
 
 #[test]

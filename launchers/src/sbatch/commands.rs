@@ -1,7 +1,7 @@
 //! Running SLURM's commands: finding them on PATH once, running one with
 //! a timeout (a SLURM client retries for up to a minute when slurmctld is
-//! unreachable), telling transient failures from permanent ones, and
-//! retrying the transient ones with backoff.
+//! unreachable) and telling transient failures from permanent ones (the
+//! retrying is `retry.rs`'s).
 //!
 //! Nothing here knows what the commands mean; the launcher does.
 
@@ -12,6 +12,7 @@ use std::process::{Child, Command, Stdio};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
+use crate::retry::CallError;
 use crate::LaunchError;
 
 /// The SLURM commands the launcher uses, in the order they are looked for.
@@ -92,12 +93,6 @@ impl<'a> Invocation<'a> {
             cwd: None,
         }
     }
-
-    /// The program's file name, for messages ("sbatch").
-    pub fn name(&self) -> String {
-        let name = self.program.file_name().unwrap_or(self.program.as_os_str());
-        name.to_string_lossy().into_owned()
-    }
 }
 
 /// Why a command gave no usable answer.
@@ -134,6 +129,23 @@ impl Failure {
     }
 }
 
+impl std::fmt::Display for Failure {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.message())
+    }
+}
+
+impl Failure {
+    /// For [`retrying`](crate::retry::retrying): transient with SLURM's message, or the
+    /// failure itself when retrying cannot help.
+    pub fn classified(self) -> CallError<Failure> {
+        match self.is_transient() {
+            true => CallError::Transient(self.message()),
+            false => CallError::Permanent(self),
+        }
+    }
+}
+
 /// Whether SLURM's `stderr` reports a transient failure.
 pub fn is_transient(stderr: &str) -> bool {
     let stderr = stderr.to_ascii_lowercase();
@@ -154,32 +166,6 @@ pub fn run(invocation: &Invocation, timeout: Duration) -> Result<String, Failure
             code: status.code(),
             stderr,
         }),
-    }
-}
-
-/// [`run`], retried after each of `delays` while the failure is
-/// transient; `count` is incremented for every attempt.
-pub fn run_retrying(
-    invocation: &Invocation,
-    timeout: Duration,
-    delays: &[Duration],
-    count: &mut u64,
-) -> Result<String, Failure> {
-    let mut delays = delays.iter();
-    loop {
-        *count += 1;
-        let failure = match run(invocation, timeout) {
-            Ok(stdout) => return Ok(stdout),
-            Err(failure) => failure,
-        };
-        match delays.next() {
-            Some(delay) if failure.is_transient() => {
-                let (command, message) = (invocation.name(), failure.message());
-                tracing::warn!(command, %message, ?delay, "transient SLURM failure; retrying");
-                std::thread::sleep(*delay);
-            }
-            _ => return Err(failure),
-        }
     }
 }
 
@@ -311,10 +297,15 @@ mod tests {
         );
         let mut count = 0;
         let delays = [Duration::ZERO; 3];
-        let _ = run_retrying(&refused, Duration::from_secs(5), &delays, &mut count);
+        let timeout = Duration::from_secs(5);
+        let run_retrying = |invocation: &Invocation, count: &mut u64| {
+            let run = || run(invocation, timeout).map_err(Failure::classified);
+            crate::retry::retrying(&delays, count, "test", run)
+        };
+        let _ = run_retrying(&refused, &mut count);
         assert_eq!(count, 1);
         let busy = Invocation::new(sh, ["-c", "echo 'Socket timed out' >&2; exit 1"]);
-        let _ = run_retrying(&busy, Duration::from_secs(5), &delays, &mut count);
+        let _ = run_retrying(&busy, &mut count);
         assert_eq!(count, 1 + 4, "one try and three retries");
     }
 

@@ -5,6 +5,7 @@
 
 use super::*;
 use crate::ClusterOptions;
+use crate::{JobId, Launcher, Paced};
 use std::os::unix::fs::PermissionsExt;
 use std::path::PathBuf;
 

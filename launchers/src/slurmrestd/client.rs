@@ -20,6 +20,7 @@ use super::api::{
     self, errno, ApiError, JobInfo, JobSubmission, JobsResponse, Reply, SubmitResponse,
 };
 use super::SlurmrestdConfigError;
+use crate::retry::CallError;
 use crate::sbatch::commands::is_transient;
 
 /// What to do about a refused or expired token, for every auth error.
@@ -27,12 +28,14 @@ pub const RENEW_ADVICE: &str = "JWTs expire: get a new one with `scontrol token 
     lifespan=<seconds>` (as the user the jobs run as), export it as SLURM_JWT \
     (`export $(scontrol token lifespan=86400)`) and restart the driver";
 
-/// Why a call failed, by what the launcher should do about it.
+/// Why a call failed: transient (no answer, slurmctld unreachable: worth
+/// trying again later) or a [`Refusal`].
+pub type Failure = CallError<Refusal>;
+
+/// Why slurmrestd will not do what was asked, by what the launcher
+/// should do about it.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Failure {
-    /// No answer (refused, reset, timed out) or slurmctld unreachable:
-    /// worth trying again later.
-    Transient(String),
+pub enum Refusal {
     /// The token was refused or has expired: nothing works until the
     /// user renews it.
     Auth(String),
@@ -46,15 +49,19 @@ pub enum Failure {
     Unexpected(String),
 }
 
+impl std::fmt::Display for Refusal {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Refusal::Auth(message) | Refusal::Unexpected(message) => f.write_str(message),
+            Refusal::Refused { message, .. } => f.write_str(message),
+        }
+    }
+}
+
 impl Failure {
     /// The message for logs and errors.
-    pub fn message(&self) -> &str {
-        match self {
-            Failure::Transient(message) | Failure::Auth(message) | Failure::Unexpected(message) => {
-                message
-            }
-            Failure::Refused { message, .. } => message,
-        }
+    pub fn message(&self) -> String {
+        self.to_string()
     }
 }
 
@@ -153,10 +160,10 @@ impl RestClient {
             .duration_since(UNIX_EPOCH)
             .map_or(0, |since| since.as_secs());
         match self.expires {
-            Some(expires) if expires <= now => Err(Failure::Auth(format!(
+            Some(expires) if expires <= now => Err(Failure::Permanent(Refusal::Auth(format!(
                 "SLURM_JWT expired {} s ago; {RENEW_ADVICE}",
                 now - expires
-            ))),
+            )))),
             _ => Ok(()),
         }
     }
@@ -232,20 +239,20 @@ fn accepted_remarks(reply: &SubmitResponse) -> String {
 /// What a refusal means; `user` is who the headers claim to be.
 pub fn classify(status: u16, errors: &[ApiError], user: &str) -> Failure {
     if status == 401 || status == 403 {
-        return Failure::Auth(format!(
+        return Failure::Permanent(Refusal::Auth(format!(
             "slurmrestd refused the credentials (HTTP {status}): it needs the user name \
              ({user}) and a valid token; {RENEW_ADVICE}"
-        ));
+        )));
     }
     let message = match errors.is_empty() {
         true => format!("HTTP {status} without an error message"),
         false => api::error_text(errors),
     };
     if api::has_errno(errors, errno::ZERO_BYTES) {
-        return Failure::Auth(format!(
+        return Failure::Permanent(Refusal::Auth(format!(
             "slurmctld closed the connection ({message}), which is how it refuses a token \
              it cannot verify (wrong, or made for another user than {user}); {RENEW_ADVICE}"
-        ));
+        )));
     }
     if api::has_errno(errors, errno::UNSPECIFIED) {
         return Failure::Transient(format!(
@@ -268,10 +275,10 @@ fn refused(message: String, errors: &[ApiError]) -> Failure {
         ),
         false => message,
     };
-    Failure::Refused {
+    Failure::Permanent(Refusal::Refused {
         message,
         errors: errors.to_vec(),
-    }
+    })
 }
 
 /// A body that is not slurmrestd's JSON: from a proxy or a restarting
@@ -280,9 +287,9 @@ fn not_json(status: u16, body: &str, error: &serde_json::Error) -> Failure {
     let start: String = body.trim().chars().take(200).collect();
     match status {
         500.. => Failure::Transient(format!("HTTP {status}: {start:?}")),
-        _ => Failure::Unexpected(format!(
+        _ => Failure::Permanent(Refusal::Unexpected(format!(
             "HTTP {status}, not v0.0.38 JSON ({error}): {start:?}"
-        )),
+        ))),
     }
 }
 
@@ -296,7 +303,7 @@ fn transport_failure(error: &reqwest::Error) -> Failure {
         source = cause.source();
     }
     match error.is_builder() {
-        true => Failure::Unexpected(message),
+        true => Failure::Permanent(Refusal::Unexpected(message)),
         false => Failure::Transient(message),
     }
 }

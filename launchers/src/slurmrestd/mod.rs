@@ -35,7 +35,8 @@
 //!
 //! `cancel` makes one `DELETE /job/{id}` per array (per element when other
 //! elements of the array stay) and reports the workers as `Cancelled` at
-//! the next poll. Submissions and cancellations that fail transiently
+//! the next poll. `cancel_earlier_jobs` lists the jobs once and makes one
+//! `DELETE` per element of an earlier run still queued or running. Submissions and cancellations that fail transiently
 //! (connection refused, timeout, slurmctld unreachable) are retried after
 //! each of the retry delays. Every request times out after
 //! [`SLURMRESTD_REQUEST_TIMEOUT`].
@@ -68,17 +69,16 @@ mod api;
 mod client;
 mod job;
 
-use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
-use crate::arrays::{self, ArrayBackend};
-use crate::pacing::{Paced, Pacing};
-use crate::sbatch::squeue::{self, Record};
-use crate::sbatch::{script, Backoff};
+use crate::queue::{ClusterLauncher, Jobs, Queue, QueueJob, ScriptRenderer};
+use crate::retry::{self, CallError};
+use crate::sbatch::element::{self, Element};
+use crate::sbatch::{script, squeue};
 use crate::template::JobScript;
-use crate::{JobEnd, JobId, LaunchError, Launcher, WorkerRequest};
+use crate::{JobEnd, LaunchError, WorkerRequest};
 use api::{errno, JobProperties, JobSubmission};
-use client::{Failure, RestClient};
+use client::{Failure, Refusal, RestClient};
 
 /// Where slurmrestd is looked for when `SLURMRESTD_URL` is not set.
 pub const DEFAULT_SLURMRESTD_URL: &str = "http://127.0.0.1:6820";
@@ -139,30 +139,14 @@ pub enum SlurmrestdConfigError {
 
 /// Starts workers as SLURM job-array elements through slurmrestd; see the
 /// module doc.
-pub struct SlurmrestdLauncher {
+pub type SlurmrestdLauncher = ClusterLauncher<Slurmrestd>;
+
+/// slurmrestd as a [`Queue`]; see the module doc.
+pub struct Slurmrestd {
     client: RestClient,
-    /// Submitted workers not yet reported ended, by worker id.
-    jobs: BTreeMap<u64, Element>,
-    /// Ends recorded by `cancel`, handed out by the next `poll_ended`.
-    ended: Vec<(u64, JobId, JobEnd)>,
     /// Every job's environment, before the request's own.
     base_env: Vec<(String, String)>,
-    pacing: Pacing,
-    backoff: Backoff,
     calls: SlurmrestdCalls,
-}
-
-/// One worker's job: element `index` of array job `array`.
-#[derive(Clone, Debug, PartialEq, Eq)]
-struct Element {
-    array: String,
-    index: u32,
-}
-
-impl Element {
-    fn job_id(&self) -> JobId {
-        JobId(format!("{}_{}", self.array, self.index))
-    }
 }
 
 impl SlurmrestdLauncher {
@@ -170,15 +154,11 @@ impl SlurmrestdLauncher {
     /// `unix:/path/to/socket`), acting as `user` with JWT `token`. Jobs
     /// get the driver's [`FORWARDED_ENV`] as they are now.
     pub fn new(base_url: &str, user: &str, token: &str) -> Result<Self, SlurmrestdConfigError> {
-        Ok(Self {
+        Ok(Self::over(Slurmrestd {
             client: RestClient::new(base_url, user, token, SLURMRESTD_REQUEST_TIMEOUT)?,
-            jobs: BTreeMap::new(),
-            ended: Vec::new(),
             base_env: forwarded_env(|name| std::env::var(name).ok()),
-            pacing: Pacing::default(),
-            backoff: Backoff::default(),
             calls: SlurmrestdCalls::default(),
-        })
+        }))
     }
 
     /// A launcher configured by the environment: `SLURMRESTD_URL`
@@ -193,60 +173,81 @@ impl SlurmrestdLauncher {
     /// [`FORWARDED_ENV`] (for a driver whose PATH means nothing on the
     /// compute nodes). Never put SLURM_JWT here.
     pub fn with_environment(mut self, env: Vec<(String, String)>) -> Self {
-        self.base_env = env;
+        self.queue.base_env = env;
         self
     }
 
     /// The slurmrestd requests made so far.
     pub fn calls(&self) -> SlurmrestdCalls {
-        self.calls
+        self.queue.calls
     }
+}
 
-    /// One result per request of a group: its job id, or the group's error.
-    fn submit_array(&mut self, group: &[WorkerRequest]) -> Vec<Result<JobId, LaunchError>> {
-        match self.submit_group(group) {
-            Ok(array) => (0..group.len())
-                .map(|index| Ok(JobId(format!("{array}_{index}"))))
-                .collect(),
-            Err(error) => {
-                tracing::warn!(task = %group[0].task_id, %error, "cannot submit workers");
-                let mut results: Vec<_> = (1..group.len())
-                    .map(|_| Err(arrays::copy_error(&error)))
-                    .collect();
-                results.insert(0, Err(error));
-                results
-            }
-        }
-    }
+impl Queue for Slurmrestd {
+    type Job = Element;
+    const NAME: &'static str = "slurmrestd";
 
-    /// Submits one group of workers as one array and records its elements.
-    fn submit_group(&mut self, group: &[WorkerRequest]) -> Result<String, LaunchError> {
-        let first = &group[0];
-        let script = script::job_script(group)?;
-        script.write()?;
+    /// The sbatch backend's script, kept for the record: slurmrestd does
+    /// not read its `#SBATCH` lines, they become job properties.
+    const JOB_SCRIPT: ScriptRenderer = script::job_script;
+
+    /// The script's directives as job properties, then one
+    /// `POST /job/submit`.
+    fn submit(
+        &mut self,
+        group: &[WorkerRequest],
+        script: JobScript,
+        delays: &[Duration],
+    ) -> Result<Vec<Element>, LaunchError> {
         let job = job_properties(group, &script, &self.base_env)?;
         let submission = JobSubmission {
             script: script.text,
             job,
         };
-        let array = self.submit(&submission)?.to_string();
-        for (index, request) in group.iter().enumerate() {
-            let element = Element {
-                array: array.clone(),
-                index: index as u32,
-            };
-            self.jobs.insert(request.worker_id, element);
-        }
-        let (task, workers) = (&first.task_id, group.len());
-        tracing::info!(%task, first = first.worker_id, workers, job = %array, "submitted worker array to slurmrestd");
-        Ok(array)
+        let array = self.submit_job(&submission, delays)?.to_string();
+        Ok((0..group.len() as u32)
+            .map(|index| Element::new(&array, index))
+            .collect())
     }
 
+    /// One `GET /jobs`; a tracked job it does not list ended unseen.
+    fn ended(&mut self, jobs: &mut Jobs<Element>) -> Result<Vec<(u64, JobEnd)>, String> {
+        let records = self.list_jobs()?;
+        let listed = element::listed(&records);
+        let end = |element: &Element| match listed.get(&(element.array.as_str(), element.index)) {
+            Some(record) => squeue::job_end(&record.state, record.exit),
+            None => Some(unknown_end(element)),
+        };
+        let ends = jobs
+            .iter()
+            .filter_map(|(worker, element)| Some((*worker, end(element)?)));
+        Ok(ends.collect())
+    }
+
+    fn live(&mut self, jobs: &[Element]) -> Option<Vec<Element>> {
+        let records = self.list_jobs().ok()?;
+        Some(element::live(&records, jobs))
+    }
+
+    /// One `DELETE` per array, or per element of an array some of whose
+    /// elements stay.
+    fn cancel(&mut self, jobs: &[Element], staying: &[&Element], delays: &[Duration]) {
+        for id in element::cancel_ids(jobs, staying) {
+            self.delete(&id, delays);
+        }
+    }
+}
+
+impl Slurmrestd {
     /// Submits, retrying transient failures; the array job id.
-    fn submit(&mut self, submission: &JobSubmission) -> Result<u64, LaunchError> {
+    fn submit_job(
+        &mut self,
+        submission: &JobSubmission,
+        delays: &[Duration],
+    ) -> Result<u64, LaunchError> {
         let client = &self.client;
         let counter = &mut self.calls.submissions;
-        let (job, remarks) = retrying(&self.pacing.retry_delays, counter, "submission", || {
+        let (job, remarks) = retry::retrying(delays, counter, "slurmrestd submission", || {
             client.submit(submission)
         })
         .map_err(submit_error)?;
@@ -256,54 +257,30 @@ impl SlurmrestdLauncher {
         Ok(job)
     }
 
-    /// The job listing, or `None` when it failed (then later polls back
-    /// off); why it failed is logged.
-    fn query_jobs(&mut self) -> Option<Vec<Record>> {
+    /// Every job slurmctld lists, as records, or why there is no listing
+    /// (a refused token is also logged as an error: it will not pass).
+    fn list_jobs(&mut self) -> Result<Vec<squeue::Record>, String> {
         self.calls.polls += 1;
         match self.client.jobs() {
-            Ok(jobs) => Some(api::records(&jobs)),
-            Err(failure) => {
-                self.backoff.failed(self.pacing.poll_interval);
-                log_poll_failure(&failure, self.backoff.failures);
-                None
+            Ok(jobs) => Ok(api::records(&jobs)),
+            Err(failure @ CallError::Permanent(Refusal::Auth(_))) => {
+                tracing::error!(%failure, "slurmrestd refused the token; no job states until it is renewed");
+                Err(failure.message())
             }
+            Err(failure) => Err(format!("slurmrestd could not list jobs: {failure}")),
         }
-    }
-
-    /// Removes and reports the workers whose jobs ended, by the listing.
-    fn take_ended(&mut self, records: &[Record]) -> Vec<(u64, JobId, JobEnd)> {
-        let mut listed = BTreeMap::new();
-        for record in records {
-            for index in &record.indices {
-                listed.insert((record.job.as_str(), *index), record);
-            }
-        }
-        let mut ends = Vec::new();
-        for (worker, element) in &self.jobs {
-            let end = match listed.get(&(element.array.as_str(), element.index)) {
-                Some(record) => squeue::job_end(&record.state, record.exit),
-                None => Some(unknown_end(element)),
-            };
-            if let Some(end) = end {
-                ends.push((*worker, element.job_id(), end));
-            }
-        }
-        for (worker, _, _) in &ends {
-            self.jobs.remove(worker);
-        }
-        ends
     }
 
     /// Cancels job `id`, retrying transient failures; a job slurmctld no
     /// longer knows is already gone.
-    fn delete(&mut self, id: &str) {
+    fn delete(&mut self, id: &str, delays: &[Duration]) {
         let client = &self.client;
         let counter = &mut self.calls.cancels;
-        match retrying(&self.pacing.retry_delays, counter, "cancellation", || {
+        match retry::retrying(delays, counter, "slurmrestd cancellation", || {
             client.cancel(id)
         }) {
             Ok(()) => {}
-            Err(Failure::Refused { errors, .. })
+            Err(CallError::Permanent(Refusal::Refused { errors, .. }))
                 if api::has_errno(&errors, errno::INVALID_JOB_ID) =>
             {
                 tracing::debug!(
@@ -312,86 +289,8 @@ impl SlurmrestdLauncher {
                 );
             }
             Err(failure) => {
-                let message = failure.message();
-                tracing::error!(job = id, %message, "slurmrestd could not cancel the job; it may still run");
+                tracing::error!(job = id, %failure, "slurmrestd could not cancel the job; it may still run");
             }
-        }
-    }
-}
-
-impl Paced for SlurmrestdLauncher {
-    fn pacing_mut(&mut self) -> &mut Pacing {
-        &mut self.pacing
-    }
-}
-
-impl ArrayBackend for SlurmrestdLauncher {
-    fn tracks(&self, worker_id: u64) -> bool {
-        self.jobs.contains_key(&worker_id)
-    }
-
-    fn start_group(&mut self, group: &[WorkerRequest]) -> Vec<Result<JobId, LaunchError>> {
-        self.submit_array(group)
-    }
-}
-
-impl Launcher for SlurmrestdLauncher {
-    fn name(&self) -> &'static str {
-        "slurmrestd"
-    }
-
-    fn start(&mut self, request: &WorkerRequest) -> Result<JobId, LaunchError> {
-        arrays::start_one(self, request)
-    }
-
-    fn start_many(&mut self, requests: &[WorkerRequest]) -> Vec<Result<JobId, LaunchError>> {
-        arrays::start_in_arrays(self, requests)
-    }
-
-    fn poll_interval(&self) -> Duration {
-        self.pacing.poll_interval
-    }
-
-    fn poll_ended(&mut self) -> Vec<(u64, JobId, JobEnd)> {
-        let mut ended = std::mem::take(&mut self.ended);
-        if self.jobs.is_empty() || self.backoff.waiting() {
-            return ended;
-        }
-        if let Some(records) = self.query_jobs() {
-            self.backoff = Backoff::default();
-            ended.extend(self.take_ended(&records));
-        }
-        ended
-    }
-
-    fn cancel(&mut self, worker_ids: &[u64]) {
-        let cancelled: Vec<(u64, Element)> = worker_ids
-            .iter()
-            .filter_map(|worker| Some((*worker, self.jobs.remove(worker)?)))
-            .collect();
-        let remaining: BTreeSet<&str> = self.jobs.values().map(|e| e.array.as_str()).collect();
-        let ids = cancel_ids(cancelled.iter().map(|(_, element)| element), &remaining);
-        for id in ids {
-            self.delete(&id);
-        }
-        for (worker, element) in cancelled {
-            self.ended
-                .push((worker, element.job_id(), JobEnd::Cancelled));
-        }
-    }
-
-    fn cancel_all(&mut self) {
-        let workers: Vec<u64> = self.jobs.keys().copied().collect();
-        self.cancel(&workers);
-    }
-}
-
-/// Dropping the launcher cancels its jobs (unless told not to), so a
-/// driver that returns or unwinds leaves no worker queued.
-impl Drop for SlurmrestdLauncher {
-    fn drop(&mut self) {
-        if self.pacing.cancel_on_drop {
-            self.cancel_all();
         }
     }
 }
@@ -423,27 +322,6 @@ fn forwarded_env(lookup: impl Fn(&str) -> Option<String>) -> Vec<(String, String
         .collect()
 }
 
-/// Runs `call` until it succeeds, fails for good, or the delays ran out;
-/// each attempt counts in `counter`.
-fn retrying<T>(
-    delays: &[Duration],
-    counter: &mut u64,
-    what: &str,
-    mut call: impl FnMut() -> Result<T, Failure>,
-) -> Result<T, Failure> {
-    let mut delays = delays.iter();
-    loop {
-        *counter += 1;
-        match (call(), delays.next()) {
-            (Err(Failure::Transient(message)), Some(delay)) => {
-                tracing::warn!(what, %message, ?delay, "transient slurmrestd failure; retrying");
-                std::thread::sleep(*delay);
-            }
-            (result, _) => return result,
-        }
-    }
-}
-
 /// What the slurmrestd backend submits for a group of workers of one task:
 /// the sbatch backend's script, kept under the same name. A directive
 /// slurmrestd cannot express is refused, as a submission would refuse it.
@@ -469,27 +347,14 @@ fn job_properties(
 /// The launch error for a failed submission.
 fn submit_error(failure: Failure) -> LaunchError {
     match failure {
-        Failure::Unexpected(output) => LaunchError::UnexpectedOutput {
+        CallError::Permanent(Refusal::Unexpected(output)) => LaunchError::UnexpectedOutput {
             command: "slurmrestd POST /job/submit",
             output,
         },
         failure => LaunchError::Submit {
-            permanent: !matches!(failure, Failure::Transient(_)),
-            stderr: format!("slurmrestd: {}", failure.message()),
+            permanent: matches!(failure, CallError::Permanent(_)),
+            stderr: format!("slurmrestd: {failure}"),
         },
-    }
-}
-
-/// Logs why a job listing failed.
-fn log_poll_failure(failure: &Failure, failures: u32) {
-    let message = failure.message();
-    match failure {
-        Failure::Auth(_) => {
-            tracing::error!(%message, failures, "slurmrestd refused the token; no job states until it is renewed")
-        }
-        _ => {
-            tracing::warn!(%message, failures, "slurmrestd could not list jobs; no job is declared ended, backing off")
-        }
     }
 }
 
@@ -501,21 +366,6 @@ fn unknown_end(element: &Element) -> JobEnd {
         element.job_id()
     );
     JobEnd::Failed { reason }
-}
-
-/// What to DELETE: an array by its id when none of its elements stay
-/// tracked, else its cancelled elements one by one (`24_3`).
-fn cancel_ids<'a>(
-    cancelled: impl Iterator<Item = &'a Element>,
-    remaining: &BTreeSet<&str>,
-) -> Vec<String> {
-    let ids: BTreeSet<String> = cancelled
-        .map(|element| match remaining.contains(element.array.as_str()) {
-            true => element.job_id().0,
-            false => element.array.clone(),
-        })
-        .collect();
-    ids.into_iter().collect()
 }
 
 #[cfg(test)]

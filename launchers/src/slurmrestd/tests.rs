@@ -25,11 +25,12 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 
 use super::api::*;
-use super::client::{self, classify, Failure};
+use super::client::{self, classify, Failure, Refusal};
 use super::job::{self, job_for};
 use super::*;
 use crate::sbatch::squeue::ExitCode;
 use crate::ClusterOptions;
+use crate::{JobId, Launcher, Paced};
 
 const SECRET: &str = "tok-5ecr3t";
 
@@ -612,9 +613,9 @@ fn recorded_refusals_are_classified() {
     };
     let kind = |failure: &Failure| match failure {
         Failure::Transient(_) => "transient",
-        Failure::Auth(_) => "auth",
-        Failure::Refused { .. } => "refused",
-        Failure::Unexpected(_) => "unexpected",
+        Failure::Permanent(Refusal::Auth(_)) => "auth",
+        Failure::Permanent(Refusal::Refused { .. }) => "refused",
+        Failure::Permanent(Refusal::Unexpected(_)) => "unexpected",
     };
     let cases = [
         (
