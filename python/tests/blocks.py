@@ -37,3 +37,16 @@ def hang_on_block_0(block):
     touch(block)
     if block.block_id[1] == 0:
         time.sleep(3600)
+
+
+def serve(process):
+    """A worker function's loop: ``process`` every block of this worker's
+    own Client until there are none."""
+    import daisy_rs
+
+    client = daisy_rs.Client()
+    while True:
+        with client.acquire_block() as block:
+            if block is None:
+                break
+            process(block)

@@ -66,17 +66,12 @@ def test_a_worker_function_loads_once_and_serves_many_blocks(workdir):
     def start_worker():
         import os
 
-        from blocks import touch
+        from blocks import serve, touch
 
         loads = out_dir().parent / "loads"
         loads.mkdir(exist_ok=True)
         (loads / str(os.getpid())).write_text("model loaded")
-        client = daisy.Client()
-        while True:
-            with client.acquire_block() as block:
-                if block is None:
-                    break
-                touch(block)
+        serve(touch)
 
     task = grid_task("serve", start_worker, max_workers=2)
     assert daisy.run_blockwise([task], run_dir="run")

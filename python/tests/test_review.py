@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 
 import daisy_rs as daisy
-from blocks import out_dir, touch
+from blocks import out_dir, serve, touch
 from conftest import done_blocks
 from test_processes import TESTS_DIR, assert_nothing_left_in, start_script, wait_for
 
@@ -71,12 +71,7 @@ def skip_even_blocks(block):
 
 
 def touch_every_block():
-    client = daisy.Client()
-    while True:
-        with client.acquire_block() as block:
-            if block is None:
-                break
-            touch(block)
+    serve(touch)
 
 
 def test_a_worker_functions_check_function_skips_the_blocks_it_calls_done(workdir):
@@ -91,17 +86,12 @@ SERIAL_WORKER_FUNCTION = textwrap.dedent(
     """
     import sys
     import daisy_rs as daisy
-    from blocks import slow_touch
+    from blocks import serve, slow_touch
 
-    def serve():
-        client = daisy.Client()
-        while True:
-            with client.acquire_block() as block:
-                if block is None:
-                    break
-                slow_touch(block)
+    def start():
+        serve(slow_touch)
 
-    task = daisy.Task("serial", daisy.Roi((0,), (200,)), daisy.Roi((0,), (1,)), daisy.Roi((0,), (1,)), serve)
+    task = daisy.Task("serial", daisy.Roi((0,), (200,)), daisy.Roi((0,), (1,)), daisy.Roi((0,), (1,)), start)
     try:
         ok = daisy.run_blockwise([task], multiprocessing=False, run_dir="run")
     except KeyboardInterrupt:

@@ -70,19 +70,7 @@ fn fit_name(fit: Fit) -> &'static [u8] {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    /// Blocks read 30, write the middle 10, in a total region off the origin.
-    fn context_task() -> TaskSpec {
-        let roi = Roi::from_slices;
-        let mut spec = TaskSpec::new(
-            "t",
-            roi(&[-8, 0], &[100, 200]),
-            roi(&[0, 0], &[30, 30]),
-            roi(&[10, 10], &[10, 10]),
-        );
-        spec.fit = Fit::Shrink;
-        spec
-    }
+    use crate::done_marker::tests::context_task;
 
     /// Computed independently in Python, `prefix` being the separator:
     ///   m = hashlib.sha256(prefix)

@@ -28,7 +28,7 @@ fn simple_task(total: &[i64], block: &[i64]) -> TaskSpec {
 }
 
 /// Blocks read 30, write the middle 10, in a total region off the origin.
-fn context_task() -> TaskSpec {
+pub(super) fn context_task() -> TaskSpec {
     let mut spec = TaskSpec::new(
         "t",
         roi(&[-8, 0], &[100, 200]),
