@@ -66,7 +66,9 @@ pub struct Embedded {
 
 impl Embedded {
     fn new(task_id: &str, code: &TaskCode, timeout: Option<Duration>) -> Result<Self, String> {
-        let (watchdog, overdue) = timeout.map(Watchdog::start).unzip();
+        let watched = timeout.map(Watchdog::start).transpose();
+        let watched = watched.map_err(|e| format!("cannot start the block watchdog: {e}"))?;
+        let (watchdog, overdue) = watched.unzip();
         Ok(Self {
             code: embedded::code_for(task_id, code)?,
             watchdog,

@@ -41,16 +41,20 @@ pub struct LauncherThread {
 }
 
 impl LauncherThread {
-    pub fn spawn(launcher: Box<dyn Launcher>, events: UnboundedSender<LauncherEvent>) -> Self {
+    /// Starts the thread; fails only if the system has no thread to give
+    /// (a process limit), which ends the run before it starts.
+    pub fn spawn(
+        launcher: Box<dyn Launcher>,
+        events: UnboundedSender<LauncherEvent>,
+    ) -> std::io::Result<Self> {
         let (commands, inbox) = mpsc::channel();
         let thread = std::thread::Builder::new()
             .name("launcher".into())
-            .spawn(move || serve(launcher, inbox, events))
-            .expect("spawning the launcher thread");
-        Self {
+            .spawn(move || serve(launcher, inbox, events))?;
+        Ok(Self {
             commands,
             thread: Some(thread),
-        }
+        })
     }
 
     /// Starts workers of one task (consecutive worker ids: one job array).

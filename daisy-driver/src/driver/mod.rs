@@ -155,7 +155,8 @@ async fn serve(
     });
     let accept = tokio::spawn(accept_loop(listener, settings, events_tx));
     let (launcher_tx, launcher_rx) = mpsc::unbounded_channel();
-    let launcher = LauncherThread::spawn(launcher, launcher_tx);
+    let launcher =
+        LauncherThread::spawn(launcher, launcher_tx).context("starting the launcher thread")?;
     let mut driver = Driver::open(pipeline, run_dir, &options, launcher, context)?;
     driver.announce();
     let end = run_loop(&mut driver, events_rx, launcher_rx, stop).await;

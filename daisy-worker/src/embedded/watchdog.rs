@@ -24,16 +24,16 @@ pub struct Watchdog {
 
 impl Watchdog {
     /// A watchdog for blocks of at most `timeout`, and the receiver that
-    /// gets the first block found past it.
-    pub fn start(timeout: Duration) -> (Self, oneshot::Receiver<u64>) {
+    /// gets the first block found past it; fails only if no thread can be
+    /// started.
+    pub fn start(timeout: Duration) -> std::io::Result<(Self, oneshot::Receiver<u64>)> {
         let (overdue_tx, overdue_rx) = oneshot::channel();
         let state = Arc::new((Mutex::new(Deadlines::default()), Condvar::new()));
         let watched = Arc::clone(&state);
         std::thread::Builder::new()
             .name("daisy-block-watchdog".into())
-            .spawn(move || watch(&watched, overdue_tx))
-            .expect("spawning the block watchdog");
-        (Self { timeout, state }, overdue_rx)
+            .spawn(move || watch(&watched, overdue_tx))?;
+        Ok((Self { timeout, state }, overdue_rx))
     }
 
     pub fn timeout(&self) -> Duration {
@@ -100,7 +100,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_block_past_its_timeout_is_named_and_a_finished_one_is_not() {
-        let (watchdog, overdue) = Watchdog::start(Duration::from_millis(50));
+        let (watchdog, overdue) = Watchdog::start(Duration::from_millis(50)).unwrap();
         watchdog.started(1);
         watchdog.finished(1);
         watchdog.started(2);
