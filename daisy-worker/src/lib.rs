@@ -32,6 +32,25 @@ pub mod user_code;
 /// warnings (its stderr is a log file of the run).
 pub const DEFAULT_LOG: &str = "warn,daisy_worker=info,daisy_core=info";
 
+/// The driver's verbosity when RUST_LOG is unset: warnings and errors (a
+/// refused connection, an event log that cannot be written, a worker that
+/// did not start), never silence.
+pub const DRIVER_LOG: &str = "warn";
+
+/// Log lines on stderr, `default` unless RUST_LOG says otherwise, in
+/// colour on a terminal only (a launched process's stderr is a file).
+/// The first call in a process wins; later ones change nothing.
+pub fn init_logging(default: &str) {
+    use std::io::IsTerminal;
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::stderr().is_terminal())
+        .try_init();
+}
+
 pub use client::{Acquired, Client, ClientError, ConnectError, ConnectOpts};
 pub use runtime::{run, RunConfig, RunError, Stopped};
 

@@ -10,13 +10,11 @@
 
 use clap::Parser;
 use pyo3::prelude::*;
-use std::io::IsTerminal;
-use std::sync::Once;
 
 /// `daisy-driver ARGS…`; returns the exit status.
 #[pyfunction]
 pub fn driver_main(py: Python<'_>, args: Vec<String>) -> i32 {
-    init_logging(DRIVER_LOG);
+    daisy_worker::init_logging(daisy_worker::DRIVER_LOG);
     let argv = std::iter::once("daisy-driver".to_string()).chain(args);
     let cli = match daisy_driver::cli::Cli::try_parse_from(argv) {
         Ok(cli) => cli,
@@ -34,7 +32,7 @@ pub fn driver_main(py: Python<'_>, args: Vec<String>) -> i32 {
 /// `daisy-worker ARGS…`; returns the exit status.
 #[pyfunction]
 pub fn worker_main(py: Python<'_>, args: Vec<String>) -> i32 {
-    init_logging(daisy_worker::DEFAULT_LOG);
+    daisy_worker::init_logging(daisy_worker::DEFAULT_LOG);
     let argv = std::iter::once("daisy-worker".to_string()).chain(args);
     let cli = match daisy_worker::cli::Cli::try_parse_from(argv) {
         Ok(cli) => cli,
@@ -48,25 +46,6 @@ pub fn worker_main(py: Python<'_>, args: Vec<String>) -> i32 {
 fn usage_exit(usage: clap::Error) -> i32 {
     let _ = usage.print();
     usage.exit_code()
-}
-
-/// `daisy-driver`'s verbosity when RUST_LOG is unset.
-const DRIVER_LOG: &str = "warn";
-
-/// Log lines on stderr as the binaries write them, `default` unless
-/// RUST_LOG says otherwise; once per process.
-fn init_logging(default: &str) {
-    static INIT: Once = Once::new();
-    INIT.call_once(|| {
-        let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-            .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
-        let _ = tracing_subscriber::fmt()
-            .with_env_filter(filter)
-            .with_writer(std::io::stderr)
-            // Colours on a terminal only: a launched worker's stderr is a file.
-            .with_ansi(std::io::stderr().is_terminal())
-            .try_init();
-    });
 }
 
 /// Every problem `daisy-driver` finds in the pipeline `text` (JSON, named
