@@ -1,4 +1,4 @@
-//! Worker accounting by connection.
+//! Worker accounting by connection, and the budget shares workers hold.
 //!
 //! A worker slot is `Submitted → Connected → Gone(clean | lost | failed
 //! start)`. A submit command returning says nothing about a worker (an
@@ -7,15 +7,29 @@
 //! worker really works. Workers started by hand get a slot when they
 //! connect and never count against the budget.
 //!
+//! A launched slot owns its task's share of the [`Budget`]: it takes it
+//! when it is created (or when its requeued job comes back) and gives it
+//! back when it ends, once, so the two can never drift apart.
+//!
 //! Unclean exits (a failed start, a lost connection) count per task; a task
 //! may restart workers while it has had at most `max_worker_restarts` of
 //! them, and is abandoned once it has had more and no worker is left.
 
+use crate::budget::Budget;
 use daisy_core::TaskIdx;
 use std::collections::BTreeMap;
 use std::time::Instant;
 
-pub type SlotId = u64;
+/// A worker's id in this run: its slot's, sent in its Welcome and
+/// `DAISY_CONTEXT`, named in events and logs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct SlotId(pub u64);
+
+impl std::fmt::Display for SlotId {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.0.fmt(f)
+    }
+}
 
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum SlotState {
@@ -78,63 +92,81 @@ pub struct Slot {
     pub connected: Option<Instant>,
 }
 
-/// All slots of a run, and per task the unclean exits so far.
+/// All slots of a run, the budget their shares come from, and per task
+/// the unclean exits so far.
 #[derive(Debug)]
 pub struct Slots {
     slots: BTreeMap<SlotId, Slot>,
-    next_id: SlotId,
+    next_id: u64,
+    budget: Budget,
+    /// Per task, the share of the budget each of its launched workers holds.
+    requires: Vec<BTreeMap<String, u64>>,
     unclean_exits: Vec<u32>,
     /// Per task, why its last unclean exit happened.
     last_unclean: Vec<Option<String>>,
-    started: Vec<u32>,
 }
 
+/// A worker that said Hello, as its slot knows it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Connected {
+    pub id: SlotId,
+    /// Started by us rather than by hand.
+    pub launched: bool,
+    /// A launched worker back after its job was requeued.
+    pub requeued: bool,
+}
+
+/// A requeued worker came back, but its share went to another worker.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ShareGone;
+
 impl Slots {
-    pub fn new(num_tasks: usize) -> Self {
+    /// Slots for tasks whose launched workers each hold `requires[task]`
+    /// of `budget`.
+    pub fn new(budget: Budget, requires: Vec<BTreeMap<String, u64>>) -> Self {
+        let tasks = requires.len();
         Self {
             slots: BTreeMap::new(),
             next_id: 1,
-            unclean_exits: vec![0; num_tasks],
-            last_unclean: vec![None; num_tasks],
-            started: vec![0; num_tasks],
+            budget,
+            requires,
+            unclean_exits: vec![0; tasks],
+            last_unclean: vec![None; tasks],
         }
     }
 
-    /// Reserves the id of a worker about to be launched.
-    pub fn next_id(&mut self) -> SlotId {
+    fn next_id(&mut self) -> SlotId {
         self.next_id += 1;
-        self.next_id - 1
+        SlotId(self.next_id - 1)
     }
 
-    /// A launched worker is being submitted: from now on it holds its
-    /// slot, before the scheduler has even answered.
-    pub fn submitting(&mut self, id: SlotId, task: TaskIdx) {
-        self.started[task.index()] += 1;
-        self.insert(id, task, true, None, SlotState::Submitted);
+    /// A worker of `task` is about to be launched, if the budget has its
+    /// share: from now on it holds its slot and share, before the
+    /// cluster's scheduler has even answered.
+    pub fn launch(&mut self, task: TaskIdx, now: Instant) -> Option<SlotId> {
+        if !self.budget.try_allocate(&self.requires[task.index()]) {
+            return None;
+        }
+        let id = self.next_id();
+        self.insert(id, task, true, now);
+        Some(id)
     }
 
-    /// The scheduler accepted a launched worker's job.
+    /// The cluster's scheduler accepted a launched worker's job.
     pub fn submitted(&mut self, id: SlotId, job: String) {
         if let Some(slot) = self.slots.get_mut(&id) {
             slot.job = Some(job);
         }
     }
 
-    fn insert(
-        &mut self,
-        id: SlotId,
-        task: TaskIdx,
-        launched: bool,
-        job: Option<String>,
-        state: SlotState,
-    ) {
+    fn insert(&mut self, id: SlotId, task: TaskIdx, launched: bool, now: Instant) {
         let slot = Slot {
             id,
             task,
             launched,
-            job,
-            state,
-            submitted: Instant::now(),
+            job: None,
+            state: SlotState::Submitted,
+            submitted: now,
             connected: None,
         };
         self.slots.insert(id, slot);
@@ -143,7 +175,7 @@ impl Slots {
     /// The slot of a launched worker that left cleanly and now says Hello
     /// again: its job was requeued (preempted, or `scontrol requeue`) and
     /// runs anew.
-    pub fn requeued(&self, claimed: Option<SlotId>, task: TaskIdx) -> Option<SlotId> {
+    fn requeued(&self, claimed: Option<SlotId>, task: TaskIdx) -> Option<SlotId> {
         let id = claimed?;
         self.slots
             .get(&id)
@@ -154,41 +186,55 @@ impl Slots {
     }
 
     /// A worker of `task` said Hello. A launched worker claims its own
-    /// slot, also when its job comes back after a requeue (the caller
-    /// takes its budget share again, see [`Self::requeued`]); anyone else
-    /// (started by hand, or claiming a slot that is not its to take) gets
-    /// a new one.
-    pub fn connect(&mut self, claimed: Option<SlotId>, task: TaskIdx) -> SlotId {
+    /// slot, also when its job comes back after a requeue (taking its
+    /// budget share again, if it is still there); anyone else (started by
+    /// hand, or claiming a slot that is not its to take) gets a new one.
+    pub fn connect(
+        &mut self,
+        claimed: Option<SlotId>,
+        task: TaskIdx,
+        now: Instant,
+    ) -> Result<Connected, ShareGone> {
         let requeued = self.requeued(claimed, task);
+        if requeued.is_some() && !self.budget.try_allocate(&self.requires[task.index()]) {
+            return Err(ShareGone);
+        }
         let own = claimed.filter(|id| {
             self.slots
                 .get(id)
                 .is_some_and(|s| s.task == task && s.state == SlotState::Submitted)
         });
-        let own = own.or(requeued);
-        let id = own.unwrap_or_else(|| {
+        let id = own.or(requeued).unwrap_or_else(|| {
             let id = self.next_id();
-            self.insert(id, task, false, None, SlotState::Submitted);
+            self.insert(id, task, false, now);
             id
         });
         let slot = self.slots.get_mut(&id).expect("slot exists");
         slot.state = SlotState::Connected;
-        slot.connected = Some(Instant::now());
-        id
+        slot.connected = Some(now);
+        Ok(Connected {
+            id,
+            launched: slot.launched,
+            requeued: requeued.is_some(),
+        })
     }
 
-    /// A slot ended; returns it (so its budget share can be released) the
-    /// first time only.
+    /// A slot ended: a launched one gives its budget share back. Returns
+    /// the slot the first time only.
     pub fn end(&mut self, id: SlotId, how: Gone) -> Option<&Slot> {
         let slot = self.slots.get_mut(&id)?;
         if matches!(slot.state, SlotState::Gone(_)) {
             return None;
         }
+        let task = slot.task.index();
         if how.is_unclean() {
-            self.unclean_exits[slot.task.index()] += 1;
-            self.last_unclean[slot.task.index()] = how.why().map(str::to_string);
+            self.unclean_exits[task] += 1;
+            self.last_unclean[task] = how.why().map(str::to_string);
         }
         slot.state = SlotState::Gone(how);
+        if slot.launched {
+            self.budget.release(&self.requires[task]);
+        }
         Some(slot)
     }
 
@@ -200,6 +246,16 @@ impl Slots {
             return self.end(id, Gone::FailedStart(how));
         }
         None
+    }
+
+    /// Whether `id` was started by us (and so holds a budget share).
+    pub fn is_launched(&self, id: SlotId) -> bool {
+        self.get(id).is_some_and(|s| s.launched)
+    }
+
+    /// What launched workers hold of the budget now, per key.
+    pub fn budget_used(&self) -> &BTreeMap<String, u64> {
+        self.budget.used()
     }
 
     pub fn get(&self, id: SlotId) -> Option<&Slot> {
@@ -214,15 +270,6 @@ impl Slots {
             .count() as u32
     }
 
-    /// Launched slots still alive (their jobs must be cancelled at exit).
-    pub fn live_launched(&self) -> Vec<SlotId> {
-        self.slots
-            .values()
-            .filter(|s| s.launched && !matches!(s.state, SlotState::Gone(_)))
-            .map(|s| s.id)
-            .collect()
-    }
-
     pub fn unclean_exits(&self, task: TaskIdx) -> u32 {
         self.unclean_exits[task.index()]
     }
@@ -230,10 +277,6 @@ impl Slots {
     /// Why the last unclean exit of `task` happened, if it had one.
     pub fn last_unclean_exit(&self, task: TaskIdx) -> Option<&str> {
         self.last_unclean[task.index()].as_deref()
-    }
-
-    pub fn started(&self, task: TaskIdx) -> u32 {
-        self.started[task.index()]
     }
 
     /// Workers of `task` that connected at some point, by kind.
@@ -260,15 +303,27 @@ mod tests {
 
     const T: TaskIdx = TaskIdx(0);
 
+    /// Slots of one task whose workers each need one of `gpus` GPUs.
+    fn slots(gpus: u64) -> Slots {
+        let gpu: BTreeMap<String, u64> = [("gpu".to_string(), 1)].into();
+        let budget = Budget::new([("gpu".to_string(), gpus)].into());
+        Slots::new(budget, vec![gpu])
+    }
+
+    fn gpus_used(slots: &Slots) -> u64 {
+        slots.budget_used().get("gpu").copied().unwrap_or(0)
+    }
+
     #[test]
     fn a_launched_worker_goes_submitted_connected_gone() {
-        let mut slots = Slots::new(1);
-        let id = slots.next_id();
-        slots.submitting(id, T);
+        let now = Instant::now();
+        let mut slots = slots(1);
+        let id = slots.launch(T, now).unwrap();
         assert_eq!(slots.live(T), 1, "a job being submitted holds its slot");
         slots.submitted(id, "123".into());
         assert_eq!(slots.get(id).unwrap().job.as_deref(), Some("123"));
-        assert_eq!(slots.connect(Some(id), T), id);
+        let connected = slots.connect(Some(id), T, now).unwrap();
+        assert_eq!((connected.id, connected.launched), (id, true));
         assert_eq!(slots.get(id).unwrap().state, SlotState::Connected);
         assert!(slots.end(id, Gone::Clean).is_some());
         assert!(
@@ -279,57 +334,87 @@ mod tests {
     }
 
     #[test]
+    fn a_slot_holds_its_share_from_launch_to_its_one_end() {
+        let now = Instant::now();
+        let mut slots = slots(2);
+        let (a, b) = (slots.launch(T, now).unwrap(), slots.launch(T, now).unwrap());
+        assert_eq!(slots.launch(T, now), None, "both GPUs are held");
+        assert_eq!(gpus_used(&slots), 2);
+        slots.end(a, Gone::Lost("eof".into()));
+        slots.end(a, Gone::Clean);
+        slots.job_ended(a, "exit 1".into());
+        assert_eq!(gpus_used(&slots), 1, "returned once, however it ends");
+        slots.job_ended(b, "cancelled".into());
+        assert_eq!(gpus_used(&slots), 0);
+        let by_hand = slots.connect(None, T, now).unwrap();
+        assert!(!by_hand.launched);
+        slots.end(by_hand.id, Gone::Clean);
+        assert_eq!(gpus_used(&slots), 0, "workers started by hand hold none");
+    }
+
+    #[test]
     fn failed_starts_and_lost_workers_count_as_unclean_exits() {
-        let mut slots = Slots::new(1);
-        let queued = slots.next_id();
-        slots.submitting(queued, T);
+        let now = Instant::now();
+        let mut slots = slots(3);
+        let queued = slots.launch(T, now).unwrap();
         assert!(slots.job_ended(queued, "exit 1".into()).is_some());
-        let connected = slots.next_id();
-        slots.submitting(connected, T);
-        slots.connect(Some(connected), T);
+        let connected = slots.launch(T, now).unwrap();
+        slots.connect(Some(connected), T, now).unwrap();
         assert!(
             slots.job_ended(connected, "exit 0".into()).is_none(),
             "the connection decides"
         );
         slots.end(connected, Gone::Lost("eof".into()));
-        let refused = slots.next_id();
-        slots.submitting(refused, T);
+        let refused = slots.launch(T, now).unwrap();
         slots.end(refused, Gone::FailedStart("invalid partition".into()));
         assert_eq!(slots.unclean_exits(T), 3);
-        assert_eq!(slots.started(T), 3);
+        assert_eq!(slots.last_unclean_exit(T), Some("invalid partition"));
     }
 
     #[test]
-    fn a_requeued_worker_takes_its_clean_slot_again_but_not_a_lost_one() {
-        let mut slots = Slots::new(1);
-        let (first, second) = (slots.next_id(), slots.next_id());
+    fn a_requeued_worker_takes_its_clean_slot_and_share_again_but_not_a_lost_one() {
+        let now = Instant::now();
+        let mut slots = slots(2);
+        let (first, second) = (slots.launch(T, now).unwrap(), slots.launch(T, now).unwrap());
         for id in [first, second] {
-            slots.submitting(id, T);
-            slots.connect(Some(id), T);
+            slots.connect(Some(id), T, now).unwrap();
         }
         slots.end(first, Gone::Clean);
         slots.end(second, Gone::Lost("silent".into()));
-        assert_eq!(slots.requeued(Some(first), T), Some(first));
-        assert_eq!(slots.requeued(Some(second), T), None);
-        assert_eq!(slots.connect(Some(first), T), first);
+        let back = slots.connect(Some(first), T, now).unwrap();
+        assert_eq!((back.id, back.requeued), (first, true));
         assert_eq!(slots.get(first).unwrap().state, SlotState::Connected);
-        assert_eq!(slots.live(T), 1);
-        assert_ne!(
-            slots.connect(Some(second), T),
-            second,
-            "a lost slot stays lost"
+        assert_eq!((slots.live(T), gpus_used(&slots)), (1, 1));
+        let stranger = slots.connect(Some(second), T, now).unwrap();
+        assert_ne!(stranger.id, second, "a lost slot stays lost");
+        assert!(!stranger.requeued);
+    }
+
+    #[test]
+    fn a_requeued_worker_whose_share_went_elsewhere_is_refused() {
+        let now = Instant::now();
+        let mut slots = slots(1);
+        let first = slots.launch(T, now).unwrap();
+        slots.connect(Some(first), T, now).unwrap();
+        slots.end(first, Gone::Clean);
+        let successor = slots.launch(T, now).unwrap();
+        assert_eq!(slots.connect(Some(first), T, now), Err(ShareGone));
+        assert_eq!(gpus_used(&slots), 1, "the successor keeps its share");
+        assert_eq!(
+            slots.get(first).unwrap().state,
+            SlotState::Gone(Gone::Clean)
         );
-        assert_eq!(slots.started(T), 2, "a requeue is no new start");
+        assert!(slots.get(successor).is_some());
     }
 
     #[test]
     fn workers_started_by_hand_get_new_slots() {
-        let mut slots = Slots::new(1);
-        let a = slots.connect(None, T);
-        let b = slots.connect(Some(999), T);
+        let now = Instant::now();
+        let mut slots = slots(0);
+        let a = slots.connect(None, T, now).unwrap().id;
+        let b = slots.connect(Some(SlotId(999)), T, now).unwrap().id;
         assert_ne!(a, b);
-        assert!(!slots.get(a).unwrap().launched);
+        assert!(!slots.is_launched(a));
         assert_eq!(slots.live(T), 2);
-        assert!(slots.live_launched().is_empty());
     }
 }

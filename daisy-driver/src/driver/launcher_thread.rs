@@ -7,6 +7,7 @@
 //! results come back as events on a channel the run loop selects on, and
 //! job states are polled here every `poll_interval`.
 
+use crate::slots::SlotId;
 use launchers::{JobEnd, JobId, LaunchError, Launcher, WorkerRequest};
 use std::sync::mpsc;
 use std::thread::JoinHandle;
@@ -17,14 +18,14 @@ use tokio::sync::mpsc::UnboundedSender;
 #[derive(Debug)]
 pub enum LauncherEvent {
     /// The outcome of a `start`, one entry per requested worker.
-    Started(Vec<(u64, Result<JobId, LaunchError>)>),
-    /// Jobs that ended (worker id, job, how).
-    Ended(Vec<(u64, JobId, JobEnd)>),
+    Started(Vec<(SlotId, Result<JobId, LaunchError>)>),
+    /// Jobs that ended (worker, job, how).
+    Ended(Vec<(SlotId, JobId, JobEnd)>),
 }
 
 enum Command {
     Start(Vec<WorkerRequest>),
-    Cancel(Vec<u64>),
+    Cancel(Vec<SlotId>),
     /// End the thread, cancelling every job still running unless told to
     /// leave them.
     Finish {
@@ -63,8 +64,8 @@ impl LauncherThread {
     }
 
     /// Ends the jobs of these workers.
-    pub fn cancel(&self, worker_ids: Vec<u64>) {
-        let _ = self.commands.send(Command::Cancel(worker_ids));
+    pub fn cancel(&self, workers: Vec<SlotId>) {
+        let _ = self.commands.send(Command::Cancel(workers));
     }
 
     /// Ends every job still running (unless `leave_jobs`), reports the
@@ -89,7 +90,9 @@ fn serve(
         let wait = next_poll.saturating_duration_since(Instant::now());
         match inbox.recv_timeout(wait) {
             Ok(Command::Start(requests)) => start(launcher.as_mut(), &requests, &events),
-            Ok(Command::Cancel(ids)) => launcher.cancel(&ids),
+            Ok(Command::Cancel(slots)) => {
+                launcher.cancel(&slots.iter().map(|s| s.0).collect::<Vec<_>>())
+            }
             Ok(Command::Finish { leave_jobs: true }) => return,
             Ok(Command::Finish { leave_jobs: false })
             | Err(mpsc::RecvTimeoutError::Disconnected) => break,
@@ -109,12 +112,18 @@ fn start(
     events: &UnboundedSender<LauncherEvent>,
 ) {
     let results = launcher.start_many(requests);
-    let started = requests.iter().map(|r| r.worker_id).zip(results).collect();
+    let started = requests
+        .iter()
+        .map(|r| SlotId(r.worker_id))
+        .zip(results)
+        .collect();
     let _ = events.send(LauncherEvent::Started(started));
 }
 
 fn poll(launcher: &mut dyn Launcher, events: &UnboundedSender<LauncherEvent>) {
-    let ended = launcher.poll_ended();
+    let ended: Vec<_> = (launcher.poll_ended().into_iter())
+        .map(|(id, job, end)| (SlotId(id), job, end))
+        .collect();
     if !ended.is_empty() {
         let _ = events.send(LauncherEvent::Ended(ended));
     }

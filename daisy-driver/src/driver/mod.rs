@@ -2,15 +2,18 @@
 //! launcher, and one run loop that owns all scheduling state.
 //!
 //! Like mini-redis's server: the run loop is one `select!` over
-//! connection events, a periodic tick (job states, worker starts,
-//! progress) and the stop signal, each branch a short `on_*` function on
-//! [`state::Driver`]. Connections (one task each, in [`crate::connection`])
-//! and the accept loop only move messages; nothing outside the loop
-//! touches the scheduler, so there are no locks. All of it runs on one
-//! thread of its own (see [`run`] for why).
+//! connection events, launcher events, a periodic tick and the stop
+//! signal, each branch handing its input to the [`shell::Shell`], which
+//! passes it to the synchronous [`core::Core`] (every rule of the run)
+//! and carries out what the core decides. Connections (one task each, in
+//! [`crate::connection`]) and the accept loop only move messages; nothing
+//! outside the loop touches the scheduler, so there are no locks. All of
+//! it runs on one thread of its own (see [`run`] for why).
 
+mod announce;
+mod core;
 mod launcher_thread;
-mod state;
+mod shell;
 
 use crate::connection::{self, ConnEvent, ConnSettings};
 use crate::pipeline::Pipeline;
@@ -20,7 +23,7 @@ use crate::summary::{RunEnd, RunSummary};
 use anyhow::Context as _;
 use launcher_thread::{LauncherEvent, LauncherThread};
 use launchers::Launcher;
-use state::Driver;
+use shell::Shell;
 use std::future::Future;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -157,11 +160,11 @@ async fn serve(
     let (launcher_tx, launcher_rx) = mpsc::unbounded_channel();
     let launcher =
         LauncherThread::spawn(launcher, launcher_tx).context("starting the launcher thread")?;
-    let mut driver = Driver::open(pipeline, run_dir, &options, launcher, context)?;
-    driver.announce();
-    let end = run_loop(&mut driver, events_rx, launcher_rx, stop).await;
+    announce::announce(&pipeline, run_dir, &options, &context);
+    let mut shell = Shell::open(pipeline, run_dir, &options, launcher, context)?;
+    let end = run_loop(&mut shell, events_rx, launcher_rx, stop).await;
     accept.abort();
-    driver.finish(end, started.elapsed())
+    shell.finish(end, started)
 }
 
 /// One task per accepted connection, as long as few enough of them have
@@ -199,7 +202,7 @@ async fn accept_loop(
 }
 
 async fn run_loop(
-    driver: &mut Driver,
+    shell: &mut Shell,
     mut events: mpsc::UnboundedReceiver<ConnEvent>,
     mut launcher_events: mpsc::UnboundedReceiver<LauncherEvent>,
     stop: impl Future<Output = ()>,
@@ -207,13 +210,13 @@ async fn run_loop(
     tokio::pin!(stop);
     let mut tick = tokio::time::interval(TICK);
     let end = loop {
-        if let Some(end) = driver.end() {
+        if let Some(end) = shell.end() {
             break end;
         }
         tokio::select! {
-            Some(event) = events.recv() => on_conn_events(driver, event, &mut events),
-            Some(event) = launcher_events.recv() => driver.on_launcher_event(event),
-            _ = tick.tick() => driver.on_tick(),
+            Some(event) = events.recv() => on_conn_events(shell, event, &mut events),
+            Some(event) = launcher_events.recv() => shell.on_launcher_event(event),
+            _ = tick.tick() => shell.on_tick(),
             _ = &mut stop => break RunEnd::Interrupted,
         }
     };
@@ -221,7 +224,7 @@ async fn run_loop(
         RunEnd::Interrupted => GOODBYE_INTERRUPTED,
         RunEnd::Finished | RunEnd::Stalled => GOODBYE_FINISHED,
     };
-    say_goodbye(driver, &mut events, grace).await;
+    say_goodbye(shell, &mut events, grace).await;
     end
 }
 
@@ -229,17 +232,17 @@ async fn run_loop(
 /// `EVENTS_PER_TURN`, stopping as soon as the run is over (what comes
 /// after is handled while saying goodbye, as usual).
 fn on_conn_events(
-    driver: &mut Driver,
+    shell: &mut Shell,
     first: ConnEvent,
     events: &mut mpsc::UnboundedReceiver<ConnEvent>,
 ) {
-    driver.on_conn_event(first);
+    shell.on_conn_event(first);
     for _ in 1..EVENTS_PER_TURN {
-        if driver.end().is_some() {
+        if shell.end().is_some() {
             return;
         }
         match events.try_recv() {
-            Ok(event) => driver.on_conn_event(event),
+            Ok(event) => shell.on_conn_event(event),
             Err(_) => return,
         }
     }
@@ -248,15 +251,15 @@ fn on_conn_events(
 /// Tells every worker to stop and keeps serving them (their last releases
 /// still count) until they are gone or the grace period is over.
 async fn say_goodbye(
-    driver: &mut Driver,
+    shell: &mut Shell,
     events: &mut mpsc::UnboundedReceiver<ConnEvent>,
     grace: Duration,
 ) {
-    driver.shutdown_all("the run is over");
+    shell.shutdown_all("the run is over");
     let deadline = tokio::time::Instant::now() + grace;
-    while driver.has_connections() {
+    while shell.has_connections() {
         match tokio::time::timeout_at(deadline, events.recv()).await {
-            Ok(Some(event)) => driver.on_conn_event(event),
+            Ok(Some(event)) => shell.on_conn_event(event),
             _ => break,
         }
     }

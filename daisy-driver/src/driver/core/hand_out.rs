@@ -1,0 +1,94 @@
+//! Handing blocks out: a worker asks for up to `max` blocks; it gets the
+//! ready ones of its task, is told to stop when its task will have none
+//! for it, or parks until blocks appear.
+
+use super::peers::Peer;
+use super::{shutdown, Core, DoneBefore};
+use crate::connection::ConnId;
+use daisy_core::protocol::{FromDriver, WireBlock};
+use daisy_core::TaskIdx;
+
+/// The most blocks handed out in one `Blocks` message.
+pub(super) const MAX_BATCH: u32 = 1024;
+
+impl Core {
+    pub(super) fn on_acquire(&mut self, conn: ConnId, max: u32, done_before: DoneBefore) {
+        let refusal = match self.peers.get(conn) {
+            None => return,
+            Some(Peer::Observer) => Some("observers take no blocks"),
+            Some(Peer::Worker(_)) => (max == 0).then_some("acquire_blocks needs max >= 1"),
+        };
+        if let Some(reason) = refusal {
+            return self.refuse(conn, reason.to_string());
+        }
+        if let Some(worker) = self.peers.worker_mut(conn) {
+            worker.wants = Some(max.min(MAX_BATCH));
+        }
+        self.serve(conn, done_before);
+    }
+
+    /// Answers a worker's pending acquire if blocks are ready, or tells it
+    /// to stop if its task will have none for it; otherwise it parks.
+    pub(super) fn serve(&mut self, conn: ConnId, done_before: DoneBefore) {
+        let Some(worker) = self.peers.worker(conn) else {
+            return;
+        };
+        let (Some(max), task) = (worker.wants, worker.task) else {
+            return;
+        };
+        let draining = worker.draining.is_some();
+        if let Some(reason) = self.reason_to_stop(task, draining, worker.launched) {
+            self.peers.worker_mut(conn).expect("checked above").wants = None;
+            return self.send(conn, shutdown(&reason));
+        }
+        let blocks = self.take_blocks(task, max, done_before);
+        let now = self.now;
+        let worker = self.peers.worker_mut(conn).expect("checked above");
+        if blocks.is_empty() {
+            worker.idle_since.get_or_insert(now);
+            return self.peers.park(conn);
+        }
+        worker.wants = None;
+        worker.idle_since = None;
+        worker.held.extend(blocks.iter().map(|b| (b.block_id, now)));
+        self.send(conn, FromDriver::Blocks { blocks });
+    }
+
+    /// Why a worker asking for blocks should stop instead. An idle launched
+    /// worker of a task with nothing left to hand out frees its budget
+    /// share (a new one is started if a block comes back); a worker started
+    /// by hand stays until the task is done, since nobody would restart it.
+    fn reason_to_stop(&self, task: TaskIdx, draining: bool, launched: bool) -> Option<String> {
+        let c = self.scheduler.counters(task);
+        if draining {
+            Some("the worker is draining".to_string())
+        } else if self.scheduler.is_abandoned(task) {
+            Some("the task was abandoned".to_string())
+        } else if c.is_done() {
+            Some("the task is done".to_string())
+        } else if launched && c.ready == 0 && c.pending() == 0 {
+            Some("the task has no more blocks to hand out".to_string())
+        } else {
+            None
+        }
+    }
+
+    /// Up to `max` ready blocks of `task`, as they go on the wire.
+    fn take_blocks(&mut self, task: TaskIdx, max: u32, done_before: DoneBefore) -> Vec<WireBlock> {
+        let task_id = &self.pipeline.tasks[task.index()].spec.id;
+        let scheduler = &mut self.scheduler;
+        std::iter::from_fn(|| scheduler.acquire(task, &mut |b| done_before(b)))
+            .take(max as usize)
+            .map(|block| WireBlock::new(task_id, &block))
+            .collect()
+    }
+
+    /// Serves parked workers of every task (after anything that may have
+    /// made blocks ready or ended a task); those still waiting park again.
+    pub(super) fn serve_parked(&mut self, done_before: DoneBefore) {
+        for conn in self.peers.take_parked() {
+            self.serve(conn, done_before);
+        }
+        self.note_finished_tasks();
+    }
+}

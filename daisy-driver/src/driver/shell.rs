@@ -1,0 +1,237 @@
+//! The shell around the [`Core`]: it feeds the core inputs with the time
+//! they happened and carries out its commands, in order, on the real
+//! things: connections' outboxes, the launcher thread, the done markers
+//! and the event log. It holds no rule of its own beyond one: once a
+//! done marker cannot be written the run ends, and nothing that could
+//! depend on that block is carried out.
+
+use super::core::{Command, Core, CoreSettings, Input};
+use super::launcher_thread::{LauncherEvent, LauncherThread};
+use super::RunOptions;
+use crate::connection::{ConnEvent, ConnId, Outbox};
+use crate::launch;
+use crate::outcome_recorder::OutcomeRecorder;
+use crate::pipeline::Pipeline;
+use crate::progress::Progress;
+use crate::run_dir::RunDir;
+use crate::slots::SlotId;
+use crate::summary::{RunEnd, RunSummary};
+use daisy_core::context::{WorkerContext, CONTEXT_ENV};
+use daisy_core::protocol::{FromDriver, Welcome};
+use daisy_core::TaskIdx;
+use launchers::WorkerRequest;
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Instant;
+use tokio::sync::oneshot;
+
+pub struct Shell {
+    core: Core,
+    pipeline: Arc<Pipeline>,
+    run_dir: RunDir,
+    options: RunOptions,
+    /// What launched workers are told to connect to.
+    context: WorkerContext,
+    outboxes: HashMap<ConnId, Outbox>,
+    /// Connections waiting for the answer to their Hello.
+    replies: HashMap<ConnId, oneshot::Sender<Result<Welcome, String>>>,
+    launcher: LauncherThread,
+    recorder: OutcomeRecorder,
+    progress: Progress,
+    /// An error that ends the run (a done marker that cannot be written).
+    fatal: Option<anyhow::Error>,
+}
+
+impl Shell {
+    pub fn open(
+        pipeline: Arc<Pipeline>,
+        run_dir: &RunDir,
+        options: &RunOptions,
+        launcher: LauncherThread,
+        context: WorkerContext,
+    ) -> anyhow::Result<Self> {
+        let retry_failed = options.only_blocks.is_some();
+        let recorder = OutcomeRecorder::open(&pipeline, run_dir, "distributed", retry_failed)?;
+        let scheduler = crate::retry::scheduler(&pipeline, options.only_blocks.as_ref());
+        let settings = CoreSettings {
+            heartbeat_interval: options.heartbeat_interval,
+            heartbeat_misses: options.heartbeat_misses,
+        };
+        let core = Core::new(pipeline.clone(), scheduler, settings, Instant::now());
+        let totals: Vec<(&str, u64)> = (core.progress().iter())
+            .map(|t| (t.id, t.counters.total))
+            .collect();
+        Ok(Self {
+            progress: Progress::new(&totals, options.status_every),
+            core,
+            pipeline,
+            run_dir: run_dir.clone(),
+            options: options.clone(),
+            context,
+            outboxes: HashMap::new(),
+            replies: HashMap::new(),
+            launcher,
+            recorder,
+            fatal: None,
+        })
+    }
+
+    /// `Some` once the run is over.
+    pub fn end(&self) -> Option<RunEnd> {
+        match self.fatal {
+            Some(_) => Some(RunEnd::Interrupted),
+            None => self.core.end(),
+        }
+    }
+
+    pub fn has_connections(&self) -> bool {
+        self.core.has_connections()
+    }
+
+    pub fn on_conn_event(&mut self, event: ConnEvent) {
+        let input = match event {
+            ConnEvent::Hello {
+                conn,
+                hello,
+                outbox,
+                reply,
+            } => {
+                self.outboxes.insert(conn, outbox);
+                self.replies.insert(conn, reply);
+                Input::Hello { conn, hello }
+            }
+            ConnEvent::Message { conn, message } => Input::Message { conn, message },
+            ConnEvent::Closed { conn, clean, why } => {
+                self.outboxes.remove(&conn);
+                Input::Closed { conn, clean, why }
+            }
+            ConnEvent::Refused { peer, reason } => Input::Refused { peer, reason },
+        };
+        self.handle(input);
+    }
+
+    pub fn on_launcher_event(&mut self, event: LauncherEvent) {
+        self.handle(Input::Launcher(event));
+    }
+
+    /// Time passed: the core's timers, then the progress output and the
+    /// buffered events.
+    pub fn on_tick(&mut self) {
+        self.handle(Input::Tick);
+        self.progress.update(&self.core.progress());
+        self.recorder.flush();
+    }
+
+    /// Tells every connection to stop.
+    pub fn shutdown_all(&mut self, reason: &str) {
+        self.core.shutdown_all(reason);
+        self.carry_out_commands();
+    }
+
+    fn handle(&mut self, input: Input) {
+        let recorder = &self.recorder;
+        self.core
+            .handle(Instant::now(), input, &|block| recorder.is_done(block));
+        self.carry_out_commands();
+    }
+
+    fn carry_out_commands(&mut self) {
+        let commands: Vec<Command> = self.core.take_commands().collect();
+        for command in commands {
+            self.carry_out(command);
+        }
+    }
+
+    fn carry_out(&mut self, command: Command) {
+        if self.fatal.is_some() && !harmless_after_a_lost_mark(&command) {
+            return;
+        }
+        match command {
+            Command::Answer { conn, answer } => self.answer(conn, answer),
+            Command::Send { conn, message } => {
+                if let Some(outbox) = self.outboxes.get(&conn) {
+                    outbox.send(message);
+                }
+            }
+            Command::StartWorkers { task, slots } => {
+                let requests = slots.iter().map(|&s| self.worker_request(task, s));
+                self.launcher.start(requests.collect());
+            }
+            Command::CancelJobs(slots) => self.launcher.cancel(slots),
+            Command::MarkDone { block, attempt } => {
+                if let Err(error) = self.recorder.done(&block, attempt) {
+                    let what = format!("recording block {} as done", block.id.spatial);
+                    self.fatal = Some(anyhow::Error::new(error).context(what));
+                }
+            }
+            Command::RecordFailure {
+                block,
+                attempt,
+                error,
+                released,
+            } => self.recorder.failed(&block, attempt, &error, &released),
+            Command::Record(event) => self.recorder.record(&event),
+        }
+    }
+
+    fn answer(&mut self, conn: ConnId, answer: Result<Welcome, String>) {
+        if answer.is_err() {
+            self.outboxes.remove(&conn);
+        }
+        if let Some(reply) = self.replies.remove(&conn) {
+            let _ = reply.send(answer);
+        }
+    }
+
+    fn worker_request(&self, task: TaskIdx, slot: SlotId) -> WorkerRequest {
+        let config = &self.pipeline.tasks[task.index()];
+        let context = WorkerContext {
+            task_id: Some(config.spec.id.clone()),
+            worker_id: Some(slot.0),
+            ..self.context.clone()
+        };
+        launch::worker_request(
+            config,
+            slot.0,
+            &self.run_dir,
+            &self.options.worker_program,
+            &self.options.worker_args,
+            vec![(CONTEXT_ENV.to_string(), context.to_json())],
+        )
+    }
+
+    /// Ends launched jobs (unless told to leave them), flushes done
+    /// markers, records the end. Jobs ended here were cancelled by us, so
+    /// they are not failed starts.
+    pub fn finish(mut self, end: RunEnd, started: Instant) -> anyhow::Result<RunSummary> {
+        self.launcher.finish(self.options.leave_jobs);
+        self.recorder.flush_markers()?;
+        let now = Instant::now();
+        self.core.close(now);
+        self.carry_out_commands();
+        self.progress.update(&self.core.progress());
+        self.progress.finish();
+        let seconds = now.duration_since(started).as_secs_f64();
+        self.recorder.record(&crate::events::Event::RunFinished {
+            completed: end == RunEnd::Finished,
+            seconds,
+        });
+        if let Some(error) = self.fatal.take() {
+            return Err(error);
+        }
+        Ok(self.core.summary(end, now, &self.run_dir))
+    }
+}
+
+/// After a done marker could not be written, the run ends: peers are
+/// still answered and told to stop, and events recorded, but no block
+/// goes out, none is marked and no worker is started.
+fn harmless_after_a_lost_mark(command: &Command) -> bool {
+    match command {
+        Command::Answer { .. } | Command::CancelJobs(_) | Command::Record(_) => true,
+        Command::Send { message, .. } => !matches!(message, FromDriver::Blocks { .. }),
+        Command::StartWorkers { .. } | Command::MarkDone { .. } | Command::RecordFailure { .. } => {
+            false
+        }
+    }
+}
