@@ -1,7 +1,8 @@
-//! Block batching and prefetch through the real driver: batches taken and
-//! released by an in-test `daisy_worker::Client`, a batch handed back when
-//! its worker vanishes, and launched workers with `batch_size` and
-//! `prefetch` running every block once.
+//! Block batching and prefetch through the real driver: a batch taken and
+//! released by an in-test `daisy_worker::Client`, and launched workers
+//! with `batch_size` and `prefetch` running every block once. (What the
+//! driver does with a lost worker's batch, and with a block held past its
+//! timeout, are rules of its core, tested in `driver/core/tests.rs`.)
 
 use crate::util::*;
 use daisy_core::context::WorkerContext;
@@ -119,40 +120,6 @@ fn a_batch_of_eight_is_handed_to_one_worker_and_released_together() {
     );
 }
 
-#[test]
-fn a_worker_gone_with_a_batch_gives_all_of_it_back() {
-    let dir = TestDir::new();
-    let (driver, context) = hand_served(&dir, 20);
-    let (lost, batch, rescuer) = runtime().block_on(async {
-        let mut lost = connect(&context).await;
-        let batch = take(&mut lost, 8).await;
-        assert_eq!(batch.len(), 8, "{batch:?}");
-        let lost_id = lost.welcome().worker_id;
-        drop(lost);
-        let mut rescuer = connect(&context).await;
-        serve_the_rest(&mut rescuer).await;
-        let rescuer_id = rescuer.welcome().worker_id;
-        rescuer.close().await.unwrap();
-        (lost_id, batch, rescuer_id)
-    });
-    assert!(driver.wait_for_exit().success());
-    let run_dir = dir.join("daisy_run/flat");
-    let events = events(&run_dir);
-    let gone = events
-        .iter()
-        .find(|e| e["event"] == "worker_gone" && e["worker_id"] == lost)
-        .expect("the lost worker's worker_gone");
-    assert_eq!(gone["clean"], false, "{gone}");
-    let done = done_by(&run_dir);
-    assert_eq!(done.len(), 20);
-    assert!(
-        done.values().all(|workers| workers.len() == 1),
-        "none twice"
-    );
-    assert!(batch.iter().all(|id| done[id] == [rescuer]), "{done:?}");
-    assert_eq!(task_done_counters(&run_dir)["completed"], 20);
-}
-
 /// Block ids in ran.txt, and how often each ran.
 fn ran_counts(dir: &TestDir) -> BTreeMap<u64, usize> {
     let mut counts = BTreeMap::new();
@@ -204,47 +171,4 @@ for line in sys.stdin:
         (0..30).collect()
     );
     assert!(counts.values().all(|&n| n == 1), "{counts:?}");
-}
-
-#[test]
-fn a_block_held_past_its_timeout_is_reclaimed_and_a_late_release_refused() {
-    let dir = TestDir::new();
-    let extra = "max_workers = 0\nblock_command = [\"true\"]\ntimeout = \"1s\"";
-    dir.write("flat.toml", &flat(4, extra));
-    let driver = ChildGuard::spawn(&mut dir.driver(&["run", "flat.toml"]));
-    let file = dir.join("daisy_run/flat/context.json");
-    wait_until("the driver listens", || file.exists());
-    let context = WorkerContext::from_json(&std::fs::read_to_string(&file).unwrap()).unwrap();
-    let run_dir = dir.join("daisy_run/flat");
-    let reclaimed = || {
-        events(&run_dir).iter().any(|e| {
-            e["event"] == "block_failed"
-                && e["error"].as_str().is_some_and(|m| m.contains("reclaimed"))
-        })
-    };
-    runtime().block_on(async {
-        // A worker that is alive (it heartbeats) but never reports its block.
-        let mut stuck = connect(&context).await;
-        let held = take(&mut stuck, 1).await;
-        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
-        while !reclaimed() {
-            assert!(
-                std::time::Instant::now() < deadline,
-                "the block was never reclaimed"
-            );
-            tokio::time::sleep(std::time::Duration::from_millis(200)).await;
-        }
-        stuck.release(vec![ok(held[0])]).await.unwrap();
-        let mut rescuer = connect(&context).await;
-        serve_the_rest(&mut rescuer).await;
-    });
-    assert!(driver.wait_for_exit().success());
-    let events = events(&run_dir);
-    let done = event_blocks(&events, "block_done", "t");
-    assert_eq!(done.len(), 4, "each block counted once: {done:?}");
-    let refused = events
-        .iter()
-        .filter(|e| e["event"] == "request_refused")
-        .count();
-    assert_eq!(refused, 1, "the late release was refused");
 }

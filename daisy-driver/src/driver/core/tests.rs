@@ -590,3 +590,28 @@ fn a_worker_of_an_unknown_task_is_refused_with_the_known_ones() {
     let refused = run.hello(1, "nope", None).unwrap_err();
     assert_eq!(refused, "unknown task \"nope\"; this run has t");
 }
+
+#[test]
+fn a_batch_goes_to_one_worker_and_comes_back_whole_if_the_worker_is_lost() {
+    let mut run = Run::new("", &[task("t", 20, "max_workers = 0\nmax_retries = 0")]);
+    run.hello(1, "t", None).unwrap();
+    let batch = blocks_to(&run.acquire(1, 8), 1);
+    assert_eq!(batch, (0..8).collect::<Vec<_>>());
+    let gone = run.close(1, false);
+    assert!(marked_done(&gone).is_empty());
+    run.hello(2, "t", None).unwrap();
+    let rescued = blocks_to(&run.acquire(2, 64), 2);
+    assert_eq!(rescued.len(), 20, "lost, not failed: {rescued:?}");
+    let counters = run.core.progress()[0].counters;
+    assert_eq!((counters.failed, counters.processing), (0, 20));
+}
+
+#[test]
+fn a_batch_is_capped_and_a_zero_batch_refused() {
+    let mut run = Run::new("", &[task("t", 2000, "max_workers = 0")]);
+    run.hello(1, "t", None).unwrap();
+    let batch = blocks_to(&run.acquire(1, u32::MAX), 1);
+    assert_eq!(batch.len(), hand_out::MAX_BATCH as usize);
+    let refused = error_to(&run.acquire(1, 0), 1);
+    assert_eq!(refused.as_deref(), Some("acquire_blocks needs max >= 1"));
+}
