@@ -25,7 +25,8 @@
 //!
 //! ```text
 //! DAISY2_PYTHON=v/bin/python cargo bench -p daisy-driver --bench throughput \
-//!     [-- --blocks 10000,100000 --workers 1,2,4,8,16 --batch 1 --runs 3 --client-threads 0]
+//!     [-- --blocks 10000,100000 --workers 1,2,4,8,16 --batch 1 --runs 3 --client-threads 0 \
+//!         --conflict false]
 //! ```
 
 use daisy_core::context::WorkerContext;
@@ -65,6 +66,10 @@ struct Settings {
     /// all on this thread, so that workers and driver get a core each
     /// of a 2-core machine instead of fighting over both.
     client_threads: usize,
+    /// Blocks read one unit around what they write, with
+    /// `read_write_conflict`: two conflict levels, so that many workers
+    /// wait near the end of each (daisy 2.0 is then not measured).
+    conflict: bool,
 }
 
 impl Default for Settings {
@@ -75,6 +80,7 @@ impl Default for Settings {
             batches: vec![1],
             runs: 3,
             client_threads: 0,
+            conflict: false,
         }
     }
 }
@@ -91,6 +97,7 @@ fn parse_args(args: impl Iterator<Item = String>) -> Result<Settings, String> {
             "--batch" => settings.batches = list(&value)?,
             "--runs" => settings.runs = number(&value)?,
             "--client-threads" => settings.client_threads = number(&value)?,
+            "--conflict" => settings.conflict = number(&value)?,
             _ => return Err(format!("unknown option {name:?}")),
         }
     }
@@ -142,9 +149,9 @@ struct Driver {
 
 impl Driver {
     /// Writes the pipeline into `dir` and starts the driver on it.
-    fn start(dir: &Path, blocks: u64) -> Result<Self, String> {
+    fn start(dir: &Path, blocks: u64, conflict: bool) -> Result<Self, String> {
         let pipeline = dir.join("throughput.toml");
-        std::fs::write(&pipeline, pipeline_toml(blocks)).map_err(|e| e.to_string())?;
+        std::fs::write(&pipeline, pipeline_toml(blocks, conflict)).map_err(|e| e.to_string())?;
         let run_dir = dir.join("run");
         let log = |name: &str| std::fs::File::create(dir.join(name)).map(Stdio::from);
         let child = Command::new(driver_program())
@@ -210,18 +217,23 @@ fn driver_program() -> PathBuf {
     std::env::var_os(DRIVER_ENV).map_or(PathBuf::from(DRIVER), PathBuf::from)
 }
 
-/// One 1-D task of `blocks` independent blocks, served only to workers
-/// started by hand; the block command is never run.
-fn pipeline_toml(blocks: u64) -> String {
+/// One 1-D task of `blocks` blocks, independent unless `conflict`,
+/// served only to workers started by hand; the block command is never run.
+fn pipeline_toml(blocks: u64, conflict: bool) -> String {
+    let (context, total) = match conflict {
+        true => (1, blocks + 2),
+        false => (0, blocks),
+    };
+    let read = 1 + 2 * context;
     format!(
         r#"name = "throughput"
 
 [[task]]
 id = "noop"
-total_roi = {{ offset = [0], shape = [{blocks}] }}
-read_roi = {{ offset = [0], shape = [1] }}
+total_roi = {{ offset = [-{context}], shape = [{total}] }}
+read_roi = {{ offset = [-{context}], shape = [{read}] }}
 write_roi = {{ offset = [0], shape = [1] }}
-read_write_conflict = false
+read_write_conflict = {conflict}
 max_workers = 0
 block_command = ["true"]
 "#
@@ -310,12 +322,11 @@ async fn run_workers(
 /// One run: start the driver, serve every block, reap it.
 fn measure_once(
     runtime: &tokio::runtime::Runtime,
-    blocks: u64,
-    workers: u32,
-    batch: u32,
+    (blocks, workers, batch): (u64, u32, u32),
+    conflict: bool,
 ) -> Result<Measurement, String> {
     let dir = tempfile::tempdir().map_err(|e| e.to_string())?;
-    let mut driver = Driver::start(dir.path(), blocks)?;
+    let mut driver = Driver::start(dir.path(), blocks, conflict)?;
     let context = driver.wait_for_context()?;
     let cpu_at_start = driver.cpu_so_far()?;
     let reaped_before = reaped_children_cpu();
@@ -345,11 +356,11 @@ fn measure_once(
 fn measure_ours(
     runtime: &tokio::runtime::Runtime,
     settings: &Settings,
-    (blocks, workers, batch): (u64, u32, u32),
+    row: (u64, u32, u32),
 ) -> Result<Measurement, String> {
     let mut best: Option<Measurement> = None;
     for _ in 0..settings.runs.max(1) {
-        let m = measure_once(runtime, blocks, workers, batch)?;
+        let m = measure_once(runtime, row, settings.conflict)?;
         if best.is_none_or(|b| m.seconds < b.seconds) {
             best = Some(m);
         }
@@ -429,6 +440,10 @@ fn print_how_to_get_daisy2() {
 
 /// daisy 2.0's blocks/s per (blocks, workers), for the sizes it runs at.
 fn baseline(settings: &Settings) -> Vec<((u64, u32), f64)> {
+    if settings.conflict {
+        println!("daisy 2.0 is measured without --conflict only");
+        return Vec::new();
+    }
     let Some(python) = daisy2_python() else {
         return Vec::new();
     };

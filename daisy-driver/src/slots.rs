@@ -104,6 +104,8 @@ pub struct Slots {
     unclean_exits: Vec<u32>,
     /// Per task, why its last unclean exit happened.
     last_unclean: Vec<Option<String>>,
+    /// Per task, the slots queued or connected.
+    live: Vec<u32>,
 }
 
 /// A worker that said Hello, as its slot knows it.
@@ -132,6 +134,7 @@ impl Slots {
             requires,
             unclean_exits: vec![0; tasks],
             last_unclean: vec![None; tasks],
+            live: vec![0; tasks],
         }
     }
 
@@ -170,6 +173,7 @@ impl Slots {
             connected: None,
         };
         self.slots.insert(id, slot);
+        self.live[task.index()] += 1;
     }
 
     /// The slot of a launched worker that left cleanly and now says Hello
@@ -210,6 +214,9 @@ impl Slots {
             id
         });
         let slot = self.slots.get_mut(&id).expect("slot exists");
+        if requeued.is_some() {
+            self.live[task.index()] += 1;
+        }
         slot.state = SlotState::Connected;
         slot.connected = Some(now);
         Ok(Connected {
@@ -227,6 +234,7 @@ impl Slots {
             return None;
         }
         let task = slot.task.index();
+        self.live[task] -= 1;
         if how.is_unclean() {
             self.unclean_exits[task] += 1;
             self.last_unclean[task] = how.why().map(str::to_string);
@@ -264,10 +272,7 @@ impl Slots {
 
     /// Slots of `task` that are queued or connected.
     pub fn live(&self, task: TaskIdx) -> u32 {
-        self.slots
-            .values()
-            .filter(|s| s.task == task && !matches!(s.state, SlotState::Gone(_)))
-            .count() as u32
+        self.live[task.index()]
     }
 
     pub fn unclean_exits(&self, task: TaskIdx) -> u32 {

@@ -2,7 +2,7 @@
 //! ready ones of its task, is told to stop when its task will have none
 //! for it, or parks until blocks appear.
 
-use super::peers::Peer;
+use super::peers::{Peer, Take};
 use super::{shutdown, Core, DoneBefore};
 use crate::connection::ConnId;
 use daisy_core::protocol::{FromDriver, WireBlock};
@@ -83,12 +83,40 @@ impl Core {
             .collect()
     }
 
-    /// Serves parked workers of every task (after anything that may have
-    /// made blocks ready or ended a task); those still waiting park again.
+    /// Serves the parked workers of each task that has something for
+    /// them (after anything that may have made blocks ready or ended a
+    /// task): blocks while it has ready ones, or the news that it will
+    /// have none. A task with neither is not looked at, so this costs
+    /// nothing per waiting worker.
     pub(super) fn serve_parked(&mut self, done_before: DoneBefore) {
-        for conn in self.peers.take_parked() {
-            self.serve(conn, done_before);
+        for task in self.scheduler.graph().task_indices() {
+            while let Some(take) = self.parked_to_serve(task) {
+                let Some(conn) = self.peers.take_parked(task, take) else {
+                    break;
+                };
+                self.serve(conn, done_before);
+                if self.peers.is_parked(conn) {
+                    // Nothing could be taken after all (blocks done
+                    // before, or outside this run): nor can the others.
+                    break;
+                }
+            }
         }
         self.note_finished_tasks();
+    }
+
+    /// Which parked workers of `task` would now get an answer: any while
+    /// it has ready blocks or is over, launched ones once it has nothing
+    /// left to hand out (see [`Self::reason_to_stop`]), none otherwise.
+    fn parked_to_serve(&self, task: TaskIdx) -> Option<Take> {
+        let c = self.scheduler.counters(task);
+        let take = if c.ready > 0 || c.is_done() || self.scheduler.is_abandoned(task) {
+            Take::Any
+        } else if c.pending() == 0 {
+            Take::LaunchedOnly
+        } else {
+            return None;
+        };
+        self.peers.has_parked(task, take).then_some(take)
     }
 }

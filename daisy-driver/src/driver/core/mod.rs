@@ -181,7 +181,7 @@ impl Core {
             tasks: vec![notes; pipeline.tasks.len()],
             scheduler,
             settings,
-            peers: Peers::default(),
+            peers: Peers::new(pipeline.tasks.len()),
             started: now,
             now,
             refusals: Throttle::new(REFUSALS_WINDOW, REFUSALS_TOLD_PER_WINDOW),

@@ -54,22 +54,53 @@ impl Worker {
 }
 
 /// Every welcomed peer, and the workers whose acquire waits for blocks.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub(super) struct Peers {
     peers: HashMap<ConnId, Peer>,
-    /// Workers whose acquire waits (`wants` is set), so that serving them
-    /// after a release costs nothing when there are none, however many
-    /// workers are connected.
-    parked: BTreeSet<ConnId>,
+    /// Per task, the workers whose acquire waits (`wants` is set): after a
+    /// release only the tasks that have something for them are looked at,
+    /// so its cost does not grow with the number of waiting workers.
+    parked: Vec<Parked>,
+}
+
+/// One task's waiting workers, by kind: when the task has nothing left
+/// to hand out, launched ones are let go and those started by hand wait.
+#[derive(Debug, Default)]
+struct Parked {
+    launched: BTreeSet<ConnId>,
+    by_hand: BTreeSet<ConnId>,
+}
+
+impl Parked {
+    fn of_kind(&mut self, launched: bool) -> &mut BTreeSet<ConnId> {
+        match launched {
+            true => &mut self.launched,
+            false => &mut self.by_hand,
+        }
+    }
+}
+
+/// Which parked workers of a task to take.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Take {
+    Any,
+    LaunchedOnly,
 }
 
 impl Peers {
+    pub fn new(tasks: usize) -> Self {
+        Self {
+            peers: HashMap::new(),
+            parked: (0..tasks).map(|_| Parked::default()).collect(),
+        }
+    }
+
     pub fn insert(&mut self, conn: ConnId, peer: Peer) {
         self.peers.insert(conn, peer);
     }
 
     pub fn remove(&mut self, conn: ConnId) -> Option<Peer> {
-        self.parked.remove(&conn);
+        self.unpark(conn);
         self.peers.remove(&conn)
     }
 
@@ -120,28 +151,54 @@ impl Peers {
         self.peers.is_empty()
     }
 
+    /// The worker on `conn` waits for blocks of its task.
     pub fn park(&mut self, conn: ConnId) {
-        self.parked.insert(conn);
+        if let Some(w) = self.worker(conn) {
+            let (task, launched) = (w.task, w.launched);
+            self.parked[task.index()].of_kind(launched).insert(conn);
+        }
     }
 
     pub fn unpark(&mut self, conn: ConnId) {
-        self.parked.remove(&conn);
+        if let Some(w) = self.worker(conn) {
+            let (task, launched) = (w.task, w.launched);
+            self.parked[task.index()].of_kind(launched).remove(&conn);
+        }
     }
 
-    /// Takes every parked worker (to be served, parking again if still
-    /// waiting).
-    pub fn take_parked(&mut self) -> BTreeSet<ConnId> {
-        std::mem::take(&mut self.parked)
+    /// Takes the longest-connected waiting worker of `task` of the kind
+    /// asked for, launched ones first.
+    pub fn take_parked(&mut self, task: TaskIdx, take: Take) -> Option<ConnId> {
+        let parked = &mut self.parked[task.index()];
+        let conn = parked.launched.pop_first();
+        match take {
+            Take::Any => conn.or_else(|| parked.by_hand.pop_first()),
+            Take::LaunchedOnly => conn,
+        }
     }
 
+    pub fn is_parked(&self, conn: ConnId) -> bool {
+        self.worker(conn).is_some_and(|w| {
+            let parked = &self.parked[w.task.index()];
+            parked.launched.contains(&conn) || parked.by_hand.contains(&conn)
+        })
+    }
+
+    /// Whether workers of `task` of this kind wait.
+    pub fn has_parked(&self, task: TaskIdx, take: Take) -> bool {
+        let parked = &self.parked[task.index()];
+        !parked.launched.is_empty() || (take == Take::Any && !parked.by_hand.is_empty())
+    }
+
+    /// Every waiting worker.
     pub fn parked(&self) -> impl Iterator<Item = ConnId> + '_ {
-        self.parked.iter().copied()
+        (self.parked.iter()).flat_map(|p| p.launched.iter().chain(&p.by_hand).copied())
     }
 
     /// Forgets every pending acquire; returns every connection, to be
     /// told to stop.
     pub fn stop_all(&mut self) -> Vec<ConnId> {
-        self.parked.clear();
+        self.parked.iter_mut().for_each(|p| *p = Parked::default());
         for worker in self.workers_mut() {
             worker.wants = None;
         }

@@ -167,23 +167,29 @@ fn blocks_to(commands: &[Command], conn_n: u64) -> Vec<u64> {
         .collect()
 }
 
+/// The first message sent to `conn_n` that `pick` picks from.
+fn sent_to<T>(
+    commands: &[Command],
+    conn_n: u64,
+    pick: impl Fn(&FromDriver) -> Option<T>,
+) -> Option<T> {
+    commands.iter().find_map(|c| match c {
+        Command::Send { conn: to, message } if *to == conn(conn_n) => pick(message),
+        _ => None,
+    })
+}
+
 /// Why `conn_n` was told to stop, if it was.
 fn shutdown_of(commands: &[Command], conn_n: u64) -> Option<String> {
-    commands.iter().find_map(|c| match c {
-        Command::Send {
-            conn: to,
-            message: FromDriver::Shutdown { reason },
-        } if *to == conn(conn_n) => Some(reason.clone()),
+    sent_to(commands, conn_n, |m| match m {
+        FromDriver::Shutdown { reason } => Some(reason.clone()),
         _ => None,
     })
 }
 
 fn error_to(commands: &[Command], conn_n: u64) -> Option<String> {
-    commands.iter().find_map(|c| match c {
-        Command::Send {
-            conn: to,
-            message: FromDriver::Error { reason },
-        } if *to == conn(conn_n) => Some(reason.clone()),
+    sent_to(commands, conn_n, |m| match m {
+        FromDriver::Error { reason } => Some(reason.clone()),
         _ => None,
     })
 }
@@ -614,4 +620,55 @@ fn a_batch_is_capped_and_a_zero_batch_refused() {
     assert_eq!(batch.len(), hand_out::MAX_BATCH as usize);
     let refused = error_to(&run.acquire(1, 0), 1);
     assert_eq!(refused.as_deref(), Some("acquire_blocks needs max >= 1"));
+}
+
+#[test]
+fn a_worker_started_by_hand_waits_while_the_last_block_runs_and_hears_when_the_task_is_done() {
+    let extra = "max_workers = 1\nmax_retries = 1\nretry_backoff = \"2s\"";
+    let mut run = Run::new("", &[task("t", 1, extra)]);
+    let [slot] = run.start_workers()[..] else {
+        panic!("one worker");
+    };
+    run.hello(2, "t", Some(slot)).unwrap();
+    run.hello(1, "t", None).unwrap();
+    run.acquire(2, 1);
+    run.release(2, 0, false);
+    assert!(
+        run.acquire(2, 1).is_empty(),
+        "the launched worker waits for the retry"
+    );
+    assert!(
+        run.acquire(1, 1).is_empty(),
+        "so does the one started by hand"
+    );
+    let due = run.at(2.5).tick();
+    assert_eq!(blocks_to(&due, 2), [0], "launched workers first");
+    assert!(shutdown_of(&due, 1).is_none(), "started by hand: it waits");
+    let done = run.release(2, 0, true);
+    assert_eq!(shutdown_of(&done, 1).as_deref(), Some("the task is done"));
+}
+
+#[test]
+fn blocks_of_one_task_do_not_wake_the_waiting_workers_of_another() {
+    let tasks = [
+        task("a", 2, "max_workers = 0"),
+        task(
+            "b",
+            1,
+            "max_workers = 0\nmax_retries = 1\nretry_backoff = \"5s\"",
+        ),
+    ];
+    let mut run = Run::new("", &tasks);
+    run.hello(1, "a", None).unwrap();
+    run.hello(2, "b", None).unwrap();
+    run.acquire(2, 1);
+    run.release(2, 0, false);
+    assert!(
+        run.acquire(2, 1).is_empty(),
+        "b's worker waits for b's retry"
+    );
+    run.acquire(1, 1);
+    let released = run.release(1, 0, true);
+    assert!(blocks_to(&released, 2).is_empty() && shutdown_of(&released, 2).is_none());
+    assert_eq!(blocks_to(&run.at(5.5).tick(), 2), [0]);
 }
