@@ -8,6 +8,7 @@ use crate::plan::plan;
 use crate::plan::scripts::WorkerProgram;
 use crate::report::{self, ReportFormat};
 use crate::run_dir::RunDir;
+use crate::task_launchers::TaskLaunchers;
 use anyhow::Context;
 use clap::{Args, Parser, Subcommand};
 use std::net::SocketAddr;
@@ -311,7 +312,7 @@ impl BlockServer {
         only_blocks: Option<crate::retry::OnlyBlocks>,
     ) -> anyhow::Result<Self> {
         let options = run_options(opts, only_blocks)?;
-        let launcher = crate::launch::launcher(&pipeline.launcher, launch_settings(opts))?;
+        let launcher = Box::new(TaskLaunchers::new(pipeline, launch_settings(opts))?);
         let listener = std::net::TcpListener::bind(opts.listen)
             .with_context(|| format!("listening on {}", opts.listen))?;
         let runtime = tokio::runtime::Runtime::new().context("starting the async runtime")?;

@@ -6,13 +6,13 @@
 //!
 //! Only the last run's jobs are looked at: every run does this when it
 //! starts, so earlier runs' jobs were dealt with by the run after them.
-//! They are cancelled with the launcher of the pipeline that run
-//! recorded (`pipeline.json`, read before this run replaces it), since
-//! a job id means something only to the scheduler it came from.
+//! Each is cancelled with the launcher its task had in the pipeline that
+//! run recorded (`pipeline.json`, read before this run replaces it),
+//! since a job id means something only to the scheduler it came from.
 
 use crate::events::{Event, EventLog};
 use crate::launch::LaunchSettings;
-use crate::pipeline::LauncherKind;
+use crate::pipeline::{LauncherConfig, LauncherKind, Pipeline};
 use crate::run_dir::RunDir;
 use crate::run_history::RunHistory;
 use launchers::JobId;
@@ -25,26 +25,51 @@ pub fn cancel(run_dir: &RunDir, settings: LaunchSettings) -> anyhow::Result<Vec<
     if jobs.is_empty() {
         return Ok(Vec::new());
     }
-    let config = match run_dir.load_recorded_pipeline() {
-        Ok(pipeline) => pipeline.launcher,
+    let pipeline = match run_dir.load_recorded_pipeline() {
+        Ok(pipeline) => pipeline,
         Err(error) => {
             tracing::warn!("not cancelling the last run's jobs: {error:#}");
             return Ok(Vec::new());
         }
     };
-    if config.kind == LauncherKind::Local {
-        return Ok(Vec::new());
-    }
-    let mut launcher = crate::launch::launcher(&config, settings)?;
-    let cancelled = launcher.cancel_earlier_jobs(&jobs);
-    if !cancelled.is_empty() {
-        report(run_dir, launcher.name(), &cancelled)?;
+    let mut cancelled = Vec::new();
+    for (config, jobs) in by_launcher(&pipeline, jobs) {
+        let mut launcher = crate::launch::launcher(config, settings)?;
+        let these = launcher.cancel_earlier_jobs(&jobs);
+        if !these.is_empty() {
+            report(run_dir, launcher.name(), &these)?;
+        }
+        cancelled.extend(these);
     }
     Ok(cancelled)
 }
 
-/// The jobs the last run in `run_dir` submitted (none without events).
-fn last_run_jobs(run_dir: &RunDir) -> Vec<JobId> {
+/// The jobs of each cluster launcher kind, with the launcher settings of
+/// the first task that used it; local workers are never cancelled (their
+/// pids may have been reused since).
+fn by_launcher(
+    pipeline: &Pipeline,
+    jobs: Vec<(String, JobId)>,
+) -> Vec<(&LauncherConfig, Vec<JobId>)> {
+    let mut groups: Vec<(&LauncherConfig, Vec<JobId>)> = Vec::new();
+    for (task, job) in jobs {
+        let config = pipeline
+            .task(&task)
+            .map_or(&pipeline.launcher, |t| &t.launcher);
+        if config.kind == LauncherKind::Local {
+            continue;
+        }
+        match groups.iter_mut().find(|(c, _)| c.kind == config.kind) {
+            Some((_, jobs)) => jobs.push(job),
+            None => groups.push((config, vec![job])),
+        }
+    }
+    groups
+}
+
+/// The jobs the last run in `run_dir` submitted, with their tasks (none
+/// without events).
+fn last_run_jobs(run_dir: &RunDir) -> Vec<(String, JobId)> {
     let Ok(history) = RunHistory::read(&run_dir.events()) else {
         return Vec::new();
     };
@@ -52,7 +77,9 @@ fn last_run_jobs(run_dir: &RunDir) -> Vec<JobId> {
         .last_run()
         .iter()
         .filter_map(|event| match &event.kind {
-            Event::WorkerSubmitted { job, .. } => Some(JobId(job.to_string())),
+            Event::WorkerSubmitted { task, job, .. } => {
+                Some((task.to_string(), JobId(job.to_string())))
+            }
             _ => None,
         })
         .collect()

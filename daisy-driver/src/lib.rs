@@ -18,10 +18,12 @@
 //! - [`outcome_recorder`]: what became of each block (done markers and
 //!   events), the same for serial and distributed runs.
 //! - [`run_history`]: `events.jsonl` read back, cut into runs.
-//! - [`driver`]: `daisy-driver run`: the run loop that owns all state.
+//! - [`driver`]: `daisy-driver run`: the run loop, its shell, and the
+//!   core that holds every rule of a distributed run.
 //! - [`connection`]: one task per worker connection.
 //! - [`budget`], [`slots`]: the resource budget and worker accounting.
-//! - [`launch`]: the launcher backend the pipeline asks for.
+//! - [`launch`]: the launcher backend a task asks for.
+//! - [`task_launchers`]: one launcher per kind the tasks use, behind one.
 //! - [`earlier_jobs`]: cancelling the jobs a killed driver left queued.
 //! - [`run_context`]: token, advertised addresses, `context.json`.
 //! - [`progress`], [`summary`]: what the user sees during and after a run.
@@ -60,4 +62,5 @@ pub mod serial_run;
 pub mod slots;
 pub mod status;
 pub mod summary;
+pub mod task_launchers;
 pub mod throttle;

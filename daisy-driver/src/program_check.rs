@@ -3,8 +3,8 @@
 //! `./segg.sh`) would otherwise fail every try of every block, and a
 //! `--worker-bin` that does not exist every worker start.
 //!
-//! Workers of the local launcher (and a `--serial` run) start the program
-//! on this machine, in this directory, so a program that does not resolve
+//! Workers of a task whose launcher is local (and a `--serial` run) start
+//! the program on this machine, in this directory, so a program that does not resolve
 //! here is a problem. Cluster workers run on compute nodes, whose PATH and
 //! file systems may differ: there the same finding is only a warning, and
 //! each worker checks again where it runs (refusing with `cannot_serve`).
@@ -30,22 +30,36 @@ pub struct ProgramFindings {
 /// launcher.
 pub fn check_programs(pipeline: &Pipeline, dir: &Path, worker: Option<&Path>) -> ProgramFindings {
     let mut findings = ProgramFindings::default();
-    let here = worker.is_none() || pipeline.launcher.kind == LauncherKind::Local;
+    let serial = worker.is_none();
+    let runs_here = |task: &TaskConfig| serial || task.launcher.kind == LauncherKind::Local;
+    let mut uses_the_worker = (pipeline.tasks.iter()).filter(|t| t.worker_program.is_none());
+    let worker_here = uses_the_worker.any(runs_here);
     let worker = worker.and_then(|worker| worker_problem(worker, dir));
-    let tasks = pipeline.tasks.iter().flat_map(|task| {
+    findings.add(worker, worker_here);
+    for task in &pipeline.tasks {
         let own_worker = task.worker_program.as_ref();
         let own_worker = own_worker.and_then(|argv| worker_program_problem(task, argv, dir));
-        own_worker.into_iter().chain(program_problem(task, dir))
-    });
-    for finding in worker.into_iter().chain(tasks) {
+        for finding in own_worker.into_iter().chain(program_problem(task, dir)) {
+            findings.add(Some(finding), runs_here(task));
+        }
+    }
+    findings
+}
+
+impl ProgramFindings {
+    /// A program that does not start here is a problem if it would run
+    /// here, and a warning if it runs where a cluster's jobs run.
+    fn add(&mut self, finding: Option<String>, here: bool) {
+        let Some(finding) = finding else {
+            return;
+        };
         match here {
-            true => findings.problems.push(finding),
-            false => findings.warnings.push(format!(
+            true => self.problems.push(finding),
+            false => self.warnings.push(format!(
                 "{finding} here (it may exist only on the compute nodes)"
             )),
         }
     }
-    findings
 }
 
 /// `--worker-bin = "/opt/daisy-worker": program "/opt/daisy-worker" does

@@ -411,3 +411,59 @@ fn assert_earlier_jobs_cancelled(dir: &TestDir, kind: &str, hold: &str, env: &[(
     nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGINT).unwrap();
     second.wait_for_exit();
 }
+
+/// Three chained tasks of 12 blocks, each on its own launcher kind.
+fn mixed_pipeline() -> String {
+    let task = |id: &str, upstream: &str, launcher: &str| {
+        format!(
+            r#"
+[[task]]
+id = "mx-{id}"
+{upstream}
+total_roi = {{ offset = [0], shape = [12] }}
+read_roi = {{ offset = [0], shape = [1] }}
+write_roi = {{ offset = [0], shape = [1] }}
+read_write_conflict = false
+max_workers = 2
+requires = {{ cpu = 1 }}
+launcher = {launcher}
+block_command = ["sh", "-c", "echo mx-{id} {{block_id}} >> ran.txt"]
+"#
+        )
+    };
+    format!(
+        "name = \"mx\"\n[resources]\ncpu = 4\n[launcher]\ntime = \"00:10:00\"\n{}{}{}",
+        task("here", "", "{ kind = \"local\" }"),
+        task("slurm", "upstream = [\"mx-here\"]", "{ kind = \"sbatch\" }"),
+        task("lsf", "upstream = [\"mx-slurm\"]", "{ kind = \"bsub\" }"),
+    )
+}
+
+#[test]
+fn tasks_on_local_sbatch_and_bsub_launchers_chain_in_one_run_and_leave_no_job() {
+    needs_slurm("mixed launchers");
+    let dir = TestDir::new();
+    dir.write("p.toml", &mixed_pipeline());
+    let plan = run_ok(dir.driver(&["plan", "p.toml"]).envs(lsf_standin_env(&dir)));
+    for kind in ["local", "sbatch", "bsub"] {
+        assert!(plan.contains(&format!("  launcher     {kind}\n")), "{plan}");
+    }
+    let mut driver = cluster_driver(&dir, "p.toml");
+    driver.envs(lsf_standin_env(&dir));
+    run_ok(&mut driver);
+    let lines = dir.read("ran.txt");
+    let ran: BTreeSet<&str> = lines.lines().collect();
+    assert_eq!((ran.len(), lines.lines().count()), (36, 36), "each block once");
+    let run_dir = dir.join("daisy_run/mx");
+    let jobs_of = |task: &str| -> Vec<String> {
+        (events(&run_dir).iter())
+            .filter(|e| e["event"] == "worker_submitted" && e["task"] == task)
+            .filter_map(|e| e["job"].as_str().map(String::from))
+            .collect()
+    };
+    let (here, slurm, lsf) = (jobs_of("mx-here"), jobs_of("mx-slurm"), jobs_of("mx-lsf"));
+    assert!(here.iter().all(|j| j.parse::<u32>().is_ok()), "local pids: {here:?}");
+    assert!(!slurm.is_empty() && slurm.iter().all(|j| j.contains('_')), "{slurm:?}");
+    assert!(!lsf.is_empty() && lsf.iter().all(|j| j.contains('[')), "{lsf:?}");
+    wait_until_gone(&[slurm, lsf].concat());
+}

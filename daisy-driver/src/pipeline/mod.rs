@@ -439,16 +439,19 @@ pub(super) mod tests {
     }
 
     #[test]
-    fn a_task_launcher_overrides_options_but_not_the_kind() {
+    fn a_task_launcher_checks_its_kind_and_options_by_name() {
         let text = format!(
             "name = \"m\"\n{}",
             task(
                 "t",
-                "launcher = { kind = \"bsub\", partiton = \"x\", max_array_parallel = 0 }"
+                "launcher = { kind = \"pbs\", partiton = \"x\", max_array_parallel = 0 }"
             )
         );
         let problems = problems(&text);
-        assert_has(&problems, r#"task "t": unknown field "kind" in [launcher]"#);
+        assert_has(
+            &problems,
+            r#"task "t": launcher.kind = "pbs" is not one of local, sbatch, bsub, slurmrestd"#,
+        );
         assert_has(
             &problems,
             r#"task "t": unknown field "partiton" in [launcher] (did you mean "partition"?)"#,
@@ -456,6 +459,26 @@ pub(super) mod tests {
         assert_has(
             &problems,
             r#"task "t": launcher.max_array_parallel = 0 must be at least 1"#,
+        );
+    }
+
+    #[test]
+    fn a_task_may_choose_its_launcher_kind_and_inherits_the_other_options() {
+        let text = format!(
+            "name = \"m\"\n[launcher]\nkind = \"sbatch\"\npartition = \"cpu\"\n{}{}",
+            task("here", "launcher = { kind = \"local\" }"),
+            task("gpu", "launcher = { partition = \"gpu\" }"),
+        );
+        let pipeline = Pipeline::from_str(&text, Path::new("m.toml")).unwrap();
+        let here = &pipeline.task("here").unwrap().launcher;
+        assert_eq!(
+            (here.kind, here.partition.as_deref()),
+            (LauncherKind::Local, Some("cpu"))
+        );
+        let gpu = &pipeline.task("gpu").unwrap().launcher;
+        assert_eq!(
+            (gpu.kind, gpu.partition.as_deref()),
+            (LauncherKind::Sbatch, Some("gpu"))
         );
     }
 

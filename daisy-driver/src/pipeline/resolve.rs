@@ -173,16 +173,20 @@ fn launcher(top: &mut Fields, pipeline_path: &Path) -> LauncherConfig {
     }
 }
 
-/// A task's own `launcher` table: options of `[launcher]` it overrides
-/// for its workers (a GPU task on another partition). The kind is the
-/// run's: one launcher per run.
+/// A task's own `launcher` table: its launcher kind and the options of
+/// `[launcher]` it overrides for its workers (a cheap task as local
+/// processes, a GPU task as SLURM jobs on another partition).
 fn task_launcher(task: &mut Fields, run: &Run) -> LauncherConfig {
     let Some(table) = task.optional("launcher", object) else {
         return run.launcher.clone();
     };
     let mut fields = task.nested("launcher", table);
-    fields.reject_unknown(&LAUNCHER_FIELDS[1..]);
-    launcher_options(&mut fields, run.path, run.launcher.clone())
+    fields.reject_unknown(LAUNCHER_FIELDS);
+    let kind = fields.optional("kind", |v| one_of(v, &LauncherKind::ALL));
+    LauncherConfig {
+        kind: kind.unwrap_or(run.launcher.kind),
+        ..launcher_options(&mut fields, run.path, run.launcher.clone())
+    }
 }
 
 /// The launcher options in `fields`, each falling back to `base`.

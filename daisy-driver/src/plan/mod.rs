@@ -13,10 +13,11 @@ pub mod scripts;
 
 use crate::budget::Budget;
 use crate::done_marker::DoneMarker;
-use crate::launch::{self, LaunchSettings};
+use crate::launch::LaunchSettings;
 use crate::pipeline::{LauncherKind, Pipeline, TaskConfig, UserCommand};
 use crate::program_check::check_programs;
 use crate::run_dir::RunDir;
+use crate::task_launchers::TaskLaunchers;
 use allocation::Phase;
 use daisy_core::protocol::{CodeKind, FunctionCode, FunctionSource, WireRoi};
 use daisy_core::{DependencyGraph, Fit, Scheduler, TaskIdx};
@@ -34,7 +35,7 @@ pub struct Plan {
     pub run_dir: PathBuf,
     pub resources: BTreeMap<String, u64>,
     pub tasks: Vec<TaskPlan>,
-    /// The launcher a run would start workers with.
+    /// The pipeline's `[launcher]` kind: the tasks' unless they name their own.
     pub launcher: LauncherKind,
     /// The workers each task gets, phase by phase as tasks drain.
     pub phases: Vec<Phase>,
@@ -66,6 +67,8 @@ pub struct TaskPlan {
     pub done_blocks: u64,
     pub remaining_blocks: u64,
     pub requires: BTreeMap<String, u64>,
+    /// The launcher that starts its workers.
+    pub launcher: LauncherKind,
     pub max_workers: u32,
     /// Workers the task may run at once when it has the budget to itself.
     pub workers: u32,
@@ -150,14 +153,14 @@ fn runnable_at_start(graph: Arc<DependencyGraph>, markers: &[Option<DoneMarker>]
         .collect()
 }
 
-/// Why the pipeline's launcher cannot start here (its commands are not on
+/// Why a launcher the tasks use cannot start here (its commands are not on
 /// PATH, slurmrestd settings are missing), as a run would find out.
 fn launcher_problem(pipeline: &Pipeline) -> Option<String> {
     let settings = LaunchSettings {
         poll_interval: launchers::DEFAULT_POLL_INTERVAL,
         stop_grace: launchers::DEFAULT_GRACE,
     };
-    let error = launch::launcher(&pipeline.launcher, settings).err()?;
+    let error = TaskLaunchers::new(pipeline, settings).err()?;
     Some(format!("{error:#}"))
 }
 
@@ -206,6 +209,7 @@ fn task_plan(pipeline: &Pipeline, graph: &DependencyGraph, task: TaskIdx, done: 
         done_blocks: done,
         remaining_blocks: blocks.saturating_sub(done),
         requires: config.requires.clone(),
+        launcher: config.launcher.kind,
         max_workers: config.max_workers,
         workers: workers_under_budget(config, &pipeline.resources),
         batch_size: config.batch_size,

@@ -6,6 +6,7 @@
 use super::allocation::{Phase, TaskState, WorkerIds};
 use super::scripts::Submission;
 use super::{Plan, TaskPlan};
+use crate::pipeline::LauncherKind;
 use daisy_core::protocol::WireRoi;
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -23,7 +24,7 @@ impl Plan {
         );
         let _ = writeln!(out, "run dir  {}", self.run_dir.display());
         let _ = writeln!(out, "budget   {}", render_map(&self.resources));
-        let _ = writeln!(out, "launcher {}", self.launcher_name());
+        let _ = writeln!(out, "launcher {}", kind_name(self.launcher));
         for task in &self.tasks {
             out.push('\n');
             task.render(&mut out);
@@ -42,13 +43,6 @@ impl Plan {
             let _ = writeln!(out, "\nproblem: {problem}");
         }
         out
-    }
-
-    fn launcher_name(&self) -> String {
-        serde_json::to_value(self.launcher)
-            .ok()
-            .and_then(|name| name.as_str().map(str::to_owned))
-            .unwrap_or_default()
     }
 
     fn render_phases(&self, out: &mut String) {
@@ -80,7 +74,11 @@ impl Plan {
         let _ = writeln!(out, "\nfirst submission of each task{hint}");
         for submission in &self.submissions {
             let what = match &submission.script_path {
-                Some(path) => format!("{} script {}", self.launcher_name(), path.display()),
+                Some(path) => format!(
+                    "{} script {}",
+                    kind_name(submission.launcher),
+                    path.display()
+                ),
                 None => format!("{} local processes", submission.commands.len()),
             };
             let _ = writeln!(
@@ -103,7 +101,7 @@ impl Plan {
                 let _ = writeln!(
                     out,
                     "\n--- {} script for task {task:?} ({workers}), kept as {} ---",
-                    self.launcher_name(),
+                    kind_name(submission.launcher),
                     path.display()
                 );
                 out.push_str(script);
@@ -213,6 +211,7 @@ impl TaskPlan {
             "  done         {} done, {} to run",
             self.done_blocks, self.remaining_blocks
         );
+        let _ = writeln!(out, "  launcher     {}", kind_name(self.launcher));
         let _ = writeln!(
             out,
             "  workers      {} (max_workers {}, requires {})",
@@ -249,4 +248,12 @@ fn render_map(map: &BTreeMap<String, u64>) -> String {
     }
     let items: Vec<String> = map.iter().map(|(k, v)| format!("{k}: {v}")).collect();
     format!("{{{}}}", items.join(", "))
+}
+
+/// A launcher kind as pipeline files spell it (`sbatch`).
+fn kind_name(kind: LauncherKind) -> String {
+    serde_json::to_value(kind)
+        .ok()
+        .and_then(|name| name.as_str().map(str::to_owned))
+        .unwrap_or_default()
 }

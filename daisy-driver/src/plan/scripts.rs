@@ -28,6 +28,8 @@ pub struct WorkerProgram<'a> {
 #[derive(Debug, Serialize)]
 pub struct Submission {
     pub task: String,
+    /// The launcher that makes it: the task's.
+    pub launcher: LauncherKind,
     /// The phase of the allocation it is made in (1 = at start).
     pub phase: usize,
     pub first_worker: u64,
@@ -58,7 +60,8 @@ pub fn first_submissions(
     first_grants
         .filter_map(|grant| {
             let requests = requests(pipeline, run_dir, worker, grant);
-            submission(pipeline.launcher.kind, grant, &requests)
+            let kind = pipeline.tasks[grant.task.index()].launcher.kind;
+            submission(kind, grant, &requests)
                 .map_err(|error| problems.push(format!("task {:?}: {error}", requests[0].task_id)))
                 .ok()
         })
@@ -85,6 +88,7 @@ fn submission(
 ) -> Result<Submission, LaunchError> {
     let mut submission = Submission {
         task: requests[0].task_id.clone(),
+        launcher: kind,
         phase: grant.phase,
         first_worker: grant.workers.first,
         last_worker: grant.workers.last,
