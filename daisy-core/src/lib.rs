@@ -20,6 +20,7 @@
 //! - [`template`]: `{placeholders}` in block commands, checked and filled in.
 
 pub mod block;
+pub mod block_grid;
 pub mod context;
 pub mod coordinate;
 pub mod geometry;

@@ -33,6 +33,7 @@
 //!   process (debugging, small jobs).
 //! - [`status`]: `daisy-driver status`, offline and live.
 //! - [`retry`], [`reset`]: `run --retry-failed` and `--reset TASK`.
+//! - [`skip_mask`]: a task's mask of blocks not to run, read from Zarr.
 //! - [`throttle`]: how often one kind of trouble is logged.
 //! - [`cli`]: the command line.
 pub mod budget;
@@ -59,6 +60,7 @@ pub mod run_history;
 pub mod run_lock;
 pub mod run_start;
 pub mod serial_run;
+pub mod skip_mask;
 pub mod slots;
 pub mod status;
 pub mod summary;

@@ -453,7 +453,11 @@ fn tasks_on_local_sbatch_and_bsub_launchers_chain_in_one_run_and_leave_no_job() 
     run_ok(&mut driver);
     let lines = dir.read("ran.txt");
     let ran: BTreeSet<&str> = lines.lines().collect();
-    assert_eq!((ran.len(), lines.lines().count()), (36, 36), "each block once");
+    assert_eq!(
+        (ran.len(), lines.lines().count()),
+        (36, 36),
+        "each block once"
+    );
     let run_dir = dir.join("daisy_run/mx");
     let jobs_of = |task: &str| -> Vec<String> {
         (events(&run_dir).iter())
@@ -462,8 +466,17 @@ fn tasks_on_local_sbatch_and_bsub_launchers_chain_in_one_run_and_leave_no_job() 
             .collect()
     };
     let (here, slurm, lsf) = (jobs_of("mx-here"), jobs_of("mx-slurm"), jobs_of("mx-lsf"));
-    assert!(here.iter().all(|j| j.parse::<u32>().is_ok()), "local pids: {here:?}");
-    assert!(!slurm.is_empty() && slurm.iter().all(|j| j.contains('_')), "{slurm:?}");
-    assert!(!lsf.is_empty() && lsf.iter().all(|j| j.contains('[')), "{lsf:?}");
+    assert!(
+        here.iter().all(|j| j.parse::<u32>().is_ok()),
+        "local pids: {here:?}"
+    );
+    assert!(
+        !slurm.is_empty() && slurm.iter().all(|j| j.contains('_')),
+        "{slurm:?}"
+    );
+    assert!(
+        !lsf.is_empty() && lsf.iter().all(|j| j.contains('[')),
+        "{lsf:?}"
+    );
     wait_until_gone(&[slurm, lsf].concat());
 }

@@ -22,6 +22,7 @@ mod restarts;
 mod retries;
 mod run_dir;
 mod serial;
+mod skip_mask;
 mod status;
 mod summary;
 mod user_processes;

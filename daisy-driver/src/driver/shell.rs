@@ -129,9 +129,9 @@ impl Shell {
     }
 
     fn handle(&mut self, input: Input) {
-        let recorder = &self.recorder;
-        self.core
-            .handle(Instant::now(), input, &|block| recorder.is_done(block));
+        let (recorder, pipeline) = (&self.recorder, &self.pipeline);
+        let skipped = |block: &_| recorder.is_done(block) || pipeline.is_masked(block);
+        self.core.handle(Instant::now(), input, &skipped);
         self.carry_out_commands();
     }
 

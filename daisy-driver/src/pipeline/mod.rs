@@ -108,6 +108,8 @@ pub struct TaskConfig {
     /// How this task's workers are started: `[launcher]` with the task's
     /// own `launcher` table laid over it.
     pub launcher: LauncherConfig,
+    /// Blocks not to run (`skip_mask`), loaded and checked.
+    pub skip_mask: Option<std::sync::Arc<crate::skip_mask::SkipMask>>,
 }
 
 /// What a worker of the task runs (DESIGN "Workers and user code").
@@ -125,6 +127,11 @@ pub enum UserCommand {
 
 impl TaskConfig {
     /// The code as the driver sends it to the task's workers.
+    /// Whether its `skip_mask` masks `block` (a block of this task).
+    pub fn is_masked(&self, block: &daisy_core::Block) -> bool {
+        (self.skip_mask.as_ref()).is_some_and(|mask| mask.is_masked(block))
+    }
+
     pub fn task_code(&self) -> TaskCode {
         let (kind, argv, function) = match &self.command {
             UserCommand::PerBlock(argv) => (CodeKind::BlockCommand, argv.clone(), None),
@@ -319,6 +326,13 @@ impl Pipeline {
     /// The task with id `id`.
     pub fn task(&self, id: &str) -> Option<&TaskConfig> {
         self.tasks.iter().find(|task| task.spec.id == id)
+    }
+
+    /// Whether `block` is masked by its task's `skip_mask`: skipped like
+    /// a block done before, never run.
+    pub fn is_masked(&self, block: &daisy_core::Block) -> bool {
+        let task = self.tasks.get(block.id.task.index());
+        task.is_some_and(|task| task.is_masked(block))
     }
 }
 

@@ -16,6 +16,7 @@ use super::{
     LauncherConfig, LauncherKind, Pipeline, Problem, TaskConfig, UserCommand, DEFAULT_MAX_WORKERS,
     DEFAULT_MAX_WORKER_RESTARTS, MAX_BATCH_SIZE, MAX_PREFETCH,
 };
+use crate::skip_mask::SkipMask;
 use daisy_core::coordinate::{MAX_COORDINATE, MAX_DIMS};
 use daisy_core::geometry::geometry_problems;
 use daisy_core::protocol::{CodeKind, FunctionCode, FunctionSource};
@@ -24,6 +25,7 @@ use daisy_core::{Fit, Roi, TaskSpec};
 use serde_json::Value;
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::Duration;
 
 const PIPELINE_FIELDS: &[&str] = &["name", "resources", "launcher", "task"];
@@ -64,6 +66,7 @@ const TASK_FIELDS: &[&str] = &[
     "worker_program",
     "env",
     "launcher",
+    "skip_mask",
 ];
 const ROI_FIELDS: &[&str] = &["offset", "shape"];
 const FITS: [Fit; 3] = [Fit::Valid, Fit::Overhang, Fit::Shrink];
@@ -254,7 +257,9 @@ fn task(n: usize, at: (&Table, &Lines), run: &Run, problems: &mut Vec<Problem>) 
     let dims = spec.as_ref().map(|spec| spec.total_roi.dims());
     let config = match (id.clone(), spec, launch) {
         (Some(id), Some(spec), Some(launch)) => {
-            Some(launch.into_config(TaskSpec { id, ..spec }, upstream.clone()))
+            let spec = TaskSpec { id, ..spec };
+            let mask = skip_mask(&mut fields, run.path, &spec);
+            Some(launch.into_config(spec, upstream.clone(), mask))
         }
         _ => None,
     };
@@ -265,6 +270,19 @@ fn task(n: usize, at: (&Table, &Lines), run: &Run, problems: &mut Vec<Problem>) 
         upstream,
         dims,
         config,
+    }
+}
+
+/// `skip_mask`: a Zarr array (a path relative to the pipeline file), read
+/// now so that its shape is checked against the task's block grid at load.
+fn skip_mask(fields: &mut Fields, pipeline_path: &Path, spec: &TaskSpec) -> Option<Arc<SkipMask>> {
+    let path = fields.optional("skip_mask", non_empty)?;
+    match SkipMask::load(&beside(pipeline_path, &path), spec) {
+        Ok(mask) => Some(Arc::new(mask)),
+        Err(error) => {
+            fields.report("skip_mask", format!("skip_mask = {path:?}: {error}"));
+            None
+        }
     }
 }
 
@@ -358,10 +376,16 @@ impl Launch {
         })
     }
 
-    fn into_config(self, spec: TaskSpec, upstream: Vec<String>) -> TaskConfig {
+    fn into_config(
+        self,
+        spec: TaskSpec,
+        upstream: Vec<String>,
+        skip_mask: Option<Arc<SkipMask>>,
+    ) -> TaskConfig {
         TaskConfig {
             spec,
             upstream,
+            skip_mask,
             requires: self.requires,
             max_workers: self.max_workers,
             max_worker_restarts: self.max_worker_restarts,

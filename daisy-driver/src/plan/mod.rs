@@ -65,6 +65,8 @@ pub struct TaskPlan {
     /// Blocks ready when the run starts.
     pub root_blocks: u64,
     pub done_blocks: u64,
+    /// Blocks its `skip_mask` removes (never run, counted as skipped).
+    pub masked_blocks: u64,
     pub remaining_blocks: u64,
     pub requires: BTreeMap<String, u64>,
     /// The launcher that starts its workers.
@@ -105,7 +107,7 @@ pub fn plan(pipeline: &Pipeline, run_dir: &RunDir, worker: WorkerProgram) -> Pla
         })
         .collect();
     let blocks_left = tasks.iter().map(|t| t.remaining_blocks).collect();
-    let runnable = runnable_at_start(graph.clone(), &markers);
+    let runnable = runnable_at_start(pipeline, graph.clone(), &markers);
     let allocation = allocation::simulate(pipeline, &graph, blocks_left, &runnable);
     let submissions =
         scripts::first_submissions(pipeline, run_dir, worker, &allocation.grants, &mut problems);
@@ -135,13 +137,18 @@ fn open_marker(run_dir: &RunDir, task: &TaskConfig) -> Result<Option<DoneMarker>
 /// Per task, the blocks ready when a run starts, as the driver's first
 /// tick finds them: the real scheduler, asked in task order, with blocks
 /// done in an earlier run skipped.
-fn runnable_at_start(graph: Arc<DependencyGraph>, markers: &[Option<DoneMarker>]) -> Vec<u64> {
+fn runnable_at_start(
+    pipeline: &Pipeline,
+    graph: Arc<DependencyGraph>,
+    markers: &[Option<DoneMarker>],
+) -> Vec<u64> {
     let mut scheduler = Scheduler::new(graph.clone());
     graph
         .task_indices()
         .map(|task| {
             let marker = markers[task.index()].as_ref();
-            let mut is_done = |block: &_| marker.is_some_and(|m| m.is_done(block));
+            let done = |block: &_| marker.is_some_and(|m| m.is_done(block));
+            let mut is_done = |block: &_| done(block) || pipeline.is_masked(block);
             match scheduler.has_runnable(task, &mut is_done) {
                 true => {
                     let counters = scheduler.counters(task);
@@ -194,6 +201,7 @@ fn task_plan(pipeline: &Pipeline, graph: &DependencyGraph, task: TaskIdx, done: 
         UserCommand::Function { kind, code } => (function_kind(*kind), function_shown(code)),
     };
     let spec = &config.spec;
+    let masked = config.skip_mask.as_ref().map_or(0, |m| m.masked());
     TaskPlan {
         id: spec.id.clone(),
         upstream: config.upstream.clone(),
@@ -207,7 +215,8 @@ fn task_plan(pipeline: &Pipeline, graph: &DependencyGraph, task: TaskIdx, done: 
         levels: task_graph.num_levels(),
         root_blocks: roots,
         done_blocks: done,
-        remaining_blocks: blocks.saturating_sub(done),
+        masked_blocks: masked,
+        remaining_blocks: blocks.saturating_sub(done + masked),
         requires: config.requires.clone(),
         launcher: config.launcher.kind,
         max_workers: config.max_workers,

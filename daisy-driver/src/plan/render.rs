@@ -206,9 +206,13 @@ impl TaskPlan {
             "  blocks       {} in {} {levels}, {} roots (ready when nothing is done)",
             self.blocks, self.levels, self.root_blocks
         );
+        let masked = match self.masked_blocks {
+            0 => String::new(),
+            n => format!(", {n} masked (skip_mask)"),
+        };
         let _ = writeln!(
             out,
-            "  done         {} done, {} to run",
+            "  done         {} done{masked}, {} to run",
             self.done_blocks, self.remaining_blocks
         );
         let _ = writeln!(out, "  launcher     {}", kind_name(self.launcher));
