@@ -434,6 +434,7 @@ pub(super) mod tests {
                 time: Some("08:00:00".into()),
                 ..launcher
             },
+            skip_mask: None,
         };
         assert_eq!(predict, &expected);
     }

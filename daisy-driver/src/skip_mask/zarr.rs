@@ -33,6 +33,9 @@ enum Codec {
     Zstd,
 }
 
+/// Reads an array's metadata of one Zarr version.
+type ParseMetadata = fn(&Path, &Value) -> Result<Array, String>;
+
 /// What the metadata says about the array.
 struct Array {
     dir: PathBuf,
@@ -54,15 +57,14 @@ impl Array {
             path: dir.to_path_buf(),
             reason,
         };
-        let (file, parse): (_, fn(&Path, &Value) -> Result<Array, String>) =
-            match (v3.exists(), v2.exists()) {
-                (true, _) => (v3, v3_array),
-                (false, true) => (v2, v2_array),
-                (false, false) => {
-                    let reason = "is not a Zarr array (it has no zarr.json nor .zarray)";
-                    return Err(invalid(reason.into()));
-                }
-            };
+        let (file, parse): (_, ParseMetadata) = match (v3.exists(), v2.exists()) {
+            (true, _) => (v3, v3_array),
+            (false, true) => (v2, v2_array),
+            (false, false) => {
+                let reason = "is not a Zarr array (it has no zarr.json nor .zarray)";
+                return Err(invalid(reason.into()));
+            }
+        };
         let text = std::fs::read_to_string(&file).map_err(|source| MaskError::Io {
             path: file.clone(),
             source,
