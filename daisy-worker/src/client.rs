@@ -2,32 +2,31 @@
 //!
 //! [`Client`] is what a Rust program uses to take blocks in process, and
 //! what the `daisy-worker` runtime builds on. It owns the connection and
-//! keeps it alive on its own: a writer task sends the caller's messages and
-//! a `Heartbeat` every `heartbeat_interval_s`, a reader task is the only
-//! reader of the socket (frames are not cancel safe to read) and declares
-//! the driver lost after `heartbeat_interval_s × heartbeat_misses` of
-//! silence. The caller only asks for blocks and reports results.
+//! keeps it alive on its own: one task sends the caller's messages and a
+//! `Heartbeat` every `heartbeat_interval_s`, reads the driver's, and
+//! declares the driver lost after `heartbeat_interval_s ×
+//! heartbeat_misses` of silence. The caller only asks for blocks and
+//! reports results.
 //!
 //! It leaves to others what to run (the runtime), how to find the driver
 //! (DAISY_CONTEXT, see the CLI) and what the messages mean (daisy-core).
 //!
 //! - [`dial`]: reaching the driver, with backoff while it starts.
-//! - [`connection`]: the reader and writer tasks, liveness.
+//! - [`connection`]: the connection's task, liveness.
 
 mod connection;
 mod dial;
 #[cfg(test)]
 mod tests;
 
-use connection::{Answer, Connection, Liveness};
+use connection::{Answer, Connection, Liveness, WorkerEnd};
 use daisy_core::protocol::{
-    read_frame, write_frame, BlockResult, FromDriver, Hello, Message, Role, ToDriver, Welcome,
-    WireBlock, MAX_FRAME_BYTES, PROTOCOL_VERSION,
+    BlockResult, FromDriver, Hello, Message, Role, ToDriver, Welcome, WireBlock, MAX_FRAME_BYTES,
+    PROTOCOL_VERSION,
 };
 use std::fmt;
 use std::future::Future;
 use std::time::Duration;
-use tokio::net::TcpStream;
 
 /// How long [`Client::connect`] keeps trying to reach a driver that is not
 /// up yet: a batch job may start before its driver does.
@@ -159,8 +158,9 @@ impl Client {
     /// Reaches the driver (retrying with backoff while it is unreachable),
     /// says Hello and waits for Welcome.
     pub async fn connect(opts: ConnectOpts) -> Result<Self, ConnectError> {
-        let (mut stream, address) = dial::dial(&opts.addresses, opts.connect_timeout).await?;
-        let welcome = handshake(&mut stream, &opts)
+        let (stream, address) = dial::dial(&opts.addresses, opts.connect_timeout).await?;
+        let mut transport = WorkerEnd::new(stream, MAX_FRAME_BYTES);
+        let welcome = handshake(&mut transport, &opts)
             .await
             .map_err(|failure| failure.at(&address))?;
         let liveness = Liveness::of(&welcome).map_err(|reason| ConnectError::Handshake {
@@ -172,7 +172,7 @@ impl Client {
             "connected to the driver"
         );
         Ok(Self {
-            connection: Connection::start(stream, liveness),
+            connection: Connection::start(transport, liveness),
             welcome,
             acquire_pending: false,
             shutdown: None,
@@ -287,14 +287,15 @@ impl HandshakeFailure {
 
 /// Says Hello and reads the driver's first answer.
 async fn handshake(
-    stream: &mut TcpStream,
+    transport: &mut WorkerEnd,
     opts: &ConnectOpts,
 ) -> Result<Welcome, HandshakeFailure> {
     let other = |e: daisy_core::protocol::FrameError| HandshakeFailure::Other(e.to_string());
-    write_frame(stream, &ToDriver::Hello(hello(opts)))
+    transport
+        .send(ToDriver::Hello(hello(opts)))
         .await
         .map_err(other)?;
-    let answer = tokio::time::timeout(HANDSHAKE_TIMEOUT, read_frame(stream, MAX_FRAME_BYTES))
+    let answer = tokio::time::timeout(HANDSHAKE_TIMEOUT, transport.receive())
         .await
         .map_err(|_| {
             HandshakeFailure::Other(format!("no answer to Hello within {HANDSHAKE_TIMEOUT:?}"))
