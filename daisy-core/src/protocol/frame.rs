@@ -19,7 +19,7 @@
 //! would reserve the declared length at once, and its error does not say
 //! the length, so the codec checks first.)
 
-use crate::protocol::explain::{explain, not_a_map};
+use crate::protocol::explain::{explain, message_type, not_a_map};
 use crate::protocol::messages::Message;
 use futures_util::{FutureExt, SinkExt, StreamExt};
 use serde::Serialize;
@@ -70,7 +70,7 @@ pub fn encode<T: Serialize>(message: &T) -> Result<Vec<u8>, FrameError> {
 
 /// Decodes a payload (the bytes after the length prefix): a map, as the
 /// protocol says (the decoder alone would also take an array whose first
-/// item is a variant's index).
+/// item is a variant's index), in one pass (see [`super::tagged`]).
 pub fn decode<T: Message>(payload: &[u8]) -> Result<T, FrameError> {
     if let Some(reason) = not_a_map(payload) {
         return Err(FrameError::Decode {
@@ -78,10 +78,17 @@ pub fn decode<T: Message>(payload: &[u8]) -> Result<T, FrameError> {
             source: None,
         });
     }
-    rmp_serde::from_slice(payload).map_err(|e| FrameError::Decode {
+    decode_map(payload).map_err(|e| FrameError::Decode {
         reason: explain::<T>(payload, &e),
         source: Some(e),
     })
+}
+
+/// Decodes a map in one pass: its `type` first, then the message.
+fn decode_map<T: Message>(payload: &[u8]) -> Result<T, rmp_serde::decode::Error> {
+    let no_type = || <rmp_serde::decode::Error as serde::de::Error>::missing_field("type");
+    let kind = message_type(payload)?.ok_or_else(no_type)?;
+    T::from_tagged(&kind, &mut rmp_serde::Deserializer::from_read_ref(payload))
 }
 
 /// Reads `In` messages and writes `Out` messages as frames of at most

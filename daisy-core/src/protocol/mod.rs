@@ -12,12 +12,14 @@
 //! - [`hello`]: the handshake check (protocol version, token).
 //! - [`limits`]: what a peer can make the other side hold or log.
 //! - [`explain`]: why a frame is not a message, in the protocol's words.
+//! - [`tagged`]: decoding a map tagged with `type` in one pass.
 
 pub mod explain;
 pub mod frame;
 pub mod hello;
 pub mod limits;
 pub mod messages;
+pub mod tagged;
 pub mod user_code;
 
 pub use frame::{FrameError, Transport};
