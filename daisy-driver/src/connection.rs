@@ -193,6 +193,7 @@ async fn refuse(
 ) {
     let rejected = FromDriver::Rejected {
         reason: reason.clone(),
+        retry_later: false,
     };
     // A peer that does not read its refusal is not waited for.
     let _ = tokio::time::timeout(REFUSAL_WRITE, transport.send(rejected)).await;
@@ -203,7 +204,9 @@ async fn refuse(
 const REFUSAL_WRITE: Duration = Duration::from_secs(1);
 
 /// Turns away a connection over the `max_unwelcomed` limit at once, with
-/// a reason it gets if it reads (never waiting for it to).
+/// a reason it gets if it reads (never waiting for it to), telling it to
+/// try again later: a thousand workers starting together are a crowd, not
+/// an attack.
 pub fn turn_away(
     socket: TcpStream,
     peer: SocketAddr,
@@ -216,6 +219,7 @@ pub fn turn_away(
     );
     if let Ok(frame) = encode(&FromDriver::Rejected {
         reason: reason.clone(),
+        retry_later: true,
     }) {
         let _ = socket.try_write(&frame);
     }

@@ -20,6 +20,7 @@ mod dial;
 mod tests;
 
 use connection::{Answer, Connection, Liveness, WorkerEnd};
+use dial::Backoff;
 use daisy_core::protocol::{
     BlockResult, FromDriver, Hello, Message, Role, ToDriver, Welcome, WireBlock, MAX_FRAME_BYTES,
     PROTOCOL_VERSION,
@@ -27,6 +28,8 @@ use daisy_core::protocol::{
 use std::fmt;
 use std::future::Future;
 use std::time::Duration;
+use tokio::net::TcpStream;
+use tokio::time::Instant;
 
 /// How long [`Client::connect`] keeps trying to reach a driver that is not
 /// up yet: a batch job may start before its driver does.
@@ -109,6 +112,8 @@ pub enum ConnectError {
     },
     /// The driver refused this worker (wrong token, unknown task, other
     /// protocol version). Not retryable: retrying would be refused again.
+    /// (A driver only too busy is retried until the connect timeout, and
+    /// its refusal is this error only after that.)
     #[error("rejected by the driver: {reason}")]
     Rejected { reason: String },
     /// Something answered, but not a daisy driver's Welcome in time.
@@ -155,18 +160,36 @@ pub struct Client {
 }
 
 impl Client {
-    /// Reaches the driver (retrying with backoff while it is unreachable),
-    /// says Hello and waits for Welcome.
+    /// Reaches the driver (retrying with backoff while it is unreachable,
+    /// or too busy to take the connection), says Hello and waits for
+    /// Welcome.
     pub async fn connect(opts: ConnectOpts) -> Result<Self, ConnectError> {
-        let (stream, address) = dial::dial(&opts.addresses, opts.connect_timeout).await?;
+        let deadline = Instant::now() + opts.connect_timeout;
+        let mut backoff = Backoff::until(deadline);
+        loop {
+            let within = deadline.saturating_duration_since(Instant::now());
+            let (stream, address) = dial::dial(&opts.addresses, within).await?;
+            match Self::say_hello(stream, &address, &opts).await {
+                Err(HandshakeFailure::Busy(reason)) => {
+                    tracing::info!(%address, "the driver is busy ({reason}); connecting again");
+                    if !backoff.pause().await {
+                        return Err(ConnectError::Rejected { reason });
+                    }
+                }
+                connected => return connected.map_err(|failure| failure.at(&address)),
+            }
+        }
+    }
+
+    /// Says Hello on a new connection; a Welcome makes the client.
+    async fn say_hello(
+        stream: TcpStream,
+        address: &str,
+        opts: &ConnectOpts,
+    ) -> Result<Self, HandshakeFailure> {
         let mut transport = WorkerEnd::new(stream, MAX_FRAME_BYTES);
-        let welcome = handshake(&mut transport, &opts)
-            .await
-            .map_err(|failure| failure.at(&address))?;
-        let liveness = Liveness::of(&welcome).map_err(|reason| ConnectError::Handshake {
-            address: address.clone(),
-            reason,
-        })?;
+        let welcome = handshake(&mut transport, opts).await?;
+        let liveness = Liveness::of(&welcome).map_err(HandshakeFailure::Other)?;
         tracing::info!(
             %address, task = %opts.task_id, worker_id = welcome.worker_id,
             "connected to the driver"
@@ -270,13 +293,15 @@ impl Client {
 /// A handshake failure before the address is attached.
 enum HandshakeFailure {
     Rejected(String),
+    /// Rejected only because the driver was busy: try again later.
+    Busy(String),
     Other(String),
 }
 
 impl HandshakeFailure {
     fn at(self, address: &str) -> ConnectError {
         match self {
-            Self::Rejected(reason) => ConnectError::Rejected { reason },
+            Self::Rejected(reason) | Self::Busy(reason) => ConnectError::Rejected { reason },
             Self::Other(reason) => ConnectError::Handshake {
                 address: address.to_string(),
                 reason,
@@ -302,7 +327,11 @@ async fn handshake(
         })?;
     match answer.map_err(other)? {
         FromDriver::Welcome(welcome) => Ok(welcome),
-        FromDriver::Rejected { reason } => Err(HandshakeFailure::Rejected(reason)),
+        FromDriver::Rejected {
+            reason,
+            retry_later: true,
+        } => Err(HandshakeFailure::Busy(reason)),
+        FromDriver::Rejected { reason, .. } => Err(HandshakeFailure::Rejected(reason)),
         unexpected => Err(HandshakeFailure::Other(format!(
             "expected welcome or rejected, got {}",
             unexpected.kind()

@@ -309,6 +309,15 @@ pub enum FromDriver ("FromDriver", mirror FromDriverMirror) {
     /// The Hello was refused; the driver closes the connection.
     Rejected {
         reason: String,
+        /// The driver was only too busy to take the connection (too many
+        /// others had not said hello yet): connecting again after a pause
+        /// will do. Any other refusal would be repeated.
+        #[serde(
+            default,
+            deserialize_with = "nil_as_default",
+            skip_serializing_if = "std::ops::Not::not"
+        )]
+        retry_later: bool,
     },
     Blocks {
         blocks: Vec<WireBlock>,
@@ -479,7 +488,10 @@ mod tests {
                 code: None,
                 longest_block_s: None,
             }),
-            FromDriver::Rejected { reason: reason() },
+            FromDriver::Rejected {
+                reason: reason(),
+                retry_later: true,
+            },
             FromDriver::Blocks { blocks: vec![] },
             FromDriver::Shutdown { reason: reason() },
             FromDriver::Heartbeat,

@@ -29,7 +29,7 @@ pub(super) fn snapshot(context_file: &Path) -> anyhow::Result<RunSnapshot> {
     send(&mut stream, &ToDriver::Hello(hello(context.token)))?;
     match receive(&mut stream)? {
         FromDriver::Welcome(_) => {}
-        FromDriver::Rejected { reason } => bail!("the driver refused the connection: {reason}"),
+        FromDriver::Rejected { reason, .. } => bail!("the driver refused the connection: {reason}"),
         other => bail!("expected a welcome, got {other:?}"),
     }
     send(&mut stream, &ToDriver::GetSnapshot)?;
