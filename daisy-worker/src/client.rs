@@ -20,11 +20,11 @@ mod dial;
 mod tests;
 
 use connection::{Answer, Connection, Liveness, WorkerEnd};
-use dial::Backoff;
 use daisy_core::protocol::{
     BlockResult, FromDriver, Hello, Message, Role, ToDriver, Welcome, WireBlock, MAX_FRAME_BYTES,
     PROTOCOL_VERSION,
 };
+use dial::Backoff;
 use std::fmt;
 use std::future::Future;
 use std::time::Duration;

@@ -171,7 +171,12 @@ fn a_worker_turned_away_because_too_many_have_not_said_hello_tries_again() {
     assert!(rejection(&mut probe).starts_with("too many connections"));
 
     let context_file = dir.join("daisy_run/p/context.json");
-    let args = ["--context-file", context_file.to_str().unwrap(), "--task", "t"];
+    let args = [
+        "--context-file",
+        context_file.to_str().unwrap(),
+        "--task",
+        "t",
+    ];
     let worker = ChildGuard::spawn_logged(&mut dir.worker(&args), &dir.join("worker.log"));
     wait_until("the worker is turned away", || {
         dir.read("worker.log").contains("the driver is busy")
@@ -182,7 +187,10 @@ fn a_worker_turned_away_because_too_many_have_not_said_hello_tries_again() {
     assert!(status.success(), "{status:?}\n{}", dir.read("driver.log"));
     let log = dir.read("worker.log");
     assert!(worker.wait_for_exit().success(), "{log}");
-    assert!(log.contains("too many connections have not said hello yet"), "{log}");
+    assert!(
+        log.contains("too many connections have not said hello yet"),
+        "{log}"
+    );
     assert_each_block_done_once(&dir.join("daisy_run/p"), "t", BLOCKS);
 }
 
