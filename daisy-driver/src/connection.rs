@@ -1,15 +1,15 @@
 //! One task per connection: handshake, then frames in and out.
 //!
 //! The connection task owns the socket; the run loop owns all state. In
-//! between are channels. The connection task reads the Hello itself;
-//! once the peer is welcomed, a reader task owns the read half (reading a
-//! frame is not cancel safe) and sends requests straight to the run loop,
-//! while the connection task (the link) writes: the run loop's messages
-//! from its outbox, heartbeats, and the reader's refusals. Each heartbeat
-//! tick also checks when the reader last heard from the peer, so a silent
-//! peer is noticed even while nothing else happens. Whatever a peer sends,
-//! the worst outcome is a refusal and a closed connection: errors are
-//! reported to the run loop with the peer, never bubbled.
+//! between are channels. The task reads the Hello, asks the run loop, and
+//! once the peer is welcomed runs one `select!` over the frames the peer
+//! sends (requests go straight to the run loop), the run loop's messages
+//! from its outbox, the heartbeat tick (which also notices a silent peer)
+//! and the outbox's overflow. Reading a frame is cancel safe (the
+//! [`Transport`] keeps a half-read frame), so nothing else needs a task of
+//! its own. Whatever a peer sends, the worst outcome is a refusal and a
+//! closed connection: errors are reported to the run loop with the peer,
+//! never bubbled.
 //!
 //! What a peer can make the driver hold is bounded: before its Hello, a
 //! small first frame and a few seconds, with at most `max_unwelcomed`
@@ -20,20 +20,35 @@
 
 use daisy_core::protocol::frame::encode;
 use daisy_core::protocol::hello::check_hello;
-use daisy_core::protocol::{
-    read_frame, write_frame, FrameError, FromDriver, Hello, Message, ToDriver, Welcome,
-};
+use daisy_core::protocol::{FrameError, FromDriver, Hello, Message, ToDriver, Transport, Welcome};
+use std::fmt;
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use tokio::io::BufReader;
-use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::net::TcpStream;
 use tokio::sync::mpsc::error::TrySendError;
 use tokio::sync::{mpsc, oneshot, Notify, OwnedSemaphorePermit};
 
-pub type ConnId = u64;
+/// One accepted connection, for the run loop: never reused in a run, and
+/// not a worker's id (a worker that reconnects gets a new one).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct ConnId(u64);
+
+impl ConnId {
+    /// The id of a run's first connection.
+    pub const FIRST: ConnId = ConnId(1);
+
+    /// The id of the connection accepted after this one.
+    pub fn next(self) -> ConnId {
+        ConnId(self.0 + 1)
+    }
+}
+
+impl fmt::Display for ConnId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "connection {}", self.0)
+    }
+}
 
 /// What every connection needs to know.
 #[derive(Debug, Clone)]
@@ -63,11 +78,11 @@ impl ConnSettings {
 /// observer wanting snapshots) is disconnected instead of growing it.
 pub const OUTBOX_CAPACITY: usize = 64;
 
-/// The run loop's way to a connection's writer.
+/// The run loop's way to a connection's task.
 #[derive(Debug, Clone)]
 pub struct Outbox {
     messages: mpsc::Sender<FromDriver>,
-    /// Told when a message did not fit: the writer then ends the
+    /// Told when a message did not fit: the task then ends the
     /// connection, since its peer does not read.
     overflowed: Arc<Notify>,
 }
@@ -113,11 +128,8 @@ pub enum ConnEvent {
     },
 }
 
-/// Bytes read from the socket at a time: a worker's release and its next
-/// acquire usually arrive together and are read with one `recv`.
-const READ_BUFFER: usize = 8 * 1024;
-
-type BufferedRead = BufReader<OwnedReadHalf>;
+/// The driver's end of a connection.
+type DriverEnd = Transport<TcpStream, ToDriver, FromDriver>;
 
 /// The receiving end of an [`Outbox`].
 struct Inbox {
@@ -153,17 +165,20 @@ pub async fn serve(
     unwelcomed: OwnedSemaphorePermit,
 ) {
     let _ = socket.set_nodelay(true);
-    let (read_half, mut writer) = socket.into_split();
-    let mut reader = BufReader::with_capacity(READ_BUFFER, read_half);
+    let mut transport = DriverEnd::new(socket, settings.max_hello);
     let (outbox, inbox) = outbox();
-    let handshake = handshake(&mut reader, conn, &settings, &events, outbox).await;
+    let handshake = handshake(&mut transport, conn, &settings, &events, outbox).await;
     drop(unwelcomed);
     let welcome = match handshake {
         Ok(welcome) => welcome,
-        Err(reason) => return refuse(&mut writer, peer, reason, &events).await,
+        Err(reason) => return refuse(&mut transport, peer, reason, &events).await,
     };
-    let (clean, why) = match write_frame(&mut writer, &FromDriver::Welcome(welcome)).await {
-        Ok(()) => welcomed((conn, peer), settings, &events, (reader, writer), inbox).await,
+    transport.set_max_frame(settings.max_frame);
+    let (clean, why) = match transport.send(FromDriver::Welcome(welcome)).await {
+        Ok(()) => {
+            let link = Link::new((conn, peer), settings, events.clone(), transport, inbox);
+            link.run().await
+        }
         Err(error) => (false, error.to_string()),
     };
     let _ = events.send(ConnEvent::Closed { conn, clean, why });
@@ -171,16 +186,17 @@ pub async fn serve(
 
 /// Answers a refused Hello (the run loop logs it) and lets the peer go.
 async fn refuse(
-    writer: &mut OwnedWriteHalf,
+    transport: &mut DriverEnd,
     peer: SocketAddr,
     reason: String,
     events: &mpsc::UnboundedSender<ConnEvent>,
 ) {
     let rejected = FromDriver::Rejected {
         reason: reason.clone(),
+        retry_later: false,
     };
     // A peer that does not read its refusal is not waited for.
-    let _ = tokio::time::timeout(REFUSAL_WRITE, write_frame(writer, &rejected)).await;
+    let _ = tokio::time::timeout(REFUSAL_WRITE, transport.send(rejected)).await;
     let _ = events.send(ConnEvent::Refused { peer, reason });
 }
 
@@ -188,7 +204,9 @@ async fn refuse(
 const REFUSAL_WRITE: Duration = Duration::from_secs(1);
 
 /// Turns away a connection over the `max_unwelcomed` limit at once, with
-/// a reason it gets if it reads (never waiting for it to).
+/// a reason it gets if it reads (never waiting for it to), telling it to
+/// try again later: a thousand workers starting together are a crowd, not
+/// an attack.
 pub fn turn_away(
     socket: TcpStream,
     peer: SocketAddr,
@@ -201,57 +219,24 @@ pub fn turn_away(
     );
     if let Ok(frame) = encode(&FromDriver::Rejected {
         reason: reason.clone(),
+        retry_later: true,
     }) {
         let _ = socket.try_write(&frame);
     }
     let _ = events.send(ConnEvent::Refused { peer, reason });
 }
 
-/// Runs a welcomed connection until it ends; returns (clean, why).
-async fn welcomed(
-    (conn, peer): (ConnId, SocketAddr),
-    settings: Arc<ConnSettings>,
-    events: &mpsc::UnboundedSender<ConnEvent>,
-    (read_half, writer): (BufferedRead, OwnedWriteHalf),
-    inbox: Inbox,
-) -> (bool, String) {
-    let heard = Arc::new(Heard::new());
-    let (notes_tx, notes) = mpsc::unbounded_channel();
-    let reader = Reader {
-        conn,
-        max_frame: settings.max_frame,
-        events: events.clone(),
-        heard: heard.clone(),
-        notes: notes_tx,
-    };
-    let reader = tokio::spawn(reader.run(read_half));
-    let link = Link {
-        peer,
-        settings,
-        writer,
-        notes,
-        inbox,
-        heard,
-    };
-    let ended = link.run().await;
-    reader.abort();
-    ended
-}
-
-/// Reads the Hello directly (nothing else runs yet) and asks the run loop.
+/// Reads the Hello (nothing else runs yet) and asks the run loop.
 async fn handshake(
-    reader: &mut BufferedRead,
+    transport: &mut DriverEnd,
     conn: ConnId,
     settings: &ConnSettings,
     events: &mpsc::UnboundedSender<ConnEvent>,
     outbox: Outbox,
 ) -> Result<Welcome, String> {
-    let first = tokio::time::timeout(
-        settings.hello_timeout,
-        read_frame(reader, settings.max_hello),
-    )
-    .await
-    .map_err(|_| format!("no Hello within {:?}", settings.hello_timeout))?;
+    let first = tokio::time::timeout(settings.hello_timeout, transport.receive())
+        .await
+        .map_err(|_| format!("no Hello within {:?}", settings.hello_timeout))?;
     let hello = match first {
         Ok(ToDriver::Hello(hello)) => hello,
         Ok(other) => {
@@ -277,173 +262,152 @@ async fn handshake(
         .map_err(|_| "the driver is shutting down".to_string())?
 }
 
-/// When the peer was last heard from, in milliseconds since `since`: the
-/// reader sets it on every frame, the link checks it on every heartbeat.
-struct Heard {
-    since: Instant,
-    millis: AtomicU64,
+/// How a welcomed connection ended: (clean, why).
+type Ended = (bool, String);
+
+/// A welcomed connection: what its one `select!` needs.
+struct Link {
+    conn: ConnId,
+    peer: SocketAddr,
+    settings: Arc<ConnSettings>,
+    events: mpsc::UnboundedSender<ConnEvent>,
+    transport: DriverEnd,
+    inbox: Inbox,
+    /// When the peer last sent a frame: silence longer than the limit
+    /// means it is gone.
+    heard: Instant,
+    /// The run loop sent Shutdown: after it any end is clean, since a
+    /// worker that closes with heartbeats unread makes the kernel send a
+    /// reset, which is still a goodbye.
+    told_to_stop: bool,
 }
 
-impl Heard {
-    fn new() -> Self {
+impl Link {
+    fn new(
+        (conn, peer): (ConnId, SocketAddr),
+        settings: Arc<ConnSettings>,
+        events: mpsc::UnboundedSender<ConnEvent>,
+        transport: DriverEnd,
+        inbox: Inbox,
+    ) -> Self {
         Self {
-            since: Instant::now(),
-            millis: AtomicU64::new(0),
+            conn,
+            peer,
+            settings,
+            events,
+            transport,
+            inbox,
+            heard: Instant::now(),
+            told_to_stop: false,
         }
     }
 
-    fn now(&self) {
-        let millis = self.since.elapsed().as_millis() as u64;
-        self.millis.store(millis, Ordering::Relaxed);
-    }
-
-    fn silent_for(&self) -> Duration {
-        let heard = Duration::from_millis(self.millis.load(Ordering::Relaxed));
-        self.since.elapsed().saturating_sub(heard)
-    }
-}
-
-/// What the reader tells the link: what only the link may write.
-enum Note {
-    /// Answer with this `Error`; the connection stays open.
-    Complain(String),
-    /// The reader stopped: why, and an `Error` to answer with first.
-    Ended { why: String, answer: Option<String> },
-}
-
-/// The reader of a welcomed connection. It passes requests straight to
-/// the run loop (one hop, not two), so the link only writes. It is the
-/// only reader of the socket, because reading a frame is not cancel safe.
-struct Reader {
-    conn: ConnId,
-    max_frame: u32,
-    events: mpsc::UnboundedSender<ConnEvent>,
-    heard: Arc<Heard>,
-    notes: mpsc::UnboundedSender<Note>,
-}
-
-impl Reader {
-    async fn run(self, mut reader: BufferedRead) {
-        let note = loop {
-            let frame = read_frame(&mut reader, self.max_frame).await;
-            self.heard.now();
-            match self.on_frame(frame) {
-                Ok(None) => {}
-                Ok(Some(note)) => {
-                    let _ = self.notes.send(note);
-                }
-                Err(note) => break note,
+    /// Runs until the connection ends.
+    async fn run(mut self) -> Ended {
+        let mut heartbeat = tokio::time::interval(self.settings.heartbeat_interval);
+        loop {
+            let step = tokio::select! {
+                frame = self.transport.receive() => self.on_frame(frame).await,
+                out = self.inbox.messages.recv() => self.on_outgoing(out).await,
+                () = self.inbox.overflowed.notified() => Err((false, self.unread())),
+                _ = heartbeat.tick() => self.on_tick().await,
+            };
+            if let Err(ended) = step {
+                return ended;
             }
-        };
-        let _ = self.notes.send(note);
+        }
     }
 
-    /// Passes a message on; `Err` ends the reading.
-    fn on_frame(&self, frame: Result<ToDriver, FrameError>) -> Result<Option<Note>, Note> {
-        let ended = |why: String, answer| Note::Ended { why, answer };
+    /// Passes a request on to the run loop; a frame that cannot be read
+    /// is answered, then ends the connection.
+    async fn on_frame(&mut self, frame: Result<ToDriver, FrameError>) -> Result<(), Ended> {
+        self.heard = Instant::now();
         let message = match frame {
-            Err(FrameError::Closed) => return Err(ended("connection closed".into(), None)),
-            Err(error) => return Err(ended(error.to_string(), Some(error.to_string()))),
+            Err(FrameError::Closed) => return Err(self.ended("connection closed".into())),
+            Err(error) => {
+                let why = error.to_string();
+                // It ends for its own reason, whether the answer is written or not.
+                let _ = self
+                    .write(FromDriver::Error {
+                        reason: why.clone(),
+                    })
+                    .await;
+                return Err(self.ended(why));
+            }
             Ok(message) => message,
         };
         match message {
-            ToDriver::Heartbeat => Ok(None),
-            ToDriver::Hello(_) => Ok(Some(Note::Complain("Hello was already said".into()))),
+            ToDriver::Heartbeat => Ok(()),
+            ToDriver::Hello(_) => {
+                let reason = "Hello was already said".to_string();
+                self.write(FromDriver::Error { reason }).await
+            }
             message => {
                 let event = ConnEvent::Message {
                     conn: self.conn,
                     message: message.with_texts_cut(),
                 };
-                let gone = || ended("the driver is shutting down".into(), None);
-                self.events.send(event).map(|()| None).map_err(|_| gone())
-            }
-        }
-    }
-}
-
-/// The writing side of a welcomed connection: the run loop's messages,
-/// heartbeats, and the reader's complaints.
-struct Link {
-    peer: SocketAddr,
-    settings: Arc<ConnSettings>,
-    writer: OwnedWriteHalf,
-    notes: mpsc::UnboundedReceiver<Note>,
-    inbox: Inbox,
-    heard: Arc<Heard>,
-}
-
-impl Link {
-    /// Runs until the connection ends; returns (clean, why).
-    async fn run(mut self) -> (bool, String) {
-        let mut heartbeat = tokio::time::interval(self.settings.heartbeat_interval);
-        let silence_limit = self.settings.silence_limit();
-        let mut told_to_stop = false;
-        loop {
-            tokio::select! {
-                note = self.notes.recv() => {
-                    if let Err(why) = self.on_note(note).await {
-                        // After Shutdown any end is clean: a worker that
-                        // closes with heartbeats unread makes the kernel
-                        // send a reset, which is still a goodbye.
-                        return (told_to_stop, why);
-                    }
-                }
-                out = self.inbox.messages.recv() => {
-                    let Some(message) = out else {
-                        return (true, "closed by the driver".to_string());
-                    };
-                    told_to_stop |= matches!(message, FromDriver::Shutdown { .. });
-                    if let Err(why) = self.write(&message).await {
-                        return (false, why);
-                    }
-                }
-                () = self.inbox.overflowed.notified() => return (false, self.unread()),
-                _ = heartbeat.tick() => {
-                    let silent = self.heard.silent_for();
-                    if silent > silence_limit {
-                        return (false, format!("no message for {:.1} s", silent.as_secs_f64()));
-                    }
-                    if let Err(why) = self.write(&FromDriver::Heartbeat).await {
-                        return (false, why);
-                    }
-                }
+                let gone = |_| self.ended("the driver is shutting down".into());
+                self.events.send(event).map_err(gone)
             }
         }
     }
 
-    /// Writes one message, unless the peer leaves it unread for as long
-    /// as silence would make it gone, or its outbox overflows meanwhile.
-    async fn write(&mut self, message: &FromDriver) -> Result<(), String> {
+    /// Writes the run loop's next message, and any queued behind it.
+    async fn on_outgoing(&mut self, message: Option<FromDriver>) -> Result<(), Ended> {
+        match message {
+            Some(message) => self.write(message).await,
+            None => Err((true, "closed by the driver".to_string())),
+        }
+    }
+
+    /// Sends a heartbeat, unless the peer has been silent too long.
+    async fn on_tick(&mut self) -> Result<(), Ended> {
+        let silent = self.heard.elapsed();
+        if silent > self.settings.silence_limit() {
+            // A frame that came while a write waited is not silence.
+            match self.transport.try_receive() {
+                Some(frame) => return self.on_frame(frame).await,
+                None => {
+                    let why = format!("no message for {:.1} s", silent.as_secs_f64());
+                    return Err((false, why));
+                }
+            }
+        }
+        self.write(FromDriver::Heartbeat).await
+    }
+
+    /// The connection ends for `why`: clean only after a Shutdown.
+    fn ended(&self, why: String) -> Ended {
+        (self.told_to_stop, why)
+    }
+
+    /// Writes `first` and whatever the outbox holds behind it, in one
+    /// write, unless the peer leaves it unread for as long as silence
+    /// would make it gone, or its outbox overflows meanwhile.
+    async fn write(&mut self, first: FromDriver) -> Result<(), Ended> {
         let limit = self.settings.silence_limit();
-        let write = tokio::time::timeout(limit, write_frame(&mut self.writer, message));
-        tokio::select! {
-            written = write => match written {
-                Ok(Ok(())) => Ok(()),
-                Ok(Err(error)) => Err(error.to_string()),
-                Err(_) => Err(self.disconnect(format!("the peer read nothing for {limit:?}"))),
-            },
-            () = self.inbox.overflowed.notified() => Err(self.unread()),
+        let Self {
+            transport,
+            inbox,
+            told_to_stop,
+            ..
+        } = self;
+        let queued = write_queued(transport, &mut inbox.messages, told_to_stop, first);
+        let written = tokio::select! {
+            written = tokio::time::timeout(limit, queued) => written,
+            () = inbox.overflowed.notified() => return Err((false, self.unread())),
+        };
+        match written {
+            Ok(Ok(())) => Ok(()),
+            Ok(Err(error)) => Err((false, error.to_string())),
+            Err(_) => Err((
+                false,
+                self.disconnect(format!("the peer read nothing for {limit:?}")),
+            )),
         }
     }
 
-    /// Writes what the reader asked for; an error ends the connection
-    /// with its reason.
-    async fn on_note(&mut self, note: Option<Note>) -> Result<(), String> {
-        let (reason, ended) = match note {
-            None => return Err("connection closed".to_string()),
-            Some(Note::Complain(reason)) => (Some(reason), None),
-            Some(Note::Ended { why, answer }) => (answer, Some(why)),
-        };
-        let written = match reason {
-            Some(reason) => self.write(&FromDriver::Error { reason }).await,
-            None => Ok(()),
-        };
-        // An ending connection ends for its own reason, written or not.
-        ended.map_or(written, Err)
-    }
-}
-
-impl Link {
     /// Why a peer whose outbox overflowed is disconnected.
     fn unread(&self) -> String {
         let why = format!("the peer does not read: {OUTBOX_CAPACITY} messages for it were waiting");
@@ -458,6 +422,23 @@ impl Link {
     }
 }
 
+/// Writes `first` and every message queued behind it in one write,
+/// noting a Shutdown among them.
+async fn write_queued(
+    transport: &mut DriverEnd,
+    queued: &mut mpsc::Receiver<FromDriver>,
+    told_to_stop: &mut bool,
+    first: FromDriver,
+) -> Result<(), FrameError> {
+    let mut next = Some(first);
+    while let Some(message) = next {
+        *told_to_stop |= matches!(message, FromDriver::Shutdown { .. });
+        transport.feed(message).await?;
+        next = queued.try_recv().ok();
+    }
+    transport.flush().await
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -468,9 +449,18 @@ mod tests {
     /// Every wait in these tests gives up after this long.
     const WAIT: Duration = Duration::from_secs(5);
 
-    /// A welcomed connection: the peer's socket, the run loop's side.
+    /// The peer's end of a connection.
+    type PeerEnd = Transport<TcpStream, FromDriver, ToDriver>;
+
+    /// A peer's end of a connection to `listener`.
+    async fn connect(listener: &TcpListener) -> PeerEnd {
+        let socket = TcpStream::connect(listener.local_addr().unwrap());
+        Transport::new(socket.await.unwrap(), 1 << 20)
+    }
+
+    /// A welcomed connection: the peer's end, the run loop's side.
     struct Welcomed {
-        peer: TcpStream,
+        peer: PeerEnd,
         events: mpsc::UnboundedReceiver<ConnEvent>,
         outbox: Outbox,
     }
@@ -480,11 +470,9 @@ mod tests {
         /// and plays the run loop's part of the handshake.
         async fn start(heartbeat: Duration) -> Self {
             let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-            let mut peer = TcpStream::connect(listener.local_addr().unwrap())
-                .await
-                .unwrap();
+            let mut peer = connect(&listener).await;
             let mut events = spawn_serve(&listener, settings(heartbeat, WAIT)).await;
-            write_frame(&mut peer, &hello()).await.unwrap();
+            peer.send(hello()).await.unwrap();
             let Some(ConnEvent::Hello { outbox, reply, .. }) = next(&mut events).await else {
                 panic!("expected the Hello first");
             };
@@ -498,14 +486,14 @@ mod tests {
             welcomed
         }
 
-        async fn send(&mut self, message: &ToDriver) {
-            write_frame(&mut self.peer, message).await.unwrap();
+        async fn send(&mut self, message: ToDriver) {
+            self.peer.send(message).await.unwrap();
         }
 
         /// The next frame from the driver that is not a heartbeat.
         async fn receive(&mut self) -> FromDriver {
             loop {
-                let frame = tokio::time::timeout(WAIT, read_frame(&mut self.peer, 1 << 20));
+                let frame = tokio::time::timeout(WAIT, self.peer.receive());
                 match frame.await.expect("a frame in time").unwrap() {
                     FromDriver::Heartbeat => {}
                     message => return message,
@@ -540,7 +528,8 @@ mod tests {
         let permit = Arc::new(tokio::sync::Semaphore::new(1))
             .try_acquire_owned()
             .unwrap();
-        let serving = serve(socket, address, 1, Arc::new(settings), events_tx, permit);
+        let settings = Arc::new(settings);
+        let serving = serve(socket, address, ConnId::FIRST, settings, events_tx, permit);
         tokio::spawn(serving);
         events
     }
@@ -577,10 +566,10 @@ mod tests {
     #[tokio::test]
     async fn requests_reach_the_run_loop_in_order_and_closed_comes_last() {
         let mut c = Welcomed::start(Duration::from_secs(10)).await;
-        c.send(&ToDriver::AcquireBlocks { max: 3 }).await;
-        c.send(&ToDriver::Heartbeat).await;
-        c.send(&ToDriver::ReleaseBlocks { results: vec![] }).await;
-        c.peer.shutdown().await.unwrap();
+        c.send(ToDriver::AcquireBlocks { max: 3 }).await;
+        c.send(ToDriver::Heartbeat).await;
+        c.send(ToDriver::ReleaseBlocks { results: vec![] }).await;
+        c.peer.close().await.unwrap();
         let acquire = c.event().await;
         assert!(matches!(
             acquire,
@@ -607,19 +596,23 @@ mod tests {
     #[tokio::test]
     async fn a_second_hello_is_refused_and_the_connection_goes_on() {
         let mut c = Welcomed::start(Duration::from_secs(10)).await;
-        c.send(&hello()).await;
+        c.send(hello()).await;
         let FromDriver::Error { reason } = c.receive().await else {
             panic!("expected an Error");
         };
         assert!(reason.contains("already said"), "{reason}");
-        c.send(&ToDriver::AcquireBlocks { max: 1 }).await;
+        c.send(ToDriver::AcquireBlocks { max: 1 }).await;
         assert!(matches!(c.event().await, ConnEvent::Message { .. }));
     }
 
     #[tokio::test]
     async fn garbage_after_the_welcome_is_answered_then_the_connection_ends() {
         let mut c = Welcomed::start(Duration::from_secs(10)).await;
-        c.peer.write_all(&[0, 0, 0, 2, 0xc1, 0xc1]).await.unwrap();
+        c.peer
+            .stream_mut()
+            .write_all(&[0, 0, 0, 2, 0xc1, 0xc1])
+            .await
+            .unwrap();
         let FromDriver::Error { reason } = c.receive().await else {
             panic!("expected an Error");
         };
@@ -656,27 +649,24 @@ mod tests {
     #[tokio::test]
     async fn a_peer_that_says_nothing_is_refused_after_the_hello_timeout() {
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let mut peer = TcpStream::connect(listener.local_addr().unwrap())
-            .await
-            .unwrap();
+        let mut peer = connect(&listener).await;
         let limit = Duration::from_millis(50);
         let mut events = spawn_serve(&listener, settings(WAIT, limit)).await;
         let Some(ConnEvent::Refused { reason, .. }) = next(&mut events).await else {
             panic!("expected a refusal");
         };
         assert_eq!(reason, "no Hello within 50ms");
-        let frame = tokio::time::timeout(WAIT, read_frame(&mut peer, 1024)).await;
+        let frame = tokio::time::timeout(WAIT, peer.receive()).await;
         assert!(matches!(frame, Ok(Ok(FromDriver::Rejected { .. }))));
     }
 
     #[tokio::test]
     async fn a_first_frame_over_the_hello_limit_is_refused_before_it_is_read() {
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let mut peer = TcpStream::connect(listener.local_addr().unwrap())
-            .await
-            .unwrap();
+        let mut peer = connect(&listener).await;
         let mut events = spawn_serve(&listener, settings(WAIT, WAIT)).await;
-        peer.write_all(&1000u32.to_be_bytes()).await.unwrap();
+        let prefix = 1000u32.to_be_bytes();
+        peer.stream_mut().write_all(&prefix).await.unwrap();
         let Some(ConnEvent::Refused { reason, .. }) = next(&mut events).await else {
             panic!("expected a refusal");
         };
@@ -689,7 +679,7 @@ mod tests {
         let reason = "the task is done".to_string();
         c.outbox.send(FromDriver::Shutdown { reason });
         assert!(matches!(c.receive().await, FromDriver::Shutdown { .. }));
-        c.peer.shutdown().await.unwrap();
+        c.peer.close().await.unwrap();
         let ConnEvent::Closed { clean, .. } = c.event().await else {
             panic!("expected Closed");
         };

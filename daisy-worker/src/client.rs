@@ -2,32 +2,34 @@
 //!
 //! [`Client`] is what a Rust program uses to take blocks in process, and
 //! what the `daisy-worker` runtime builds on. It owns the connection and
-//! keeps it alive on its own: a writer task sends the caller's messages and
-//! a `Heartbeat` every `heartbeat_interval_s`, a reader task is the only
-//! reader of the socket (frames are not cancel safe to read) and declares
-//! the driver lost after `heartbeat_interval_s × heartbeat_misses` of
-//! silence. The caller only asks for blocks and reports results.
+//! keeps it alive on its own: one task sends the caller's messages and a
+//! `Heartbeat` every `heartbeat_interval_s`, reads the driver's, and
+//! declares the driver lost after `heartbeat_interval_s ×
+//! heartbeat_misses` of silence. The caller only asks for blocks and
+//! reports results.
 //!
 //! It leaves to others what to run (the runtime), how to find the driver
 //! (DAISY_CONTEXT, see the CLI) and what the messages mean (daisy-core).
 //!
 //! - [`dial`]: reaching the driver, with backoff while it starts.
-//! - [`connection`]: the reader and writer tasks, liveness.
+//! - [`connection`]: the connection's task, liveness.
 
 mod connection;
 mod dial;
 #[cfg(test)]
 mod tests;
 
-use connection::{Answer, Connection, Liveness};
+use connection::{Answer, Connection, Liveness, WorkerEnd};
 use daisy_core::protocol::{
-    read_frame, write_frame, BlockResult, FromDriver, Hello, Message, Role, ToDriver, Welcome,
-    WireBlock, MAX_FRAME_BYTES, PROTOCOL_VERSION,
+    BlockResult, FromDriver, Hello, Message, Role, ToDriver, Welcome, WireBlock, MAX_FRAME_BYTES,
+    PROTOCOL_VERSION,
 };
+use dial::Backoff;
 use std::fmt;
 use std::future::Future;
 use std::time::Duration;
 use tokio::net::TcpStream;
+use tokio::time::Instant;
 
 /// How long [`Client::connect`] keeps trying to reach a driver that is not
 /// up yet: a batch job may start before its driver does.
@@ -110,6 +112,8 @@ pub enum ConnectError {
     },
     /// The driver refused this worker (wrong token, unknown task, other
     /// protocol version). Not retryable: retrying would be refused again.
+    /// (A driver only too busy is retried until the connect timeout, and
+    /// its refusal is this error only after that.)
     #[error("rejected by the driver: {reason}")]
     Rejected { reason: String },
     /// Something answered, but not a daisy driver's Welcome in time.
@@ -156,23 +160,42 @@ pub struct Client {
 }
 
 impl Client {
-    /// Reaches the driver (retrying with backoff while it is unreachable),
-    /// says Hello and waits for Welcome.
+    /// Reaches the driver (retrying with backoff while it is unreachable,
+    /// or too busy to take the connection), says Hello and waits for
+    /// Welcome.
     pub async fn connect(opts: ConnectOpts) -> Result<Self, ConnectError> {
-        let (mut stream, address) = dial::dial(&opts.addresses, opts.connect_timeout).await?;
-        let welcome = handshake(&mut stream, &opts)
-            .await
-            .map_err(|failure| failure.at(&address))?;
-        let liveness = Liveness::of(&welcome).map_err(|reason| ConnectError::Handshake {
-            address: address.clone(),
-            reason,
-        })?;
+        let deadline = Instant::now() + opts.connect_timeout;
+        let mut backoff = Backoff::until(deadline);
+        loop {
+            let within = deadline.saturating_duration_since(Instant::now());
+            let (stream, address) = dial::dial(&opts.addresses, within).await?;
+            match Self::say_hello(stream, &address, &opts).await {
+                Err(HandshakeFailure::Busy(reason)) => {
+                    tracing::info!(%address, "the driver is busy ({reason}); connecting again");
+                    if !backoff.pause().await {
+                        return Err(ConnectError::Rejected { reason });
+                    }
+                }
+                connected => return connected.map_err(|failure| failure.at(&address)),
+            }
+        }
+    }
+
+    /// Says Hello on a new connection; a Welcome makes the client.
+    async fn say_hello(
+        stream: TcpStream,
+        address: &str,
+        opts: &ConnectOpts,
+    ) -> Result<Self, HandshakeFailure> {
+        let mut transport = WorkerEnd::new(stream, MAX_FRAME_BYTES);
+        let welcome = handshake(&mut transport, opts).await?;
+        let liveness = Liveness::of(&welcome).map_err(HandshakeFailure::Other)?;
         tracing::info!(
             %address, task = %opts.task_id, worker_id = welcome.worker_id,
             "connected to the driver"
         );
         Ok(Self {
-            connection: Connection::start(stream, liveness),
+            connection: Connection::start(transport, liveness),
             welcome,
             acquire_pending: false,
             shutdown: None,
@@ -270,13 +293,15 @@ impl Client {
 /// A handshake failure before the address is attached.
 enum HandshakeFailure {
     Rejected(String),
+    /// Rejected only because the driver was busy: try again later.
+    Busy(String),
     Other(String),
 }
 
 impl HandshakeFailure {
     fn at(self, address: &str) -> ConnectError {
         match self {
-            Self::Rejected(reason) => ConnectError::Rejected { reason },
+            Self::Rejected(reason) | Self::Busy(reason) => ConnectError::Rejected { reason },
             Self::Other(reason) => ConnectError::Handshake {
                 address: address.to_string(),
                 reason,
@@ -287,21 +312,26 @@ impl HandshakeFailure {
 
 /// Says Hello and reads the driver's first answer.
 async fn handshake(
-    stream: &mut TcpStream,
+    transport: &mut WorkerEnd,
     opts: &ConnectOpts,
 ) -> Result<Welcome, HandshakeFailure> {
     let other = |e: daisy_core::protocol::FrameError| HandshakeFailure::Other(e.to_string());
-    write_frame(stream, &ToDriver::Hello(hello(opts)))
+    transport
+        .send(ToDriver::Hello(hello(opts)))
         .await
         .map_err(other)?;
-    let answer = tokio::time::timeout(HANDSHAKE_TIMEOUT, read_frame(stream, MAX_FRAME_BYTES))
+    let answer = tokio::time::timeout(HANDSHAKE_TIMEOUT, transport.receive())
         .await
         .map_err(|_| {
             HandshakeFailure::Other(format!("no answer to Hello within {HANDSHAKE_TIMEOUT:?}"))
         })?;
     match answer.map_err(other)? {
         FromDriver::Welcome(welcome) => Ok(welcome),
-        FromDriver::Rejected { reason } => Err(HandshakeFailure::Rejected(reason)),
+        FromDriver::Rejected {
+            reason,
+            retry_later: true,
+        } => Err(HandshakeFailure::Busy(reason)),
+        FromDriver::Rejected { reason, .. } => Err(HandshakeFailure::Rejected(reason)),
         unexpected => Err(HandshakeFailure::Other(format!(
             "expected welcome or rejected, got {}",
             unexpected.kind()

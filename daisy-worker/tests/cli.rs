@@ -160,7 +160,12 @@ async fn a_rejected_worker_exits_3_with_the_reason() {
     let (mut conn, hello) = peer.accept().await;
     assert_eq!((hello.token.as_str(), hello.worker_id), (TOKEN, None));
     let reason = "unknown task \"predict\"".to_string();
-    conn.send(&FromDriver::Rejected { reason }).await;
+    let retry_later = false;
+    conn.send(&FromDriver::Rejected {
+        reason,
+        retry_later,
+    })
+    .await;
     assert_eq!(worker.exit_code().await, Some(3));
     let stderr = worker.stderr();
     let expected = "daisy-worker: rejected by the driver: unknown task \"predict\"";

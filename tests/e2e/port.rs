@@ -160,6 +160,40 @@ fn floods_before_the_hello_leave_the_driver_small_and_serving() {
     assert_event_log_small(&dir.join("daisy_run/p"));
 }
 
+#[test]
+fn a_worker_turned_away_because_too_many_have_not_said_hello_tries_again() {
+    let dir = TestDir::new();
+    let (driver, context) = start_driver(&dir);
+    // More connections that say nothing than the driver lets wait.
+    let silent: Vec<TcpStream> = (0..300).map(|_| connect(&context)).collect();
+    let mut probe = connect(&context);
+    send(&mut probe, &hello(&context.token, "t"));
+    assert!(rejection(&mut probe).starts_with("too many connections"));
+
+    let context_file = dir.join("daisy_run/p/context.json");
+    let args = [
+        "--context-file",
+        context_file.to_str().unwrap(),
+        "--task",
+        "t",
+    ];
+    let worker = ChildGuard::spawn_logged(&mut dir.worker(&args), &dir.join("worker.log"));
+    wait_until("the worker is turned away", || {
+        dir.read("worker.log").contains("the driver is busy")
+    });
+    drop(silent);
+
+    let status = driver.wait_for_exit();
+    assert!(status.success(), "{status:?}\n{}", dir.read("driver.log"));
+    let log = dir.read("worker.log");
+    assert!(worker.wait_for_exit().success(), "{log}");
+    assert!(
+        log.contains("too many connections have not said hello yet"),
+        "{log}"
+    );
+    assert_each_block_done_once(&dir.join("daisy_run/p"), "t", BLOCKS);
+}
+
 /// Sends `GetSnapshot`s without reading an answer until the driver closes
 /// the connection; how many it took.
 fn ask_for_snapshots_without_reading(stream: &mut TcpStream) -> usize {

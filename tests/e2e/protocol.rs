@@ -62,7 +62,7 @@ pub(crate) fn hello(token: &str, task: &str) -> ToDriver {
 
 pub(crate) fn rejection(stream: &mut TcpStream) -> String {
     match receive(stream) {
-        FromDriver::Rejected { reason } => reason,
+        FromDriver::Rejected { reason, .. } => reason,
         other => panic!("expected a rejection, got {other:?}"),
     }
 }

@@ -268,8 +268,16 @@ fn messages() -> Vec<(Vec<u8>, &'static str)> {
         (
             frame(&FromDriver::Rejected {
                 reason: "wrong token".into(),
+                retry_later: false,
             }),
             r#"{"type": "rejected", "reason": "wrong token"}"#,
+        ),
+        (
+            frame(&FromDriver::Rejected {
+                reason: "busy".into(),
+                retry_later: true,
+            }),
+            r#"{"type": "rejected", "reason": "busy", "retry_later": true}"#,
         ),
         (
             frame(&blocks),

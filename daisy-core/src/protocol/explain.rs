@@ -12,15 +12,22 @@ use serde::Deserialize;
 /// How much of a peer's unknown `type` a reason quotes.
 const QUOTED_BYTES: usize = 64;
 
+/// Frames up to this size are decoded again, by serde's own decoder of
+/// tagged maps, to word a mistyped field as it does (`invalid type:
+/// string "x", expected u32`) rather than as the one-pass decoder does
+/// (`unexpected MessagePack value (FixStr(1))`). That decoder copies every
+/// value first (see [`super::tagged`]), which costs little at this size.
+const WORDED_BYTES: usize = 64 * 1024;
+
 /// Explains why `payload` did not decode as a `T` (`error` says why, in
 /// the decoder's words).
 pub fn explain<T: Message>(payload: &[u8], error: &Error) -> String {
     if let Some(reason) = not_a_map(payload) {
         return reason;
     }
-    let kind = match rmp_serde::from_slice::<Tag>(payload) {
-        Ok(Tag { kind: Some(kind) }) => kind,
-        Ok(Tag { kind: None }) => return "the message has no `type` field".to_string(),
+    let kind = match message_type(payload) {
+        Ok(Some(kind)) => kind,
+        Ok(None) => return "the message has no `type` field".to_string(),
         Err(error) => return describe(&error),
     };
     if !T::TYPES.contains(&kind.as_str()) {
@@ -31,7 +38,10 @@ pub fn explain<T: Message>(payload: &[u8], error: &Error) -> String {
             T::TYPES.join(", ")
         );
     }
-    format!("{} in {kind}", describe(error))
+    let worded = (payload.len() <= WORDED_BYTES)
+        .then(|| rmp_serde::from_slice::<T>(payload).err())
+        .flatten();
+    format!("{} in {kind}", describe(worded.as_ref().unwrap_or(error)))
 }
 
 /// Only the `type` of a message map, whatever else it holds.
@@ -39,6 +49,12 @@ pub fn explain<T: Message>(payload: &[u8], error: &Error) -> String {
 struct Tag {
     #[serde(rename = "type", default)]
     kind: Option<String>,
+}
+
+/// The `type` of the message map `payload`, if it has one: a scan that
+/// keeps nothing else.
+pub fn message_type(payload: &[u8]) -> Result<Option<String>, Error> {
+    rmp_serde::from_slice::<Tag>(payload).map(|tag| tag.kind)
 }
 
 /// Why `payload` is not a MessagePack map, if it is not: a map begins

@@ -51,6 +51,9 @@ pub fn cut(text: &mut String, max: usize) {
     let cut = text.len() - end;
     text.truncate(end);
     text.push_str(&format!("… ({cut} more bytes cut)"));
+    // A cut text may be kept (an event, a failure's reason): not with
+    // the room of the megabytes it was cut from.
+    text.shrink_to_fit();
 }
 
 impl ToDriver {
@@ -103,6 +106,8 @@ mod tests {
         };
         let error = results[0].error.as_deref().unwrap();
         assert!(error.len() < MAX_TEXT_BYTES + 64, "{}", error.len());
+        let kept = results[0].error.as_ref().unwrap().capacity();
+        assert!(kept < MAX_TEXT_BYTES + 64, "{kept} bytes kept");
         assert!(error.ends_with("(91808 more bytes cut)"), "{error:.40}");
         assert!(!results[0].ok);
     }

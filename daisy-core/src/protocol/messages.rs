@@ -3,6 +3,7 @@
 //! Each message is a MessagePack map with a `"type"` key naming it (snake
 //! case) and its fields by name, e.g. `{"type": "acquire_blocks", "max": 8}`.
 
+use crate::protocol::tagged::tagged_messages;
 use crate::protocol::user_code::{BlockResult, WireBlock};
 use crate::scheduler::TaskCounters;
 use serde::de::DeserializeOwned;
@@ -15,6 +16,9 @@ pub trait Message: DeserializeOwned {
     const TYPES: &'static [&'static str];
     /// This message's `type`, for logs (its content may be large).
     fn kind(&self) -> &'static str;
+    /// Decodes the message whose `type` is `kind` from `body`, the whole
+    /// map, in one pass (see [`super::tagged`]).
+    fn from_tagged<'de, D: Deserializer<'de>>(kind: &str, body: D) -> Result<Self, D::Error>;
 }
 
 /// Reads nil as the default, as an absent key is: docs/protocol.md calls
@@ -219,10 +223,10 @@ pub struct RunSnapshot {
     pub seconds: f64,
 }
 
+tagged_messages! {
 /// Messages a worker (or observer) sends to the driver.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-#[serde(tag = "type", rename_all = "snake_case")]
-pub enum ToDriver {
+#[derive(Clone, Debug, PartialEq)]
+pub enum ToDriver ("ToDriver", mirror ToDriverMirror) {
     Hello(Hello),
     /// Asks for up to `max` blocks; answered with `Blocks` as soon as at
     /// least one is ready (the request is parked until then), or with
@@ -265,8 +269,13 @@ pub enum ToDriver {
     /// An observer asks for a [`RunSnapshot`].
     GetSnapshot,
 }
+}
 
 impl Message for ToDriver {
+    fn from_tagged<'de, D: Deserializer<'de>>(kind: &str, body: D) -> Result<Self, D::Error> {
+        Self::deserialize_tagged(kind, body)
+    }
+
     const TYPES: &'static [&'static str] = &[
         "hello",
         "acquire_blocks",
@@ -292,14 +301,23 @@ impl Message for ToDriver {
     }
 }
 
+tagged_messages! {
 /// Messages the driver sends.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-#[serde(tag = "type", rename_all = "snake_case")]
-pub enum FromDriver {
+#[derive(Clone, Debug, PartialEq)]
+pub enum FromDriver ("FromDriver", mirror FromDriverMirror) {
     Welcome(Welcome),
     /// The Hello was refused; the driver closes the connection.
     Rejected {
         reason: String,
+        /// The driver was only too busy to take the connection (too many
+        /// others had not said hello yet): connecting again after a pause
+        /// will do. Any other refusal would be repeated.
+        #[serde(
+            default,
+            deserialize_with = "nil_as_default",
+            skip_serializing_if = "std::ops::Not::not"
+        )]
+        retry_later: bool,
     },
     Blocks {
         blocks: Vec<WireBlock>,
@@ -316,8 +334,13 @@ pub enum FromDriver {
     },
     Snapshot(RunSnapshot),
 }
+}
 
 impl Message for FromDriver {
+    fn from_tagged<'de, D: Deserializer<'de>>(kind: &str, body: D) -> Result<Self, D::Error> {
+        Self::deserialize_tagged(kind, body)
+    }
+
     const TYPES: &'static [&'static str] = &[
         "welcome",
         "rejected",
@@ -465,7 +488,10 @@ mod tests {
                 code: None,
                 longest_block_s: None,
             }),
-            FromDriver::Rejected { reason: reason() },
+            FromDriver::Rejected {
+                reason: reason(),
+                retry_later: true,
+            },
             FromDriver::Blocks { blocks: vec![] },
             FromDriver::Shutdown { reason: reason() },
             FromDriver::Heartbeat,

@@ -7,19 +7,22 @@
 //!
 //! - [`user_code`]: a block and a result as user code sees them (JSON).
 //! - [`messages`]: what driver and workers say to each other.
-//! - [`frame`]: how a message travels (4-byte length + MessagePack).
+//! - [`frame`]: how a message travels (4-byte length + MessagePack), and
+//!   the [`Transport`] both ends read and write frames with.
 //! - [`hello`]: the handshake check (protocol version, token).
 //! - [`limits`]: what a peer can make the other side hold or log.
 //! - [`explain`]: why a frame is not a message, in the protocol's words.
+//! - [`tagged`]: decoding a map tagged with `type` in one pass.
 
 pub mod explain;
 pub mod frame;
 pub mod hello;
 pub mod limits;
 pub mod messages;
+pub mod tagged;
 pub mod user_code;
 
-pub use frame::{read_frame, write_frame, FrameError};
+pub use frame::{FrameError, Transport};
 pub use limits::{MAX_HELLO_BYTES, MAX_NAME_BYTES, MAX_TEXT_BYTES};
 pub use messages::{
     CodeKind, FromDriver, FunctionCode, FunctionSource, Hello, Message, Role, TaskCode, ToDriver,

@@ -15,7 +15,7 @@ mod core;
 mod launcher_thread;
 mod shell;
 
-use crate::connection::{self, ConnEvent, ConnSettings};
+use crate::connection::{self, ConnEvent, ConnId, ConnSettings};
 use crate::pipeline::Pipeline;
 use crate::run_context::{advertised_addresses, new_token, run_context, write_context_file};
 use crate::run_dir::RunDir;
@@ -175,7 +175,7 @@ async fn accept_loop(
     events: mpsc::UnboundedSender<ConnEvent>,
 ) {
     let unwelcomed = Arc::new(Semaphore::new(settings.max_unwelcomed));
-    let mut next_conn = 1;
+    let mut next_conn = ConnId::FIRST;
     loop {
         match listener.accept().await {
             Ok((socket, peer)) => {
@@ -191,7 +191,7 @@ async fn accept_loop(
                     events.clone(),
                     permit,
                 ));
-                next_conn += 1;
+                next_conn = next_conn.next();
             }
             Err(error) => {
                 tracing::warn!("accepting a connection failed: {error}");

@@ -1,16 +1,16 @@
 //! Asking a running driver for a snapshot, as an observer: the address
 //! and token come from `<run-dir>/context.json`, the conversation is
 //! `hello` (role observer) → `welcome`, `get_snapshot` → `snapshot`
-//! (docs/protocol.md, "Observers"). Blocking and short: status is one
-//! question, so a plain socket with timeouts is enough, and a driver that
-//! does not answer quickly counts as not running.
+//! (docs/protocol.md, "Observers"). Short: status is one question, asked
+//! on a runtime of its own through the transport workers use, and a driver
+//! that does not answer quickly counts as not running.
 
 use anyhow::{bail, Context as _};
 use daisy_core::context::WorkerContext;
-use daisy_core::protocol::frame::{decode, encode};
 use daisy_core::protocol::messages::RunSnapshot;
-use daisy_core::protocol::{FromDriver, Hello, Role, ToDriver, MAX_FRAME_BYTES, PROTOCOL_VERSION};
-use std::io::{Read, Write};
+use daisy_core::protocol::{
+    FromDriver, Hello, Role, ToDriver, Transport, MAX_FRAME_BYTES, PROTOCOL_VERSION,
+};
 use std::net::{TcpStream, ToSocketAddrs};
 use std::path::Path;
 use std::time::Duration;
@@ -25,16 +25,33 @@ pub(super) fn snapshot(context_file: &Path) -> anyhow::Result<RunSnapshot> {
     let context = WorkerContext::from_json(&text)
         .map_err(anyhow::Error::msg)
         .with_context(|| format!("reading {}", context_file.display()))?;
-    let mut stream = connect(&context.addresses)?;
-    send(&mut stream, &ToDriver::Hello(hello(context.token)))?;
-    match receive(&mut stream)? {
+    let stream = connect(&context.addresses)?;
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .context("starting the async runtime")?;
+    runtime.block_on(ask(stream, context.token))
+}
+
+/// The observer's end of a connection.
+type ObserverEnd = Transport<tokio::net::TcpStream, FromDriver, ToDriver>;
+
+/// Says hello as an observer and asks for a snapshot.
+async fn ask(stream: TcpStream, token: String) -> anyhow::Result<RunSnapshot> {
+    stream.set_nonblocking(true)?;
+    let stream = tokio::net::TcpStream::from_std(stream)?;
+    let mut driver = ObserverEnd::new(stream, MAX_FRAME_BYTES);
+    send(&mut driver, ToDriver::Hello(hello(token))).await?;
+    match receive(&mut driver).await? {
         FromDriver::Welcome(_) => {}
-        FromDriver::Rejected { reason } => bail!("the driver refused the connection: {reason}"),
+        FromDriver::Rejected { reason, .. } => {
+            bail!("the driver refused the connection: {reason}")
+        }
         other => bail!("expected a welcome, got {other:?}"),
     }
-    send(&mut stream, &ToDriver::GetSnapshot)?;
+    send(&mut driver, ToDriver::GetSnapshot).await?;
     loop {
-        match receive(&mut stream)? {
+        match receive(&mut driver).await? {
             FromDriver::Snapshot(snapshot) => return Ok(snapshot),
             FromDriver::Heartbeat => continue,
             FromDriver::Shutdown { reason } => bail!("the driver is ending the run: {reason}"),
@@ -70,8 +87,6 @@ fn connect(addresses: &[String]) -> anyhow::Result<TcpStream> {
         };
         match attempt {
             Ok(stream) => {
-                stream.set_read_timeout(Some(TIMEOUT))?;
-                stream.set_write_timeout(Some(TIMEOUT))?;
                 stream.set_nodelay(true)?;
                 return Ok(stream);
             }
@@ -81,30 +96,15 @@ fn connect(addresses: &[String]) -> anyhow::Result<TcpStream> {
     bail!("no driver listens at {}", errors.join("; "))
 }
 
-fn send(stream: &mut TcpStream, message: &ToDriver) -> anyhow::Result<()> {
-    stream
-        .write_all(&encode(message)?)
+async fn send(driver: &mut ObserverEnd, message: ToDriver) -> anyhow::Result<()> {
+    let sent = tokio::time::timeout(TIMEOUT, driver.send(message)).await;
+    sent.context("the driver reads nothing")?
         .context("writing to the driver")
 }
 
-fn receive(stream: &mut TcpStream) -> anyhow::Result<FromDriver> {
-    let mut prefix = [0u8; 4];
-    stream
-        .read_exact(&mut prefix)
-        .context("reading from the driver")?;
-    let len = u32::from_be_bytes(prefix);
-    if len > MAX_FRAME_BYTES {
-        bail!("the driver sent a frame of {len} bytes, over the limit of {MAX_FRAME_BYTES}");
-    }
-    // Grows as bytes arrive: whatever answers on the port, a length
-    // alone reserves nothing.
-    let mut payload = Vec::new();
-    Read::by_ref(stream)
-        .take(u64::from(len))
-        .read_to_end(&mut payload)
-        .context("reading from the driver")?;
-    if payload.len() < len as usize {
-        bail!("the driver closed the connection in the middle of a frame");
-    }
-    Ok(decode(&payload)?)
+async fn receive(driver: &mut ObserverEnd) -> anyhow::Result<FromDriver> {
+    let received = tokio::time::timeout(TIMEOUT, driver.receive()).await;
+    received
+        .with_context(|| format!("no answer from the driver within {TIMEOUT:?}"))?
+        .context("reading from the driver")
 }

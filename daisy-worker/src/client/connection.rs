@@ -1,31 +1,33 @@
-//! The two tasks that own an established connection.
+//! The task that owns an established connection.
 //!
-//! The writer owns the write half and is fed by a channel, so frames from
-//! the caller and heartbeats are never interleaved; it also sends a
-//! heartbeat every interval. Messages queued together leave in one
-//! `write` (a release and the next acquire, typically), because on
-//! loopback a `send` costs several microseconds, more than the rest of a
-//! block's round trip. The reader owns the read half, because a frame
-//! half read by a cancelled future would be lost: it forwards the answers
-//! to `AcquireBlocks` (Blocks, Shutdown), logs `Error`s, and treats a
-//! silence of `interval × misses` as the driver lost. Whichever task sees
-//! the connection break first records why in a watch channel, which every
-//! pending and later call of the client reads.
+//! One task runs one `select!` over the frames the driver sends, the
+//! caller's messages (from a channel, so frames never interleave) and the
+//! heartbeat tick. Reading a frame is cancel safe (the [`Transport`]
+//! keeps a half-read frame), so reads can race the rest. Messages queued
+//! together leave in one `write` (a release and the next acquire,
+//! typically), because on loopback a `send` costs several microseconds,
+//! more than the rest of a block's round trip. The task forwards the
+//! answers to `AcquireBlocks` (Blocks, Shutdown), logs `Error`s, and
+//! treats a silence of `interval × misses` (or a write the driver leaves
+//! unread as long) as the driver lost. Why the connection broke is
+//! recorded in a watch channel, which every pending and later call of the
+//! client reads.
 
 use super::ClientError;
-use daisy_core::protocol::frame::encode;
 use daisy_core::protocol::{
-    read_frame, FrameError, FromDriver, Message, ToDriver, Welcome, WireBlock, MAX_FRAME_BYTES,
+    FrameError, FromDriver, Message, ToDriver, Transport, Welcome, WireBlock,
 };
 use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
-use tokio::io::{AsyncWriteExt, BufReader};
-use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::net::TcpStream;
 use tokio::sync::{mpsc, watch};
 use tokio::task::{AbortHandle, JoinHandle};
-use tokio::time::{interval_at, timeout, Instant, MissedTickBehavior};
+use tokio::time::error::Elapsed;
+use tokio::time::{interval_at, timeout, timeout_at, Instant, MissedTickBehavior};
+
+/// The worker's end of a connection.
+pub(super) type WorkerEnd = Transport<TcpStream, FromDriver, ToDriver>;
 
 /// Messages the caller may queue before `send` waits for the writer.
 const OUTGOING_CAPACITY: usize = 64;
@@ -66,37 +68,38 @@ pub(super) enum Answer {
     Shutdown(String),
 }
 
-/// The first reason the connection broke, shared by both tasks.
+/// The first reason the connection broke.
 type Broken = Arc<watch::Sender<Option<ClientError>>>;
 
-/// The caller's handles on the two tasks.
+/// The caller's handles on the task.
 pub(super) struct Connection {
     outgoing: mpsc::Sender<ToDriver>,
     answers: mpsc::UnboundedReceiver<Answer>,
     broken: watch::Receiver<Option<ClientError>>,
-    writer: JoinHandle<Result<(), ClientError>>,
-    /// Both tasks end when the client is dropped.
-    _abort: [AbortOnDrop; 2],
+    task: JoinHandle<Result<(), ClientError>>,
+    /// The task ends when the client is dropped.
+    _abort: AbortOnDrop,
 }
 
 impl Connection {
-    pub(super) fn start(stream: TcpStream, liveness: Liveness) -> Self {
-        let (read_half, write_half) = stream.into_split();
-        let (outgoing_tx, outgoing_rx) = mpsc::channel(OUTGOING_CAPACITY);
-        let (answers_tx, answers_rx) = mpsc::unbounded_channel();
+    pub(super) fn start(transport: WorkerEnd, liveness: Liveness) -> Self {
+        let (outgoing_tx, outgoing) = mpsc::channel(OUTGOING_CAPACITY);
+        let (answers, answers_rx) = mpsc::unbounded_channel();
         let broken: Broken = Arc::new(watch::channel(None).0);
         let broken_rx = broken.subscribe();
-        let reader = tokio::spawn(read_loop(read_half, answers_tx, broken.clone(), liveness));
-        let writer = tokio::spawn(write_loop(write_half, outgoing_rx, broken, liveness));
+        let link = Link {
+            transport,
+            outgoing,
+            answers,
+            liveness,
+        };
+        let task = tokio::spawn(link.run(broken));
         Self {
             outgoing: outgoing_tx,
             answers: answers_rx,
             broken: broken_rx,
-            _abort: [
-                AbortOnDrop(reader.abort_handle()),
-                AbortOnDrop(writer.abort_handle()),
-            ],
-            writer,
+            _abort: AbortOnDrop(task.abort_handle()),
+            task,
         }
     }
 
@@ -131,17 +134,15 @@ impl Connection {
         }
     }
 
-    /// Lets the writer write what is queued and shut the write half down;
-    /// the reader ends when `self` is dropped.
+    /// Lets the task write what is queued and shut the write direction
+    /// down.
     pub(super) async fn close(self, within: Duration) -> Result<(), ClientError> {
-        let Self {
-            outgoing, writer, ..
-        } = self;
+        let Self { outgoing, task, .. } = self;
         drop(outgoing);
-        match timeout(within, writer).await {
+        match timeout(within, task).await {
             Ok(Ok(written)) => written,
             Ok(Err(join)) => Err(ClientError::Io {
-                reason: format!("the connection's writer task failed: {join}"),
+                reason: format!("the connection's task failed: {join}"),
             }),
             Err(_) => Err(ClientError::Io {
                 reason: format!("could not write the last messages within {within:?}"),
@@ -170,91 +171,95 @@ fn break_with(broken: &Broken, error: ClientError) {
     });
 }
 
-async fn write_loop(
-    mut writer: OwnedWriteHalf,
-    mut outgoing: mpsc::Receiver<ToDriver>,
-    broken: Broken,
-    liveness: Liveness,
-) -> Result<(), ClientError> {
-    let start = Instant::now() + liveness.interval;
-    let mut heartbeat = interval_at(start, liveness.interval);
-    heartbeat.set_missed_tick_behavior(MissedTickBehavior::Delay);
-    let mut frames = Vec::new();
-    loop {
-        let message = tokio::select! {
-            message = outgoing.recv() => match message {
-                Some(message) => message,
-                None => break,
-            },
-            _ = heartbeat.tick() => ToDriver::Heartbeat,
-        };
-        if let Err(e) = write_queued(&mut writer, &mut outgoing, message, &mut frames).await {
-            let error = from_frame_error(e);
-            break_with(&broken, error.clone());
-            return Err(error);
-        }
-    }
-    writer.shutdown().await.map_err(|e| ClientError::Io {
-        reason: e.to_string(),
-    })
-}
-
-/// Writes `first` and every message queued behind it in one `write_all`.
-async fn write_queued(
-    writer: &mut OwnedWriteHalf,
-    outgoing: &mut mpsc::Receiver<ToDriver>,
-    first: ToDriver,
-    frames: &mut Vec<u8>,
-) -> Result<(), FrameError> {
-    frames.clear();
-    frames.extend(encode(&first)?);
-    while let Ok(message) = outgoing.try_recv() {
-        frames.extend(encode(&message)?);
-    }
-    writer.write_all(frames).await?;
-    Ok(())
-}
-
-/// Reads through a buffer: one `recv` per wake-up instead of two or
-/// three per frame (length, payload, and the read that finds no more).
-async fn read_loop(
-    reader: OwnedReadHalf,
+/// The connection's task: what its one `select!` needs.
+struct Link {
+    transport: WorkerEnd,
+    outgoing: mpsc::Receiver<ToDriver>,
     answers: mpsc::UnboundedSender<Answer>,
-    broken: Broken,
     liveness: Liveness,
-) {
-    let mut reader = BufReader::new(reader);
-    let silent_for = liveness.silence_limit();
-    let error = loop {
-        let message = match timeout(silent_for, read_frame(&mut reader, MAX_FRAME_BYTES)).await {
-            Err(_) => break ClientError::DriverLost { silent_for },
-            Ok(Err(e)) => break from_frame_error(e),
-            Ok(Ok(message)) => message,
-        };
-        if on_message(message, &answers).is_err() {
-            return; // the client is gone: nobody to tell
-        }
-    };
-    tracing::debug!("connection to the driver ended: {error}");
-    break_with(&broken, error);
 }
 
-/// Forwards answers; fails only if the client is gone.
-fn on_message(message: FromDriver, answers: &mpsc::UnboundedSender<Answer>) -> Result<(), ()> {
+impl Link {
+    /// Runs until the client closes (then shuts the write direction
+    /// down) or the connection breaks (then records why).
+    async fn run(mut self, broken: Broken) -> Result<(), ClientError> {
+        let ended = match self.serve().await {
+            Ok(()) => self.transport.close().await.map_err(from_frame_error),
+            Err(error) => Err(error),
+        };
+        if let Err(error) = &ended {
+            tracing::debug!("connection to the driver ended: {error}");
+            break_with(&broken, error.clone());
+        }
+        ended
+    }
+
+    /// Serves the connection until the client closes it.
+    async fn serve(&mut self) -> Result<(), ClientError> {
+        let interval = self.liveness.interval;
+        let mut heartbeat = interval_at(Instant::now() + interval, interval);
+        heartbeat.set_missed_tick_behavior(MissedTickBehavior::Delay);
+        let mut heard = Instant::now();
+        loop {
+            let deadline = heard + self.liveness.silence_limit();
+            tokio::select! {
+                frame = timeout_at(deadline, self.transport.receive()) => {
+                    on_message(self.read(frame)?, &self.answers);
+                    heard = Instant::now();
+                }
+                message = self.outgoing.recv() => match message {
+                    Some(message) => self.write(message, deadline).await?,
+                    None => return Ok(()),
+                },
+                _ = heartbeat.tick() => self.write(ToDriver::Heartbeat, deadline).await?,
+            }
+        }
+    }
+
+    /// The message read, or why the connection broke.
+    fn read<T>(&self, frame: Result<Result<T, FrameError>, Elapsed>) -> Result<T, ClientError> {
+        let silent_for = self.liveness.silence_limit();
+        frame
+            .map_err(|_| ClientError::DriverLost { silent_for })?
+            .map_err(from_frame_error)
+    }
+
+    /// Writes `first` and every message queued behind it in one write; a
+    /// driver that leaves it unread past `deadline` is as lost as a silent one.
+    async fn write(&mut self, first: ToDriver, deadline: Instant) -> Result<(), ClientError> {
+        let silent_for = self.liveness.silence_limit();
+        timeout_at(deadline, self.write_queued(first))
+            .await
+            .map_err(|_| ClientError::DriverLost { silent_for })?
+            .map_err(from_frame_error)
+    }
+
+    async fn write_queued(&mut self, first: ToDriver) -> Result<(), FrameError> {
+        let mut next = Some(first);
+        while let Some(message) = next {
+            self.transport.feed(message).await?;
+            next = self.outgoing.try_recv().ok();
+        }
+        self.transport.flush().await
+    }
+}
+
+/// Forwards answers (dropped if the client is gone: it is closing).
+fn on_message(message: FromDriver, answers: &mpsc::UnboundedSender<Answer>) {
     let answer = match message {
-        FromDriver::Heartbeat => return Ok(()),
+        FromDriver::Heartbeat => return,
         FromDriver::Blocks { blocks } => Answer::Blocks(blocks),
         FromDriver::Shutdown { reason } => Answer::Shutdown(reason),
         FromDriver::Error { reason } => {
             tracing::warn!("the driver refused a message: {reason}");
-            return Ok(());
+            return;
         }
         other => {
             tracing::warn!("ignored an unexpected {} from the driver", other.kind());
-            return Ok(());
+            return;
         }
     };
-    answers.send(answer).map_err(|_| ())
+    let _ = answers.send(answer);
 }
 
 fn from_frame_error(error: FrameError) -> ClientError {

@@ -1,5 +1,6 @@
 //! Reaching the driver: a worker's batch job may start before its driver
-//! listens (or while it restarts), so unreachable addresses are retried,
+//! listens (or while it restarts), so unreachable addresses are retried
+//! (and so is a driver too busy to take the connection, see [`Backoff`]),
 //! all of them in order, with exponential backoff and jitter (so that a
 //! thousand workers started together do not knock in lockstep), until the
 //! connect timeout. An address that cannot be parsed is not retried.
@@ -28,27 +29,51 @@ pub(super) async fn dial(
         return Err(ConnectError::NoAddress);
     }
     let deadline = Instant::now() + within;
-    let mut delay = FIRST_DELAY;
+    let mut backoff = Backoff::until(deadline);
     let mut last_error = String::new();
     for round in 0.. {
         if let Some(found) = try_each(addresses, deadline, &mut last_error).await? {
             return Ok(found);
         }
-        let left = deadline.saturating_duration_since(Instant::now());
-        if left.is_zero() {
-            break;
-        }
         if round == 0 {
             tracing::info!("the driver is not reachable yet ({last_error}); retrying");
         }
-        sleep(jitter(delay).min(left)).await;
-        delay = (delay * 2).min(MAX_DELAY);
+        if !backoff.pause().await {
+            break;
+        }
     }
     Err(ConnectError::Unreachable {
         addresses: addresses.join(", "),
         timeout: within,
         last_error,
     })
+}
+
+/// The pauses between attempts: doubling from [`FIRST_DELAY`] up to
+/// [`MAX_DELAY`], jittered, until a deadline.
+pub(super) struct Backoff {
+    delay: Duration,
+    deadline: Instant,
+}
+
+impl Backoff {
+    pub(super) fn until(deadline: Instant) -> Self {
+        Self {
+            delay: FIRST_DELAY,
+            deadline,
+        }
+    }
+
+    /// Sleeps before the next attempt; false if the deadline has passed.
+    pub(super) async fn pause(&mut self) -> bool {
+        let left = self.deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return false;
+        }
+        sleep(jitter(self.delay).min(left)).await;
+        self.delay = (self.delay * 2).min(MAX_DELAY);
+        true
+    }
 }
 
 /// One round over all addresses; `None` if none answered.

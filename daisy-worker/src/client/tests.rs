@@ -74,6 +74,7 @@ async fn a_rejection_is_not_retried_and_names_the_reason() {
     let reason = "wrong token: this worker does not belong to this run".to_string();
     conn.send(&FromDriver::Rejected {
         reason: reason.clone(),
+        retry_later: false,
     })
     .await;
     let error = within("the rejection", connecting).await.unwrap().err();

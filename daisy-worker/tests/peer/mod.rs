@@ -8,8 +8,8 @@
 
 use daisy_core::protocol::frame::encode;
 use daisy_core::protocol::{
-    read_frame, write_frame, CodeKind, FrameError, FromDriver, Hello, TaskCode, ToDriver, Welcome,
-    WireBlock, WireRoi, MAX_FRAME_BYTES,
+    CodeKind, FrameError, FromDriver, Hello, TaskCode, ToDriver, Transport, Welcome, WireBlock,
+    WireRoi, MAX_FRAME_BYTES,
 };
 use std::collections::BTreeMap;
 use std::future::Future;
@@ -55,7 +55,9 @@ impl Peer {
             .await
             .unwrap();
         stream.set_nodelay(true).unwrap();
-        let mut conn = PeerConn { stream };
+        let mut conn = PeerConn {
+            transport: Transport::new(stream, MAX_FRAME_BYTES),
+        };
         match conn.recv_any().await {
             Ok(ToDriver::Hello(hello)) => (conn, hello),
             other => panic!("expected a Hello, got {other:?}"),
@@ -72,17 +74,18 @@ impl Peer {
 
 /// One accepted connection.
 pub struct PeerConn {
-    stream: TcpStream,
+    transport: Transport<TcpStream, ToDriver, FromDriver>,
 }
 
 impl PeerConn {
     pub async fn send(&mut self, message: &FromDriver) {
-        write_frame(&mut self.stream, message).await.unwrap();
+        self.transport.send(message.clone()).await.unwrap();
     }
 
     /// Writes raw bytes, e.g. garbage.
     pub async fn send_raw(&mut self, bytes: &[u8]) {
-        self.stream.write_all(bytes).await.unwrap();
+        let stream = self.transport.stream_mut();
+        stream.write_all(bytes).await.unwrap();
     }
 
     /// Welcomes the worker with `code`, heartbeats every `interval_s`.
@@ -92,11 +95,7 @@ impl PeerConn {
 
     /// The next message, heartbeats included.
     pub async fn recv_any(&mut self) -> Result<ToDriver, FrameError> {
-        within(
-            "a message from the worker",
-            read_frame(&mut self.stream, MAX_FRAME_BYTES),
-        )
-        .await
+        within("a message from the worker", self.transport.receive()).await
     }
 
     /// The next message that is not a heartbeat.
