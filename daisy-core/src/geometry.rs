@@ -8,6 +8,7 @@
 
 use crate::block::{cantor_number, Block, TaskIdx};
 use crate::coordinate::{Coordinate, MAX_COORDINATE, MAX_DIMS};
+use crate::divisor::Divisor;
 use crate::graph::level_stride;
 use crate::roi::Roi;
 use crate::task::{Fit, TaskSpec};
@@ -44,6 +45,8 @@ pub struct BlockGrid {
     id_origin: Coordinate,
     /// The unclipped block at grid position 0, which [`Self::place`] moves.
     template: Block,
+    /// The write shape, to divide positions into cells.
+    cell_size: Divisor,
 }
 
 impl BlockGrid {
@@ -72,6 +75,7 @@ impl BlockGrid {
             position_end,
             cell_end: position_end.div_ceil(&write_shape).map(|n| n.max(0)),
             id_origin: context_begin / write_shape,
+            cell_size: Divisor::new(write_shape),
             template: Block::new(
                 task,
                 &spec.total_roi,
@@ -151,8 +155,8 @@ impl BlockGrid {
     #[inline]
     pub fn cell_of(&self, block: &Block) -> Option<Coordinate> {
         let position = self.position_of(block);
-        let on_grid = (0..position.dims()).all(|d| position[d] % self.write_shape[d] == 0);
-        on_grid.then(|| position / self.write_shape)
+        let (cell, offgrid) = self.cell_size.div_rem(position);
+        offgrid.all(|r| r == 0).then_some(cell)
     }
 
     /// Cells per dimension that the fit rule keeps.

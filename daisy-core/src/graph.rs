@@ -19,6 +19,7 @@
 
 use crate::block::{Block, TaskIdx};
 use crate::coordinate::Coordinate;
+use crate::divisor::Divisor;
 use crate::geometry::{geometry_problems, BlockGrid, GridWalk};
 use crate::roi::Roi;
 use crate::task::{Fit, TaskSpec};
@@ -35,7 +36,7 @@ pub struct TaskGraph {
     stride: Coordinate,
     /// Spacing of the blocks within one level, in cells (`stride /
     /// write_shape`): also the number of level offsets per dimension.
-    radix: Coordinate,
+    radix: Divisor,
     /// Per level, the cell of its first block.
     level_cells: Vec<Coordinate>,
     /// Per level, the steps to the blocks of the previous level it waits
@@ -50,9 +51,8 @@ impl TaskGraph {
     /// The graph of a task whose geometry passed [`geometry_problems`].
     pub fn new(task: TaskIdx, spec: &TaskSpec) -> Self {
         let grid = BlockGrid::new(task, spec);
-        let ws = grid.write_shape;
         let stride = level_stride(&grid, spec.read_write_conflict);
-        let radix = stride / ws;
+        let radix = stride / grid.write_shape;
         let level_cells = level_cells(radix);
         let waits_for: Vec<Vec<Coordinate>> = (0..level_cells.len())
             .map(|level| match level {
@@ -72,7 +72,7 @@ impl TaskGraph {
         Self {
             grid,
             stride,
-            radix,
+            radix: Divisor::new(radix),
             level_cells,
             waits_for,
             waited_by,
@@ -94,7 +94,7 @@ impl TaskGraph {
     /// Number of blocks of `level`, computed without enumerating them.
     pub fn num_level_blocks(&self, level: usize) -> u64 {
         let first = self.level_cells[level];
-        let spans = (self.grid.cells() - first).div_ceil(&self.radix);
+        let spans = (self.grid.cells() - first).div_ceil(&self.radix.get());
         spans.iter().map(|n| n.max(0) as u64).product()
     }
 
@@ -107,7 +107,7 @@ impl TaskGraph {
 
     /// The blocks of `level`, lazily, last dimension fastest.
     pub fn level_blocks(&self, level: usize) -> LevelBlocks {
-        let walk = GridWalk::with_step(self.level_cells[level], self.grid.cells(), self.radix);
+        let walk = GridWalk::with_step(self.level_cells[level], self.grid.cells(), self.radix.get());
         LevelBlocks {
             grid: self.grid,
             walk,
@@ -149,8 +149,9 @@ impl TaskGraph {
     /// radix, as a number in that mixed radix, counted from the last level.
     #[inline]
     fn level_of_cell(&self, cell: Coordinate) -> usize {
-        let residue = cell % self.radix;
-        let index = (0..residue.dims()).fold(0, |index, d| index * self.radix[d] + residue[d]);
+        let (_, residue) = self.radix.div_rem(cell);
+        let radix = self.radix.get();
+        let index = (0..residue.dims()).fold(0, |index, d| index * radix[d] + residue[d]);
         self.num_levels() - 1 - index as usize
     }
 

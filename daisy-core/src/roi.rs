@@ -38,13 +38,12 @@ impl Roi {
         Self { offset, shape }
     }
 
-    /// Moves the ROI to begin at `offset`, in place (the graph builds
-    /// blocks where they lie).
+    /// Moves the ROI to begin at `offset`, in place: the graph builds
+    /// blocks where they lie. Only checked in debug builds: reading the
+    /// shape back would wait for the block's copy to land.
     #[inline]
-    pub fn set_offset(&mut self, offset: Coordinate) {
-        if offset.dims() != self.shape.dims() {
-            dimension_mismatch(offset, self.shape);
-        }
+    pub(crate) fn set_offset(&mut self, offset: Coordinate) {
+        debug_assert_eq!(offset.dims(), self.shape.dims(), "dimension mismatch");
         self.offset = offset;
     }
 
