@@ -90,7 +90,7 @@ mod tests {
             (1 << 44) + 3,
             (1 << 63) / 3,
             i64::MAX,
-            i64::MIN + 1,
+            -(1 << 44) - 5,
         ];
         for &d in &divisors {
             let divisor = Divisor::new(Coordinate::from([d, 3]));
