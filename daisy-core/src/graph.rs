@@ -107,7 +107,8 @@ impl TaskGraph {
 
     /// The blocks of `level`, lazily, last dimension fastest.
     pub fn level_blocks(&self, level: usize) -> LevelBlocks {
-        let walk = GridWalk::with_step(self.level_cells[level], self.grid.cells(), self.radix.get());
+        let walk =
+            GridWalk::with_step(self.level_cells[level], self.grid.cells(), self.radix.get());
         LevelBlocks {
             grid: self.grid,
             walk,
@@ -142,7 +143,9 @@ impl TaskGraph {
 
     /// The level of a block of this task (`None` if it is not one).
     pub fn level_of(&self, block: &Block) -> Option<usize> {
-        self.grid.cell_of(block).map(|cell| self.level_of_cell(cell))
+        self.grid
+            .cell_of(block)
+            .map(|cell| self.level_of_cell(cell))
     }
 
     /// The level of the block in `cell`: its cell's residue modulo the
@@ -213,7 +216,8 @@ pub(crate) fn level_stride(grid: &BlockGrid, read_write_conflict: bool) -> Coord
 /// The first cell of each level: every cell below the radix, last
 /// dimension fastest, then reversed (daisy's order).
 fn level_cells(radix: Coordinate) -> Vec<Coordinate> {
-    let mut cells: Vec<Coordinate> = GridWalk::new(Coordinate::zeros(radix.dims()), radix).collect();
+    let mut cells: Vec<Coordinate> =
+        GridWalk::new(Coordinate::zeros(radix.dims()), radix).collect();
     cells.reverse();
     cells
 }
