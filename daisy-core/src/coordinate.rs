@@ -37,7 +37,10 @@ const USED_SLOTS: [[i64; MAX_DIMS]; MAX_DIMS + 1] = {
 /// A point or extent with up to [`MAX_DIMS`] i64 components.
 #[derive(Clone, Copy, PartialEq, Eq, Hash)]
 pub struct Coordinate {
-    dims: u8,
+    /// A full word, not a byte: coordinates are copied as words, and a
+    /// word read of a just-written byte stalls on store forwarding (a
+    /// third of the graph benchmark's time when this was a `u8`).
+    dims: usize,
     values: [i64; MAX_DIMS],
 }
 
@@ -57,7 +60,7 @@ impl Coordinate {
         let mut inline = [0; MAX_DIMS];
         inline[..values.len()].copy_from_slice(values);
         Self {
-            dims: values.len() as u8,
+            dims: values.len(),
             values: inline,
         }
     }
@@ -65,7 +68,7 @@ impl Coordinate {
     /// All components equal to `value`.
     #[inline]
     pub fn splat(dims: usize, value: i64) -> Self {
-        Self::new(&vec![value; dims])
+        Self::new(&[value; MAX_DIMS][..dims])
     }
 
     #[inline]
@@ -75,7 +78,7 @@ impl Coordinate {
 
     #[inline]
     pub fn dims(&self) -> usize {
-        self.dims as usize
+        self.dims
     }
 
     #[inline]
@@ -112,24 +115,31 @@ impl Coordinate {
     }
 
     /// `f(self[d], rhs[d])` for every one of the `MAX_DIMS` slots at once,
-    /// for operators with `f(0, 0) == 0`: slots past `dims` hold 0 here and
-    /// are zeroed in `rhs` (by a mask, not a branch), so they stay 0.
+    /// for operators with `f(0, 0) == 0`: slots past `dims` hold 0 in both
+    /// (every constructor zeroes them), so they stay 0.
     ///
     /// On the graph's hot path: a loop of fixed length without branches
-    /// unrolls and stays in registers, where `zip_with`'s loop over
-    /// `0..dims` goes through memory slot by slot; worth about 10% of the
-    /// graph benchmark (`cargo bench -p daisy-core --bench graph`).
-    #[inline]
+    /// or masks becomes a few vector instructions whose results are stored
+    /// whole; `zip_with`'s loop over `0..dims` goes through memory slot by
+    /// slot, and a copy of a coordinate stored slot by slot stalls on store
+    /// forwarding (`cargo bench -p daisy-core --bench graph`).
+    #[inline(always)]
     fn lanewise(&self, rhs: &[i64; MAX_DIMS], f: impl Fn(i64, i64) -> i64) -> Self {
-        let mask = &USED_SLOTS[self.dims()];
         let mut values = [0; MAX_DIMS];
         for d in 0..MAX_DIMS {
-            values[d] = f(self.values[d], rhs[d] & mask[d]);
+            values[d] = f(self.values[d], rhs[d]);
         }
         Self {
             dims: self.dims,
             values,
         }
+    }
+
+    /// `rhs` in the used slots of `self`, 0 past them.
+    #[inline(always)]
+    fn broadcast(&self, rhs: i64) -> [i64; MAX_DIMS] {
+        let mask = &USED_SLOTS[self.dims()];
+        std::array::from_fn(|d| rhs & mask[d])
     }
 
     #[inline]
@@ -233,7 +243,7 @@ macro_rules! componentwise {
             type Output = Coordinate;
             #[inline]
             fn $method(self, rhs: i64) -> Coordinate {
-                self.lanewise(&[rhs; MAX_DIMS], $op)
+                self.lanewise(&self.broadcast(rhs), $op)
             }
         }
     };

@@ -6,8 +6,9 @@
 //! (applying the fit rule) and checks a task's geometry; the levels and
 //! conflicts on top of it live in `graph`.
 
-use crate::block::{Block, TaskIdx};
+use crate::block::{cantor_number, Block, TaskIdx};
 use crate::coordinate::{Coordinate, MAX_COORDINATE, MAX_DIMS};
+use crate::divisor::Divisor;
 use crate::graph::level_stride;
 use crate::roi::Roi;
 use crate::task::{Fit, TaskSpec};
@@ -32,6 +33,20 @@ pub struct BlockGrid {
     /// How far the read region ends after the write region ends.
     pub context_end: Coordinate,
     pub fit: Fit,
+    /// The fit rule keeps a block at grid position `k` when
+    /// `0 <= k < position_end` in every dimension.
+    pub position_end: Coordinate,
+    /// Grid cells (positions divided by the write shape) kept by the fit
+    /// rule: `0 <= j < cell_end`.
+    cell_end: Coordinate,
+    /// Cell `j`'s index in the total read region, from which its id comes,
+    /// is `j + id_origin` (the context may not be a multiple of the write
+    /// shape).
+    id_origin: Coordinate,
+    /// The unclipped block at grid position 0, which [`Self::place`] moves.
+    template: Block,
+    /// The write shape, to divide positions into cells.
+    cell_size: Divisor,
 }
 
 impl BlockGrid {
@@ -39,43 +54,114 @@ impl BlockGrid {
     pub fn new(task: TaskIdx, spec: &TaskSpec) -> Self {
         let context_begin = spec.write_roi.begin() - spec.read_roi.begin();
         let context_end = spec.read_roi.end() - spec.write_roi.end();
+        let total_write = spec.total_roi.grow(-context_begin, -context_end);
+        let write_shape = spec.write_roi.shape();
+        // Valid keeps a block whose write region fits, the others one whose
+        // write region begins inside the total write region.
+        let rounding = match spec.fit {
+            Fit::Valid => write_shape,
+            Fit::Overhang | Fit::Shrink => Coordinate::splat(write_shape.dims(), 1),
+        };
+        let position_end = total_write.shape() + 1 - rounding;
         Self {
             task,
             total_read: spec.total_roi,
-            total_write: spec.total_roi.grow(-context_begin, -context_end),
+            total_write,
             read_shape: spec.read_roi.shape(),
-            write_shape: spec.write_roi.shape(),
+            write_shape,
             context_begin,
             context_end,
             fit: spec.fit,
+            position_end,
+            cell_end: position_end.div_ceil(&write_shape).map(|n| n.max(0)),
+            id_origin: context_begin / write_shape,
+            cell_size: Divisor::new(write_shape),
+            template: Block::new(
+                task,
+                &spec.total_roi,
+                Roi::new(spec.total_roi.offset(), spec.read_roi.shape()),
+                Roi::new(total_write.offset(), write_shape),
+            ),
         }
     }
 
     /// The block at grid position `k`, or `None` if the fit rule drops it.
     #[inline]
     pub fn block_at(&self, k: Coordinate) -> Option<Block> {
-        let write = Roi::new(self.total_write.offset() + k, self.write_shape);
-        let kept = match self.fit {
-            Fit::Valid => self.total_write.contains_roi(&write),
-            Fit::Overhang | Fit::Shrink => self.total_write.contains_point(&write.begin()),
-        };
-        if !kept {
-            return None;
+        let kept = (0..k.dims()).all(|d| 0 <= k[d] && k[d] < self.position_end[d]);
+        kept.then(|| {
+            let mut block = self.template;
+            self.place(k, (self.context_begin + k) / self.write_shape, &mut block);
+            block
+        })
+    }
+
+    /// The block in grid cell `j` (grid position `j * write_shape`), or
+    /// `None` if the fit rule drops it. The graph's hot path: no division.
+    #[inline]
+    pub fn block_in_cell(&self, j: Coordinate) -> Option<Block> {
+        self.holds_cell(j).then(|| {
+            let mut block = self.template;
+            self.place_in_cell(j, &mut block);
+            block
+        })
+    }
+
+    /// True if the fit rule keeps the block in grid cell `j`.
+    #[inline]
+    pub fn holds_cell(&self, j: Coordinate) -> bool {
+        (0..j.dims()).all(|d| 0 <= j[d] && j[d] < self.cell_end[d])
+    }
+
+    /// Appends the block in grid cell `j`, which [`Self::holds_cell`]
+    /// accepted, to `out`. Built where it lies: a block is 304 bytes, and a
+    /// copy of one just built stalls on store forwarding.
+    #[inline]
+    pub fn push_block_in_cell(&self, j: Coordinate, out: &mut Vec<Block>) {
+        out.push(self.template);
+        if let Some(block) = out.last_mut() {
+            self.place_in_cell(j, block);
         }
-        let read = Roi::new(self.total_read.offset() + k, self.read_shape);
+    }
+
+    #[inline(always)]
+    fn place_in_cell(&self, j: Coordinate, block: &mut Block) {
+        self.place(j * self.write_shape, j + self.id_origin, block);
+    }
+
+    /// Turns `block`, a copy of `template`, into the block at grid
+    /// position `k` whose write region has grid index `index` in the total
+    /// read region.
+    #[inline(always)]
+    fn place(&self, k: Coordinate, index: Coordinate, block: &mut Block) {
         // The id comes from the unclipped write region; shrink clips after.
-        let mut block = Block::new(self.task, &self.total_read, read, write);
+        block.id.spatial = cantor_number(&index);
+        block.read_roi.set_offset(self.total_read.offset() + k);
+        block.write_roi.set_offset(self.total_write.offset() + k);
         if self.fit == Fit::Shrink {
-            block.read_roi = self.total_read.intersect(&read);
-            block.write_roi = self.total_write.intersect(&write);
+            block.read_roi = self.total_read.intersect(&block.read_roi);
+            block.write_roi = self.total_write.intersect(&block.write_roi);
         }
-        Some(block)
     }
 
     /// The grid position of a block of this task.
     #[inline]
     pub fn position_of(&self, block: &Block) -> Coordinate {
         block.read_roi.offset() - self.total_read.offset()
+    }
+
+    /// The grid cell of a block of this task; `None` if its position is
+    /// not on the grid (not a block of this task).
+    #[inline]
+    pub fn cell_of(&self, block: &Block) -> Option<Coordinate> {
+        let position = self.position_of(block);
+        let (cell, offgrid) = self.cell_size.div_rem(position);
+        offgrid.all(|r| r == 0).then_some(cell)
+    }
+
+    /// Cells per dimension that the fit rule keeps.
+    pub fn cells(&self) -> Coordinate {
+        self.cell_end
     }
 
     /// Blocks whose write region, as far as other tasks see it (clipped to
@@ -109,13 +195,12 @@ impl BlockGrid {
             return Vec::new();
         }
         let origin = self.total_write.offset();
-        let cells = self.total_write.shape().div_ceil(&self.write_shape);
         let begin = ((region.begin() - origin) / self.write_shape).map(|j| j.max(0));
         let end = (region.end() - origin)
             .div_ceil(&self.write_shape)
-            .min(&cells);
+            .min(&self.cell_end);
         GridWalk::new(begin, end)
-            .filter_map(|j| self.block_at(j * self.write_shape))
+            .filter_map(|j| self.block_in_cell(j))
             .collect()
     }
 }

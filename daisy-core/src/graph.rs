@@ -19,53 +19,63 @@
 
 use crate::block::{Block, TaskIdx};
 use crate::coordinate::Coordinate;
+use crate::divisor::Divisor;
 use crate::geometry::{geometry_problems, BlockGrid, GridWalk};
 use crate::roi::Roi;
 use crate::task::{Fit, TaskSpec};
 use std::fmt;
 
-/// The levels of one task and how they depend on each other.
+/// The levels of one task and how they depend on each other, in grid
+/// cells (grid positions divided by the write shape), so that the hot
+/// path (a block's level, its neighbours, their ids) needs no division
+/// beyond finding the block's cell.
 #[derive(Clone, Debug)]
 pub struct TaskGraph {
     grid: BlockGrid,
-    /// Blocks are kept when their position is below this in every dimension.
-    position_end: Coordinate,
     /// Spacing of the blocks within one level.
     stride: Coordinate,
-    /// Number of level offsets per dimension (`stride / write_shape`).
-    radix: Coordinate,
-    level_offsets: Vec<Coordinate>,
-    /// Per level, the steps to the blocks of the previous level it waits for.
-    level_conflicts: Vec<Vec<Coordinate>>,
+    /// Spacing of the blocks within one level, in cells (`stride /
+    /// write_shape`): also the number of level offsets per dimension.
+    radix: Divisor,
+    /// Per level, the cell of its first block.
+    level_cells: Vec<Coordinate>,
+    /// Per level, the steps to the blocks of the previous level it waits
+    /// for, in the order of the ids they lead to (see [`in_id_order`]).
+    waits_for: Vec<Vec<Coordinate>>,
+    /// Per level, the steps to the blocks of the next level that wait for
+    /// it, in id order.
+    waited_by: Vec<Vec<Coordinate>>,
 }
 
 impl TaskGraph {
     /// The graph of a task whose geometry passed [`geometry_problems`].
     pub fn new(task: TaskIdx, spec: &TaskSpec) -> Self {
         let grid = BlockGrid::new(task, spec);
-        let ws = grid.write_shape;
-        let rounding = match spec.fit {
-            Fit::Valid => ws,
-            Fit::Overhang | Fit::Shrink => Coordinate::splat(ws.dims(), 1),
-        };
-        let position_end = grid.total_write.shape() + 1 - rounding;
         let stride = level_stride(&grid, spec.read_write_conflict);
-        let radix = stride / ws;
-        let level_offsets = level_offsets(stride, ws);
-        let level_conflicts = (0..level_offsets.len())
+        let radix = stride / grid.write_shape;
+        let level_cells = level_cells(radix);
+        let waits_for: Vec<Vec<Coordinate>> = (0..level_cells.len())
             .map(|level| match level {
                 0 => Vec::new(),
                 _ if !spec.read_write_conflict => Vec::new(),
-                _ => conflict_offsets(level_offsets[level - 1] - level_offsets[level], stride),
+                _ => conflict_steps(level_cells[level - 1] - level_cells[level], radix),
             })
+            .map(in_id_order)
+            .collect();
+        let waited_by = (0..level_cells.len())
+            .map(|level| match waits_for.get(level + 1) {
+                Some(up) => up.iter().map(|&s| -s).collect(),
+                None => Vec::new(),
+            })
+            .map(in_id_order)
             .collect();
         Self {
             grid,
-            position_end,
             stride,
-            radix,
-            level_offsets,
-            level_conflicts,
+            radix: Divisor::new(radix),
+            level_cells,
+            waits_for,
+            waited_by,
         }
     }
 
@@ -74,7 +84,7 @@ impl TaskGraph {
     }
 
     pub fn num_levels(&self) -> usize {
-        self.level_offsets.len()
+        self.level_cells.len()
     }
 
     pub fn stride(&self) -> Coordinate {
@@ -83,15 +93,9 @@ impl TaskGraph {
 
     /// Number of blocks of `level`, computed without enumerating them.
     pub fn num_level_blocks(&self, level: usize) -> u64 {
-        let offset = self.level_offsets[level];
-        (0..offset.dims())
-            .map(|d| {
-                let span = self.position_end[d] - offset[d];
-                (span + self.stride[d] - 1)
-                    .div_euclid(self.stride[d])
-                    .max(0) as u64
-            })
-            .product()
+        let first = self.level_cells[level];
+        let spans = (self.grid.cells() - first).div_ceil(&self.radix.get());
+        spans.iter().map(|n| n.max(0) as u64).product()
     }
 
     /// Number of blocks of the task.
@@ -103,7 +107,8 @@ impl TaskGraph {
 
     /// The blocks of `level`, lazily, last dimension fastest.
     pub fn level_blocks(&self, level: usize) -> LevelBlocks {
-        let walk = GridWalk::with_step(self.level_offsets[level], self.position_end, self.stride);
+        let walk =
+            GridWalk::with_step(self.level_cells[level], self.grid.cells(), self.radix.get());
         LevelBlocks {
             grid: self.grid,
             walk,
@@ -119,8 +124,8 @@ impl TaskGraph {
     /// see it (clipped to the total write region).
     pub fn written_region(&self) -> Roi {
         let ws = self.grid.write_shape;
-        let positions = self.position_end.div_ceil(&ws).map(|n| n.max(0));
-        Roi::new(self.grid.total_write.offset(), positions * ws).intersect(&self.grid.total_write)
+        Roi::new(self.grid.total_write.offset(), self.grid.cells() * ws)
+            .intersect(&self.grid.total_write)
     }
 
     /// True if the read region of every block of this task overlaps
@@ -130,7 +135,7 @@ impl TaskGraph {
         let total = self.grid.total_read;
         (0..total.dims()).all(|d| {
             let ws = self.grid.write_shape[d];
-            let last = (self.position_end[d] - 1).div_euclid(ws) * ws;
+            let last = (self.grid.position_end[d] - 1).div_euclid(ws) * ws;
             let first_end = (total.begin()[d] + self.grid.read_shape[d]).min(total.end()[d]);
             total.begin()[d] + last < region.end()[d] && first_end > region.begin()[d]
         })
@@ -138,53 +143,52 @@ impl TaskGraph {
 
     /// The level of a block of this task (`None` if it is not one).
     pub fn level_of(&self, block: &Block) -> Option<usize> {
-        let residue = self.grid.position_of(block) % self.stride;
-        let mut index = 0i64;
-        for d in 0..residue.dims() {
-            if residue[d] % self.grid.write_shape[d] != 0 {
-                return None;
-            }
-            index = index * self.radix[d] + residue[d] / self.grid.write_shape[d];
-        }
-        Some(self.num_levels() - 1 - index as usize)
+        self.grid
+            .cell_of(block)
+            .map(|cell| self.level_of_cell(cell))
     }
 
-    /// The blocks of this task that `block` waits for (previous level).
+    /// The level of the block in `cell`: its cell's residue modulo the
+    /// radix, as a number in that mixed radix, counted from the last level.
+    #[inline]
+    fn level_of_cell(&self, cell: Coordinate) -> usize {
+        let (_, residue) = self.radix.div_rem(cell);
+        let radix = self.radix.get();
+        let index = (0..residue.dims()).fold(0, |index, d| index * radix[d] + residue[d]);
+        self.num_levels() - 1 - index as usize
+    }
+
+    /// The blocks of this task that `block` waits for (previous level), in
+    /// id order unless ids wrap around.
     #[inline]
     pub fn upstream(&self, block: &Block, out: &mut Vec<Block>) {
-        if self.num_levels() == 1 {
-            // One level (no conflicts, or no context): nothing to wait for,
-            // and no need to find the block's level.
-            return;
-        }
-        let Some(level) = self.level_of(block) else {
-            return;
-        };
-        let position = self.grid.position_of(block);
-        for step in &self.level_conflicts[level] {
-            push_unique(out, self.grid.block_at(position + *step));
-        }
+        self.neighbours(block, &self.waits_for, out);
     }
 
-    /// The blocks of this task that wait for `block` (next level).
+    /// The blocks of this task that wait for `block` (next level), in id
+    /// order unless ids wrap around.
     pub fn downstream(&self, block: &Block, out: &mut Vec<Block>) {
-        let Some(level) = self.level_of(block) else {
-            return;
-        };
-        let Some(conflicts) = self.level_conflicts.get(level + 1) else {
-            return;
-        };
-        let position = self.grid.position_of(block);
-        for step in conflicts {
-            push_unique(out, self.grid.block_at(position - *step));
-        }
+        self.neighbours(block, &self.waited_by, out);
     }
-}
 
-fn push_unique(out: &mut Vec<Block>, block: Option<Block>) {
-    if let Some(block) = block {
-        if !out.iter().any(|b| b.id == block.id) {
-            out.push(block);
+    /// The blocks `steps[level of block]` away from `block`.
+    #[inline]
+    fn neighbours(&self, block: &Block, steps: &[Vec<Coordinate>], out: &mut Vec<Block>) {
+        if self.num_levels() == 1 {
+            // One level (no conflicts, or no context): no neighbours, and
+            // no need to find the block's level.
+            return;
+        }
+        let Some(cell) = self.grid.cell_of(block) else {
+            return;
+        };
+        let steps = &steps[self.level_of_cell(cell)];
+        out.reserve(steps.len());
+        for step in steps {
+            let neighbour = cell + *step;
+            if self.grid.holds_cell(neighbour) {
+                self.grid.push_block_in_cell(neighbour, out);
+            }
         }
     }
 }
@@ -209,28 +213,26 @@ pub(crate) fn level_stride(grid: &BlockGrid, read_write_conflict: bool) -> Coord
     stride.min(&cap).max(&ws)
 }
 
-/// The lattice offsets of the levels: all multiples of the write shape
-/// below the stride, last dimension fastest, then reversed (daisy's order).
-fn level_offsets(stride: Coordinate, write_shape: Coordinate) -> Vec<Coordinate> {
-    let zero = Coordinate::zeros(stride.dims());
-    let mut offsets: Vec<Coordinate> = GridWalk::new(zero, stride / write_shape)
-        .map(|index| index * write_shape)
-        .collect();
-    offsets.reverse();
-    offsets
+/// The first cell of each level: every cell below the radix, last
+/// dimension fastest, then reversed (daisy's order).
+fn level_cells(radix: Coordinate) -> Vec<Coordinate> {
+    let mut cells: Vec<Coordinate> =
+        GridWalk::new(Coordinate::zeros(radix.dims()), radix).collect();
+    cells.reverse();
+    cells
 }
 
 /// The steps from a block of one level to the blocks of the previous
-/// level (offset `to_previous` away on the lattice) that overlap it: per
-/// dimension the offset and its neighbour one stride towards zero.
-fn conflict_offsets(to_previous: Coordinate, stride: Coordinate) -> Vec<Coordinate> {
+/// level (`to_previous` cells away on the lattice) that overlap it: per
+/// dimension that step and its neighbour one radix towards zero.
+fn conflict_steps(to_previous: Coordinate, radix: Coordinate) -> Vec<Coordinate> {
     let choices: Vec<Vec<i64>> = (0..to_previous.dims())
         .map(|d| {
             let op = to_previous[d];
             match op.cmp(&0) {
-                std::cmp::Ordering::Less => vec![op, op + stride[d]],
+                std::cmp::Ordering::Less => vec![op, op + radix[d]],
                 std::cmp::Ordering::Equal => vec![0],
-                std::cmp::Ordering::Greater => vec![op - stride[d], op],
+                std::cmp::Ordering::Greater => vec![op - radix[d], op],
             }
         })
         .collect();
@@ -243,6 +245,27 @@ fn conflict_offsets(to_previous: Coordinate, stride: Coordinate) -> Vec<Coordina
             Coordinate::new(&values)
         })
         .collect()
+}
+
+/// `steps` sorted so that, from any cell, the cells they lead to come in
+/// the order of their ids. A Cantor id orders cells by the sum of all
+/// their indices, then of all but the last, and so on; adding one cell to
+/// all steps shifts those sums alike, so the order does not depend on the
+/// cell (as long as ids do not wrap around u64). The graph then hands out
+/// blocks already sorted, and sorting them moves nothing.
+fn in_id_order(mut steps: Vec<Coordinate>) -> Vec<Coordinate> {
+    steps.sort_by_key(|step| {
+        let mut sums: Vec<i64> = step
+            .iter()
+            .scan(0, |sum, x| {
+                *sum += x;
+                Some(*sum)
+            })
+            .collect();
+        sums.reverse();
+        sums
+    });
+    steps
 }
 
 /// Lazy iterator over the blocks of one level.
@@ -258,8 +281,8 @@ impl Iterator for LevelBlocks {
     #[inline]
     fn next(&mut self) -> Option<Block> {
         loop {
-            let position = self.walk.next()?;
-            if let Some(block) = self.grid.block_at(position) {
+            let cell = self.walk.next()?;
+            if let Some(block) = self.grid.block_in_cell(cell) {
                 return Some(block);
             }
         }

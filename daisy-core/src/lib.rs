@@ -9,6 +9,7 @@
 //!
 //! # Layout
 //! - [`coordinate`], [`roi`]: n-dimensional geometry with floor division.
+//! - [`divisor`]: division by a fixed coordinate, by multiplication.
 //! - [`block`]: `Block`, `BlockId`, `TaskIdx`, Cantor ids.
 //! - [`task`]: `TaskSpec`, `Fit`.
 //! - [`geometry`]: where a task's blocks sit (`BlockGrid`), geometry checks.
@@ -23,6 +24,7 @@ pub mod block;
 pub mod block_grid;
 pub mod context;
 pub mod coordinate;
+pub mod divisor;
 pub mod geometry;
 pub mod graph;
 pub mod printable;

@@ -32,12 +32,19 @@ impl Roi {
     /// If `offset` and `shape` differ in dimension.
     #[inline]
     pub fn new(offset: Coordinate, shape: Coordinate) -> Self {
-        assert_eq!(
-            offset.dims(),
-            shape.dims(),
-            "roi offset {offset} and shape {shape} differ in dimension"
-        );
+        if offset.dims() != shape.dims() {
+            dimension_mismatch(offset, shape);
+        }
         Self { offset, shape }
+    }
+
+    /// Moves the ROI to begin at `offset`, in place: the graph builds
+    /// blocks where they lie. Only checked in debug builds: reading the
+    /// shape back would wait for the block's copy to land.
+    #[inline]
+    pub(crate) fn set_offset(&mut self, offset: Coordinate) {
+        debug_assert_eq!(offset.dims(), self.shape.dims(), "dimension mismatch");
+        self.offset = offset;
     }
 
     /// Shorthand for tests and examples: `Roi::from_slices(&[0, 0], &[10, 10])`.
@@ -155,6 +162,15 @@ impl Roi {
         };
         Self::from_bounds(begin, end)
     }
+}
+
+/// The panic of [`Roi::new`], out of line: a panic message that borrowed
+/// the coordinates in place would pin them to memory, and the graph's hot
+/// path would copy every block it builds (half the graph benchmark).
+#[cold]
+#[inline(never)]
+fn dimension_mismatch(offset: Coordinate, shape: Coordinate) -> ! {
+    panic!("roi offset {offset} and shape {shape} differ in dimension")
 }
 
 /// The grid line nearest to each component; a tie goes down for a begin

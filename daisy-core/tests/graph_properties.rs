@@ -5,7 +5,9 @@
 mod common;
 
 use daisy_core::serial::{self, SerialEnd, Step};
-use daisy_core::{Block, BlockId, BlockOutcome, DependencyGraph, Scheduler, TaskIdx, TaskSpec};
+use daisy_core::{
+    Block, BlockId, BlockOutcome, DependencyGraph, Scheduler, TaskGraph, TaskIdx, TaskSpec,
+};
 use proptest::prelude::*;
 use std::collections::HashSet;
 use std::sync::Arc;
@@ -62,6 +64,25 @@ fn check_enumeration(graph: &DependencyGraph) -> Result<(), TestCaseError> {
             let n = tg.level_blocks(level).count() as u64;
             prop_assert_eq!(n, tg.num_level_blocks(level));
         }
+        for block in &blocks {
+            check_block_within_task(tg, block)?;
+        }
+    }
+    Ok(())
+}
+
+/// A block built from its grid cell (the enumeration) equals the one
+/// built from its grid position, and its neighbours within the task come
+/// in id order, so that `DependencyGraph::upstream`'s sort moves nothing.
+fn check_block_within_task(tg: &TaskGraph, block: &Block) -> Result<(), TestCaseError> {
+    let grid = tg.grid();
+    prop_assert_eq!(grid.block_at(grid.position_of(block)), Some(*block));
+    let (mut up, mut down) = (Vec::new(), Vec::new());
+    tg.upstream(block, &mut up);
+    tg.downstream(block, &mut down);
+    for neighbours in [up, down] {
+        let order: Vec<u64> = neighbours.iter().map(|b| b.id.spatial).collect();
+        prop_assert!(order.is_sorted(), "{:?}: neighbours {:?}", block.id, order);
     }
     Ok(())
 }
