@@ -111,6 +111,12 @@ pub enum ConnEvent {
         outbox: Outbox,
         reply: oneshot::Sender<Result<Welcome, String>>,
     },
+    Peer(PeerEvent),
+}
+
+/// What a peer did, as the run loop's core takes it.
+#[derive(Debug)]
+pub enum PeerEvent {
     Message {
         conn: ConnId,
         message: ToDriver,
@@ -181,7 +187,7 @@ pub async fn serve(
         }
         Err(error) => (false, error.to_string()),
     };
-    let _ = events.send(ConnEvent::Closed { conn, clean, why });
+    let _ = events.send(ConnEvent::Peer(PeerEvent::Closed { conn, clean, why }));
 }
 
 /// Answers a refused Hello (the run loop logs it) and lets the peer go.
@@ -197,7 +203,7 @@ async fn refuse(
     };
     // A peer that does not read its refusal is not waited for.
     let _ = tokio::time::timeout(REFUSAL_WRITE, transport.send(rejected)).await;
-    let _ = events.send(ConnEvent::Refused { peer, reason });
+    let _ = events.send(ConnEvent::Peer(PeerEvent::Refused { peer, reason }));
 }
 
 /// How long a refusal may take to write.
@@ -223,7 +229,7 @@ pub fn turn_away(
     }) {
         let _ = socket.try_write(&frame);
     }
-    let _ = events.send(ConnEvent::Refused { peer, reason });
+    let _ = events.send(ConnEvent::Peer(PeerEvent::Refused { peer, reason }));
 }
 
 /// Reads the Hello (nothing else runs yet) and asks the run loop.
@@ -343,10 +349,10 @@ impl Link {
                 self.write(FromDriver::Error { reason }).await
             }
             message => {
-                let event = ConnEvent::Message {
+                let event = ConnEvent::Peer(PeerEvent::Message {
                     conn: self.conn,
                     message: message.with_texts_cut(),
-                };
+                });
                 let gone = |_| self.ended("the driver is shutting down".into());
                 self.events.send(event).map_err(gone)
             }
@@ -573,20 +579,20 @@ mod tests {
         let acquire = c.event().await;
         assert!(matches!(
             acquire,
-            ConnEvent::Message {
+            ConnEvent::Peer(PeerEvent::Message {
                 message: ToDriver::AcquireBlocks { max: 3 },
                 ..
-            }
+            })
         ));
         let release = c.event().await;
         assert!(matches!(
             release,
-            ConnEvent::Message {
+            ConnEvent::Peer(PeerEvent::Message {
                 message: ToDriver::ReleaseBlocks { .. },
                 ..
-            }
+            })
         ));
-        let ConnEvent::Closed { clean, why, .. } = c.event().await else {
+        let ConnEvent::Peer(PeerEvent::Closed { clean, why, .. }) = c.event().await else {
             panic!("expected Closed");
         };
         assert!(!clean, "closed without being told to stop");
@@ -602,7 +608,10 @@ mod tests {
         };
         assert!(reason.contains("already said"), "{reason}");
         c.send(ToDriver::AcquireBlocks { max: 1 }).await;
-        assert!(matches!(c.event().await, ConnEvent::Message { .. }));
+        assert!(matches!(
+            c.event().await,
+            ConnEvent::Peer(PeerEvent::Message { .. })
+        ));
     }
 
     #[tokio::test]
@@ -618,7 +627,7 @@ mod tests {
         };
         let expected = "the frame is not a MessagePack map (its first byte is 0xc1)";
         assert_eq!(reason, expected);
-        let ConnEvent::Closed { clean, why, .. } = c.event().await else {
+        let ConnEvent::Peer(PeerEvent::Closed { clean, why, .. }) = c.event().await else {
             panic!("expected Closed");
         };
         assert!(!clean);
@@ -639,7 +648,7 @@ mod tests {
             }
             tokio::task::yield_now().await;
         };
-        let ConnEvent::Closed { clean, why, .. } = closed else {
+        let ConnEvent::Peer(PeerEvent::Closed { clean, why, .. }) = closed else {
             panic!("expected Closed");
         };
         assert!(!clean);
@@ -652,7 +661,8 @@ mod tests {
         let mut peer = connect(&listener).await;
         let limit = Duration::from_millis(50);
         let mut events = spawn_serve(&listener, settings(WAIT, limit)).await;
-        let Some(ConnEvent::Refused { reason, .. }) = next(&mut events).await else {
+        let Some(ConnEvent::Peer(PeerEvent::Refused { reason, .. })) = next(&mut events).await
+        else {
             panic!("expected a refusal");
         };
         assert_eq!(reason, "no Hello within 50ms");
@@ -667,7 +677,8 @@ mod tests {
         let mut events = spawn_serve(&listener, settings(WAIT, WAIT)).await;
         let prefix = 1000u32.to_be_bytes();
         peer.stream_mut().write_all(&prefix).await.unwrap();
-        let Some(ConnEvent::Refused { reason, .. }) = next(&mut events).await else {
+        let Some(ConnEvent::Peer(PeerEvent::Refused { reason, .. })) = next(&mut events).await
+        else {
             panic!("expected a refusal");
         };
         assert_eq!(reason, "frame of 1000 bytes exceeds the limit of 512 bytes");
@@ -680,7 +691,7 @@ mod tests {
         c.outbox.send(FromDriver::Shutdown { reason });
         assert!(matches!(c.receive().await, FromDriver::Shutdown { .. }));
         c.peer.close().await.unwrap();
-        let ConnEvent::Closed { clean, .. } = c.event().await else {
+        let ConnEvent::Peer(PeerEvent::Closed { clean, .. }) = c.event().await else {
             panic!("expected Closed");
         };
         assert!(clean);
@@ -689,7 +700,7 @@ mod tests {
     #[tokio::test]
     async fn a_silent_peer_is_dropped_after_the_missed_heartbeats() {
         let mut c = Welcomed::start(Duration::from_millis(20)).await;
-        let ConnEvent::Closed { clean, why, .. } = c.event().await else {
+        let ConnEvent::Peer(PeerEvent::Closed { clean, why, .. }) = c.event().await else {
             panic!("expected Closed");
         };
         assert!(!clean);

@@ -93,6 +93,7 @@ class TaskState:
         self.completed_count = status["done"]
         self.failed_count = status["failed"]
         self.orphaned_count = status["orphaned"]
+        self.skipped_count = status.get("skipped", 0)
         self.pending_count = status["remaining"]
         self.abandon_reason = status.get("abandoned")
         self.abandoned = self.abandon_reason is not None
@@ -249,6 +250,9 @@ def _pipeline_file(pipeline, name, resources, launcher, run_dir, in_process):
             path = run_dir / "python" / f"{task.task_id}-{_digest(data)}.pickle"
             payloads[path] = data
             table[kind] = {"pickle": str(path)}
+        if task.skip_mask is not None:
+            table["skip_mask"], files = _skip_mask(task, run_dir)
+            payloads.update(files)
         task_tables.append(table)
     spec = {"name": name, "task": task_tables}
     if resources:
@@ -292,6 +296,42 @@ def _task_table(task, pipeline):
     if task.launcher:
         table["launcher"] = task.launcher
     return table
+
+
+def _skip_mask(task, run_dir):
+    """``skip_mask`` as the driver reads it: a Zarr array's path, or an
+    array-like (one byte per block of the task's grid, nonzero to skip)
+    written as a Zarr v3 array of one raw chunk under ``<run_dir>/python/``,
+    named by its content; returns the path and the files to write."""
+    mask = task.skip_mask
+    if isinstance(mask, (str, os.PathLike)):
+        return os.path.abspath(mask), {}
+    import numpy as np
+
+    try:
+        cells = np.ascontiguousarray(mask, dtype=np.uint8)
+    except (TypeError, ValueError) as error:
+        raise TypeError(
+            f"task {task.task_id!r}: skip_mask must be an array-like of one byte per block "
+            f"of the task's grid, or the path of a Zarr array ({error})"
+        ) from error
+    shape = [int(n) for n in cells.shape]
+    data = cells.tobytes()
+    meta = {
+        "zarr_format": 3,
+        "node_type": "array",
+        "shape": shape,
+        "data_type": "uint8",
+        "chunk_grid": {"name": "regular", "configuration": {"chunk_shape": shape}},
+        "chunk_key_encoding": {"name": "default", "configuration": {"separator": "/"}},
+        "fill_value": 0,
+        "codecs": [{"name": "bytes"}],
+        "attributes": {},
+    }
+    name = f"{task.task_id}-{_digest(json.dumps(shape).encode() + data)}.mask.zarr"
+    store = run_dir / "python" / name
+    chunk = store.joinpath("c", *["0"] * len(shape))
+    return str(store), {store / "zarr.json": json.dumps(meta).encode(), chunk: data}
 
 
 def _whole(value):

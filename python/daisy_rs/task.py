@@ -25,14 +25,13 @@ _DIFFERS = {
     "in daisy 2.0's layout: done/<task>/",
     "resource_tracking": "per-block CPU/memory measurements are not recorded yet; "
     "`status` and `report` show each block's run time",
-    "skip_mask": "a mask of blocks to skip is not supported yet",
 }
 
 
 class Task:
     """One blockwise task: daisy 2.0's signature, positions included
-    (``done_marker_path``, ``resource_tracking`` and ``skip_mask`` are
-    refused unless left at their defaults), then keyword-only daisy 1.x's
+    (``done_marker_path`` and ``resource_tracking`` are refused unless
+    left at their defaults), then keyword-only daisy 1.x's
     ``upstream_tasks`` and ``num_workers`` and this engine's own fields.
 
     ``process_function`` takes a block, or nothing: a function without
@@ -76,7 +75,6 @@ class Task:
         given = {
             "done_marker_path": done_marker_path,
             "resource_tracking": resource_tracking or None,
-            "skip_mask": skip_mask,
         }
         _refuse_unsupported(task_id, {k: v for k, v in given.items() if v is not None})
         if num_workers is not None and max_workers is not None:
@@ -98,6 +96,7 @@ class Task:
         self.upstream_tasks = list(upstream_tasks or [])
         self.requires = dict(requires or {})
         self.max_worker_restarts = max_worker_restarts
+        self.skip_mask = skip_mask
         self.batch_size = batch_size
         self.prefetch = prefetch
         self.retry_backoff = retry_backoff

@@ -195,7 +195,7 @@ def test_names_daisy_has_and_this_engine_does_not_say_so(workdir):
             daisy.Roi((0,), (1,)),
             daisy.Roi((0,), (1,)),
             process_function="blocks:touch",
-            skip_mask=[0, 1, 0, 0],
+            resource_tracking=True,
         )
 
 
@@ -236,3 +236,33 @@ def test_a_worker_function_that_fails_before_its_first_block_gives_up_with_the_r
     assert "model weights not found" in states["load"].abandon_reason, states["load"].abandon_reason
     failed = [e for e in events("run") if e.get("event") == "block_failed"]
     assert failed == [], "no block was failed for it"
+
+
+def line_task(task_id, blocks, **kwargs):
+    from blocks import touch
+
+    return daisy.Task(
+        task_id,
+        total_roi=daisy.Roi((0,), (blocks,)),
+        read_roi=daisy.Roi((0,), (1,)),
+        write_roi=daisy.Roi((0,), (1,)),
+        process_function=touch,
+        read_write_conflict=False,
+        **kwargs,
+    )
+
+
+def test_a_skip_mask_skips_its_blocks_and_what_depends_on_them_runs(workdir):
+    import numpy as np
+
+    mask = np.zeros(8, dtype=bool)
+    mask[[1, 6]] = True
+    up = line_task("up", 8, skip_mask=mask)
+    down = line_task("down", 8, upstream_tasks=[up])
+    states = daisy.run_blockwise([up, down], run_dir="run", return_states=True)
+    assert len(ran("up")) == 6 and len(ran("down")) == 8
+    assert states["up"].is_done() and states["up"].skipped_count == 2
+    with pytest.raises(daisy.PipelineError) as refused:
+        daisy.run_blockwise([line_task("bad", 8, skip_mask=np.zeros(5))], run_dir="run2")
+    expected = "its shape [5] is not the task's block grid [8]"
+    assert any(expected in problem for problem in refused.value.problems), refused.value.problems

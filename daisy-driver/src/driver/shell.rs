@@ -8,7 +8,7 @@
 use super::core::{Command, Core, CoreSettings, Input};
 use super::launcher_thread::{LauncherEvent, LauncherThread};
 use super::RunOptions;
-use crate::connection::{ConnEvent, ConnId, Outbox};
+use crate::connection::{ConnEvent, ConnId, Outbox, PeerEvent};
 use crate::launch;
 use crate::outcome_recorder::OutcomeRecorder;
 use crate::pipeline::Pipeline;
@@ -100,12 +100,12 @@ impl Shell {
                 self.replies.insert(conn, reply);
                 Input::Hello { conn, hello }
             }
-            ConnEvent::Message { conn, message } => Input::Message { conn, message },
-            ConnEvent::Closed { conn, clean, why } => {
-                self.outboxes.remove(&conn);
-                Input::Closed { conn, clean, why }
+            ConnEvent::Peer(event) => {
+                if let PeerEvent::Closed { conn, .. } = &event {
+                    self.outboxes.remove(conn);
+                }
+                Input::Peer(event)
             }
-            ConnEvent::Refused { peer, reason } => Input::Refused { peer, reason },
         };
         self.handle(input);
     }

@@ -28,7 +28,7 @@ mod tests;
 
 use super::launcher_thread::LauncherEvent;
 use crate::budget::Budget;
-use crate::connection::ConnId;
+use crate::connection::{ConnId, PeerEvent};
 use crate::events::Event;
 use crate::outcome_recorder::Attempt;
 use crate::pipeline::{Pipeline, TaskConfig};
@@ -60,21 +60,8 @@ pub enum Input {
         conn: ConnId,
         hello: Hello,
     },
-    Message {
-        conn: ConnId,
-        message: ToDriver,
-    },
-    /// A welcomed connection ended.
-    Closed {
-        conn: ConnId,
-        clean: bool,
-        why: String,
-    },
-    /// A peer was turned away before it was welcomed.
-    Refused {
-        peer: SocketAddr,
-        reason: String,
-    },
+    /// A welcomed peer's message, its connection's end, a refusal.
+    Peer(PeerEvent),
     Launcher(LauncherEvent),
     /// Time passed: timers, job starts, abandonment.
     Tick,
@@ -196,9 +183,13 @@ impl Core {
         self.now = now;
         match input {
             Input::Hello { conn, hello } => self.on_hello(conn, &hello),
-            Input::Message { conn, message } => self.on_message(conn, message, done_before),
-            Input::Closed { conn, clean, why } => self.on_closed(conn, clean, &why, done_before),
-            Input::Refused { peer, reason } => self.on_refused(peer, &reason),
+            Input::Peer(PeerEvent::Message { conn, message }) => {
+                self.on_message(conn, message, done_before)
+            }
+            Input::Peer(PeerEvent::Closed { conn, clean, why }) => {
+                self.on_closed(conn, clean, &why, done_before)
+            }
+            Input::Peer(PeerEvent::Refused { peer, reason }) => self.on_refused(peer, &reason),
             Input::Launcher(event) => self.on_launcher_event(event, done_before),
             Input::Tick => self.on_tick(done_before),
         }

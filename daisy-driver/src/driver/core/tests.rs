@@ -32,8 +32,9 @@ struct Run {
     now: Instant,
 }
 
+/// The `n`-th connection of the run (from 1).
 fn conn(n: u64) -> ConnId {
-    n
+    (1..n).fold(ConnId::FIRST, |conn, _| conn.next())
 }
 
 impl Run {
@@ -106,10 +107,10 @@ impl Run {
     }
 
     fn message(&mut self, conn_n: u64, message: ToDriver) -> Vec<Command> {
-        self.input(Input::Message {
+        self.input(Input::Peer(PeerEvent::Message {
             conn: conn(conn_n),
             message,
-        })
+        }))
     }
 
     /// The worker on `conn_n` asks for up to `max` blocks.
@@ -129,11 +130,11 @@ impl Run {
     }
 
     fn close(&mut self, conn_n: u64, clean: bool) -> Vec<Command> {
-        self.input(Input::Closed {
+        self.input(Input::Peer(PeerEvent::Closed {
             conn: conn(conn_n),
             clean,
             why: "connection closed".into(),
-        })
+        }))
     }
 
     fn job_ended(&mut self, slot: SlotId, end: JobEnd) -> Vec<Command> {

@@ -13,7 +13,7 @@ use daisy_core::{BlockId, BlockOutcome, TaskIdx};
 
 impl Core {
     /// Answers a Hello; a refusal is recorded when the connection reports
-    /// it (`Input::Refused`), like every other refusal.
+    /// it (`PeerEvent::Refused`), like every other refusal.
     pub(super) fn on_hello(&mut self, conn: ConnId, hello: &Hello) {
         let answer = match hello.role {
             Role::Observer => {
