@@ -25,16 +25,14 @@ pub(crate) fn needs_slurm(test: &str) {
     }
 }
 
-/// Two chained tasks whose workers are cluster jobs of `kind`; each block
-/// appends `<task> <id>` to ran.txt. Task ids are unique per test so that
-/// concurrent tests can tell their jobs apart.
-fn cluster_pipeline(kind: &str, prefix: &str, directives: &str) -> String {
-    let task = |id: &str, upstream: &str| {
-        format!(
-            r#"
+/// A task `<prefix>-<id>` of 12 blocks of one cpu each, its `extra`
+/// fields (upstream, launcher); each block appends `<task> <id>` to ran.txt.
+fn cluster_task(prefix: &str, id: &str, extra: &str) -> String {
+    format!(
+        r#"
 [[task]]
 id = "{prefix}-{id}"
-{upstream}
+{extra}
 total_roi = {{ offset = [0], shape = [12] }}
 read_roi = {{ offset = [0], shape = [1] }}
 write_roi = {{ offset = [0], shape = [1] }}
@@ -43,12 +41,16 @@ max_workers = 3
 requires = {{ cpu = 1 }}
 block_command = ["sh", "-c", "sleep 0.1; echo {prefix}-{id} {{block_id}} >> ran.txt"]
 "#
-        )
-    };
+    )
+}
+
+/// Two chained tasks whose workers are cluster jobs of `kind`. Task ids
+/// are unique per test so that concurrent tests can tell their jobs apart.
+fn cluster_pipeline(kind: &str, prefix: &str, directives: &str) -> String {
     format!(
         "name = \"{prefix}\"\n[resources]\ncpu = 6\n[launcher]\nkind = \"{kind}\"\ntime = \"00:10:00\"\ndirectives = [{directives}]\n{}{}",
-        task("a", ""),
-        task("b", &format!("upstream = [\"{prefix}-a\"]"))
+        cluster_task(prefix, "a", ""),
+        cluster_task(prefix, "b", &format!("upstream = [\"{prefix}-a\"]"))
     )
 }
 
@@ -414,28 +416,19 @@ fn assert_earlier_jobs_cancelled(dir: &TestDir, kind: &str, hold: &str, env: &[(
 
 /// Three chained tasks of 12 blocks, each on its own launcher kind.
 fn mixed_pipeline() -> String {
-    let task = |id: &str, upstream: &str, launcher: &str| {
-        format!(
-            r#"
-[[task]]
-id = "mx-{id}"
-{upstream}
-total_roi = {{ offset = [0], shape = [12] }}
-read_roi = {{ offset = [0], shape = [1] }}
-write_roi = {{ offset = [0], shape = [1] }}
-read_write_conflict = false
-max_workers = 2
-requires = {{ cpu = 1 }}
-launcher = {launcher}
-block_command = ["sh", "-c", "echo mx-{id} {{block_id}} >> ran.txt"]
-"#
-        )
-    };
     format!(
-        "name = \"mx\"\n[resources]\ncpu = 4\n[launcher]\ntime = \"00:10:00\"\n{}{}{}",
-        task("here", "", "{ kind = \"local\" }"),
-        task("slurm", "upstream = [\"mx-here\"]", "{ kind = \"sbatch\" }"),
-        task("lsf", "upstream = [\"mx-slurm\"]", "{ kind = \"bsub\" }"),
+        "name = \"mx\"\n[resources]\ncpu = 6\n[launcher]\ntime = \"00:10:00\"\n{}{}{}",
+        cluster_task("mx", "here", "launcher = { kind = \"local\" }"),
+        cluster_task(
+            "mx",
+            "slurm",
+            "upstream = [\"mx-here\"]\nlauncher = { kind = \"sbatch\" }"
+        ),
+        cluster_task(
+            "mx",
+            "lsf",
+            "upstream = [\"mx-slurm\"]\nlauncher = { kind = \"bsub\" }"
+        ),
     )
 }
 
