@@ -21,12 +21,12 @@
 //! - [`template`]: `{placeholders}` in block commands, checked and filled in.
 
 pub mod block;
-pub mod block_grid;
 pub mod context;
 pub mod coordinate;
 pub mod divisor;
 pub mod geometry;
 pub mod graph;
+pub mod marker_grid;
 pub mod printable;
 pub mod protocol;
 pub mod roi;

@@ -1,19 +1,19 @@
 //! What a task's geometry means for its marker, derived once from the
 //! spec so lookups do no more than a subtraction and a division.
 //!
-//! Every array of the marker has the shape of the task's [`BlockGrid`],
+//! Every array of the marker has the shape of the task's [`MarkerGrid`],
 //! a block's element at its cell, as in daisy 2.0.0. Blocks that are not
 //! addressable are never reported done and marking them does nothing.
 
 use super::error::DoneMarkerError;
 use super::hash::{legacy_task_hash, task_hash};
-use daisy_core::block_grid::BlockGrid;
 use daisy_core::geometry::geometry_problems;
+use daisy_core::marker_grid::MarkerGrid;
 use daisy_core::{Block, TaskSpec};
 use std::path::Path;
 
 pub(super) struct Layout {
-    block_grid: BlockGrid,
+    marker_grid: MarkerGrid,
     pub grid: Vec<u64>,
     /// Elements per array: the product of `grid`.
     pub cells: usize,
@@ -36,8 +36,8 @@ impl Layout {
         if !problems.is_empty() {
             return Err(geometry(problems.join("; ")));
         }
-        let block_grid = BlockGrid::of(spec);
-        let grid = block_grid.shape().to_vec();
+        let marker_grid = MarkerGrid::of(spec);
+        let grid = marker_grid.shape().to_vec();
         // u32 failure counts are the widest elements: their bytes must be
         // addressable too.
         let cells = grid
@@ -46,7 +46,7 @@ impl Layout {
             .filter(|cells| cells.checked_mul(4).is_some())
             .ok_or_else(|| geometry(format!("block grid {grid:?} is too large to address")))?;
         Ok(Self {
-            block_grid,
+            marker_grid,
             grid,
             cells,
             hash: task_hash(spec),
@@ -56,6 +56,6 @@ impl Layout {
 
     /// The element of `block`, if it is addressable.
     pub fn index_of(&self, block: &Block) -> Option<usize> {
-        self.block_grid.index_of(block)
+        self.marker_grid.index_of(block)
     }
 }

@@ -184,13 +184,29 @@ impl DoneMarker {
     /// process cannot lose the mark (see [`DoneMarker::flush`] for power
     /// loss). Marking a block that is not addressable does nothing.
     pub fn mark_done(&mut self, block: &Block) -> Result<(), DoneMarkerError> {
+        self.mark_done_many([block])
+    }
+
+    /// [`DoneMarker::mark_done`] for several blocks, with one write per
+    /// run of neighbouring cells rather than one per block: the blocks of
+    /// a batch mostly lie side by side.
+    pub fn mark_done_many<'b>(
+        &mut self,
+        blocks: impl IntoIterator<Item = &'b Block>,
+    ) -> Result<(), DoneMarkerError> {
         self.check_writable()?;
-        let Some(i) = self.layout.index_of(block).filter(|&i| self.done[i] == 0) else {
-            return Ok(());
-        };
-        self.done_chunk.write_at(&[1], i)?;
-        self.done[i] = 1;
-        self.count += 1;
+        let mut cells: Vec<usize> = (blocks.into_iter())
+            .filter_map(|block| self.layout.index_of(block))
+            .filter(|&i| self.done[i] == 0)
+            .collect();
+        cells.sort_unstable();
+        cells.dedup();
+        for run in cells.chunk_by(|a, b| a + 1 == *b) {
+            let (first, len) = (run[0], run.len());
+            self.done_chunk.write_at(&vec![1; len], first)?;
+            self.done[first..first + len].fill(1);
+            self.count += len as u64;
+        }
         Ok(())
     }
 

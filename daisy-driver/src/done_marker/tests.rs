@@ -789,3 +789,19 @@ fn kill_9_loses_no_returned_mark() {
     }
     assert!(marker.count_done() >= marks.len() as u64);
 }
+
+#[test]
+fn a_batch_of_marks_lands_like_one_mark_each() {
+    let (_tmp, dir) = marker_dir();
+    let spec = simple_task(&[40, 30], &[10, 10]);
+    let blocks: Vec<Block> = [[0, 0], [0, 1], [0, 2], [2, 1], [0, 1]]
+        .iter()
+        .map(|index| block(&spec, index))
+        .collect();
+    let mut marker = DoneMarker::open(&dir, &spec).unwrap();
+    marker.mark_done_many(&blocks).unwrap();
+    assert_eq!(marker.count_done(), 4, "a block given twice counts once");
+    let reopened = DoneMarker::open(&dir, &spec).unwrap();
+    assert!(blocks.iter().all(|b| reopened.is_done(b)));
+    assert_eq!(chunk_bytes(&dir, 2).iter().filter(|&&b| b == 1).count(), 4);
+}

@@ -1,5 +1,5 @@
 //! A task's skip mask (`skip_mask`, as in daisy 2.0.0): one byte per block
-//! of the task's [`BlockGrid`], nonzero meaning "do not run this block".
+//! of the task's [`MarkerGrid`], nonzero meaning "do not run this block".
 //! Large volumes are mostly empty; their background blocks are masked.
 //!
 //! A masked block is never handed out and never counted as failed: it is
@@ -15,7 +15,7 @@
 
 mod zarr;
 
-use daisy_core::block_grid::BlockGrid;
+use daisy_core::marker_grid::MarkerGrid;
 use daisy_core::{Block, TaskSpec};
 use std::path::{Path, PathBuf};
 
@@ -37,7 +37,7 @@ pub enum MaskError {
 #[derive(Clone, PartialEq, Eq)]
 pub struct SkipMask {
     path: PathBuf,
-    grid: BlockGrid,
+    grid: MarkerGrid,
     cells: Vec<u8>,
     masked: u64,
 }
@@ -46,7 +46,7 @@ impl SkipMask {
     /// Reads the Zarr array at `path`, whose shape must be `spec`'s block
     /// grid.
     pub fn load(path: &Path, spec: &TaskSpec) -> Result<Self, MaskError> {
-        let grid = BlockGrid::of(spec);
+        let grid = MarkerGrid::of(spec);
         let (shape, cells) = zarr::read_bytes(path)?;
         if shape != grid.shape() {
             let grid = grid.shape().to_vec();
@@ -55,7 +55,7 @@ impl SkipMask {
         Ok(Self::new(path, grid, cells))
     }
 
-    fn new(path: &Path, grid: BlockGrid, cells: Vec<u8>) -> Self {
+    fn new(path: &Path, grid: MarkerGrid, cells: Vec<u8>) -> Self {
         let masked = cells.iter().filter(|&&c| c != 0).count() as u64;
         Self {
             path: path.to_path_buf(),
@@ -113,7 +113,7 @@ mod tests {
         let spec = spec();
         let mut cells = vec![0u8; 12];
         cells[4 + 2] = 1; // row 1, column 2
-        let mask = SkipMask::new(Path::new("m"), BlockGrid::of(&spec), cells);
+        let mask = SkipMask::new(Path::new("m"), MarkerGrid::of(&spec), cells);
         let graph = std::sync::Arc::new(daisy_core::DependencyGraph::new(vec![spec]).unwrap());
         let mut scheduler = Scheduler::new(graph);
         let task = daisy_core::TaskIdx(0);

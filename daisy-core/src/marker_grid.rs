@@ -1,5 +1,7 @@
-//! A task's blocks as a grid, numbered the way daisy 2.0.0 numbers them
-//! for its done markers and skip masks.
+//! A task's blocks as daisy 2.0.0's done markers and skip masks index
+//! them: a grid over the total region, one cell per write shape. (Not the
+//! grid the graph enumerates blocks on, [`crate::geometry::BlockGrid`],
+//! which starts at the total write region.)
 //!
 //! A block's *grid index* is `(block write offset - total_roi offset) /
 //! task write shape` (per dimension), and the *grid shape* is
@@ -10,7 +12,7 @@
 use crate::{Block, Coordinate, TaskSpec};
 
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct BlockGrid {
+pub struct MarkerGrid {
     total_offset: Coordinate,
     /// The task's write shape: shrink-fit border blocks have smaller
     /// write regions, but their grid index is still counted in full steps.
@@ -18,7 +20,7 @@ pub struct BlockGrid {
     shape: Vec<u64>,
 }
 
-impl BlockGrid {
+impl MarkerGrid {
     /// The grid of `spec`, whose geometry must be valid (a write shape
     /// of zero has no grid).
     pub fn of(spec: &TaskSpec) -> Self {
