@@ -17,6 +17,8 @@
 //!   file cannot be written.
 //! - [`outcome_recorder`]: what became of each block (done markers and
 //!   events), the same for serial and distributed runs.
+//! - [`done_tally`], [`run_times`]: done blocks summed up per worker and
+//!   second for `events.jsonl` (big runs), and their run times.
 //! - [`run_history`]: `events.jsonl` read back, cut into runs.
 //! - [`driver`]: `daisy-driver run`: the run loop that owns all state.
 //! - [`connection`]: one task per worker connection.
@@ -37,6 +39,7 @@ pub mod budget;
 pub mod cli;
 pub mod connection;
 pub mod done_marker;
+pub mod done_tally;
 pub mod driver;
 pub mod earlier_jobs;
 pub mod events;
@@ -56,6 +59,7 @@ pub mod run_dir;
 pub mod run_history;
 pub mod run_lock;
 pub mod run_start;
+pub mod run_times;
 pub mod serial_run;
 pub mod slots;
 pub mod status;

@@ -1,6 +1,7 @@
 //! Status from the run directory alone: done markers (read-only) for
 //! done blocks, the last run's events for failures, abandoned tasks and
-//! workers, the dependency graph for orphans. `run --retry-failed` asks
+//! workers ([`LastRunEvents`], summed up while `events.jsonl` streams
+//! by: never a line per done block), the dependency graph for orphans. `run --retry-failed` asks
 //! the same question ("which blocks failed, and which wait for them?"),
 //! so it is answered here once, and so does `report`'s picture of the
 //! done markers ([`Findings::state`] per block).
@@ -10,7 +11,7 @@ use crate::done_marker::DoneMarker;
 use crate::events::Event;
 use crate::pipeline::Pipeline;
 use crate::run_dir::RunDir;
-use crate::run_history::{HistoryEvent, RunHistory};
+use crate::run_history::{HistoryEvent, RunFold, RunHistory};
 use anyhow::Context as _;
 use daisy_core::{Block, BlockId, DependencyGraph, TaskIdx};
 use std::collections::{BTreeMap, HashMap, HashSet};
@@ -32,6 +33,7 @@ pub struct RetryBlocks {
 }
 
 /// The last failure of a block in the last run.
+#[derive(Clone, Debug)]
 struct Failure {
     attempts: u32,
     error: String,
@@ -60,6 +62,37 @@ impl BlockState {
             BlockState::Failed => "failed",
         }
     }
+}
+
+/// What `status` needs of the last run's events, by task id: its start
+/// and end, its failures, abandoned tasks and workers.
+#[derive(Debug, Default)]
+pub struct LastRunEvents {
+    /// Unix seconds, mode and `retry_failed` of its `run_started`.
+    started: Option<(f64, String, bool)>,
+    finished: Option<RunEnding>,
+    failed: HashMap<String, BTreeMap<u64, Failure>>,
+    abandoned: HashMap<String, String>,
+    /// Every task the events name.
+    tasks: HashSet<String>,
+    /// By worker id; an end not recorded is `Unrecorded` until the end.
+    workers: HashMap<u64, WorkerStatus>,
+}
+
+/// The last run of a run directory; none (with a warning) if it has no
+/// events.jsonl, as a daisy 2.0 run directory holding only done markers.
+pub fn read_last_run(run_dir: &RunDir) -> anyhow::Result<(LastRunEvents, Vec<String>)> {
+    let path = run_dir.events();
+    if !path.exists() {
+        let warning = format!(
+            "{} does not exist: no run recorded events here",
+            path.display()
+        );
+        return Ok((LastRunEvents::default(), vec![warning]));
+    }
+    let history = RunHistory::read(&path, LastRunEvents::default)?;
+    let warnings = history.warnings();
+    Ok((history.last_run.unwrap_or_default(), warnings))
 }
 
 /// What the run directory says, per task (indexed like the pipeline).
@@ -120,9 +153,9 @@ impl Findings {
 pub(super) fn analyse(
     pipeline: &Pipeline,
     run_dir: &RunDir,
-    history: &RunHistory,
+    last_run: &LastRunEvents,
 ) -> anyhow::Result<Analysis> {
-    let findings = findings(pipeline, run_dir, history)?;
+    let findings = findings(pipeline, run_dir, last_run)?;
     let tasks = findings
         .graph
         .task_indices()
@@ -136,12 +169,8 @@ pub(super) fn analyse(
 
 /// The blocks `run --retry-failed` runs for `pipeline` in `run_dir`.
 pub fn blocks_to_retry(pipeline: &Pipeline, run_dir: &RunDir) -> anyhow::Result<RetryBlocks> {
-    let path = run_dir.events();
-    let history = match path.exists() {
-        true => RunHistory::read(&path)?,
-        false => RunHistory::default(),
-    };
-    let findings = findings(pipeline, run_dir, &history)?;
+    let (last_run, _) = read_last_run(run_dir)?;
+    let findings = findings(pipeline, run_dir, &last_run)?;
     let mut retry = RetryBlocks::default();
     for task in findings.graph.task_indices() {
         let ids = |spatial: &u64| BlockId {
@@ -159,11 +188,11 @@ pub fn blocks_to_retry(pipeline: &Pipeline, run_dir: &RunDir) -> anyhow::Result<
 }
 
 /// Reads the done markers of `pipeline`'s tasks in `run_dir` and finds
-/// the failed and orphaned blocks of the last run in `history`.
+/// the failed and orphaned blocks of `last_run`.
 pub fn findings(
     pipeline: &Pipeline,
     run_dir: &RunDir,
-    history: &RunHistory,
+    last_run: &LastRunEvents,
 ) -> anyhow::Result<Findings> {
     let graph = pipeline.graph();
     let markers = pipeline
@@ -181,61 +210,94 @@ pub fn findings(
         warnings: Vec::new(),
         graph,
     };
-    read_last_run(&mut findings, history.last_run());
+    take_last_run(&mut findings, last_run);
     let failed_blocks = keep_failed_not_done(&mut findings);
     orphan_downstream(&mut findings, failed_blocks);
     orphan_abandoned_tasks(&mut findings);
     Ok(findings)
 }
 
-/// Failures (the last per block) and abandoned tasks of the last run; a
-/// block done later in the run is no failure.
-fn read_last_run(findings: &mut Findings, events: &[HistoryEvent]) {
-    let mut unknown_tasks = HashSet::new();
-    for event in events {
-        let (task, kind) = match &event.kind {
-            Event::BlockFailed { task, .. }
-            | Event::BlockDone { task, .. }
-            | Event::TaskAbandoned { task, .. } => (task, &event.kind),
-            _ => continue,
-        };
-        let Some(index) = findings.graph.task_index(task) else {
-            unknown_tasks.insert(task.clone());
-            continue;
-        };
-        let failed = &mut findings.failed[index.index()];
-        match kind {
-            Event::BlockFailed {
-                block_id,
-                worker_id,
-                error,
-                for_good,
-                ..
-            } => {
-                let failure = failed.entry(*block_id).or_insert(Failure {
-                    attempts: 0,
-                    error: String::new(),
-                    worker_id: None,
-                    for_good: false,
-                });
-                failure.attempts += 1;
-                failure.error = error.to_string();
-                failure.worker_id = *worker_id;
-                failure.for_good = *for_good;
+impl RunFold for LastRunEvents {
+    fn on_event(&mut self, event: &HistoryEvent) {
+        match &event.kind {
+            Event::RunStarted {
+                mode, retry_failed, ..
+            } => self.started = Some((event.time, mode.to_string(), *retry_failed)),
+            Event::RunFinished { completed, seconds } => {
+                self.finished = Some(RunEnding {
+                    completed: *completed,
+                    seconds: *seconds,
+                })
             }
-            Event::BlockDone { block_id, .. } => {
-                failed.remove(block_id);
+            Event::BlockFailed { task, .. } => self.on_failure(task, &event.kind),
+            Event::BlockDone { task, .. } | Event::BlocksDone { task, .. } => {
+                self.note_task(task);
             }
-            Event::TaskAbandoned { why, .. } => {
-                findings.abandoned[index.index()] = Some(why.to_string());
+            Event::TaskAbandoned { task, why, .. } => {
+                self.note_task(task);
+                self.abandoned.insert(task.to_string(), why.to_string());
             }
-            _ => {}
+            kind => on_worker_event(&mut self.workers, kind),
         }
     }
-    for task in unknown_tasks {
+}
+
+impl LastRunEvents {
+    fn note_task(&mut self, task: &str) {
+        if !self.tasks.contains(task) {
+            self.tasks.insert(task.to_string());
+        }
+    }
+
+    /// Keeps the last failure of each block (a block done later in the
+    /// run failed only retried attempts: not for good).
+    fn on_failure(&mut self, task: &str, kind: &Event) {
+        let Event::BlockFailed {
+            block_id,
+            worker_id,
+            error,
+            for_good,
+            ..
+        } = kind
+        else {
+            return;
+        };
+        self.note_task(task);
+        let failed = self.failed.entry(task.to_string()).or_default();
+        let failure = failed.entry(*block_id).or_insert(Failure {
+            attempts: 0,
+            error: String::new(),
+            worker_id: None,
+            for_good: false,
+        });
+        failure.attempts += 1;
+        failure.error = error.to_string();
+        failure.worker_id = *worker_id;
+        failure.for_good = *for_good;
+    }
+}
+
+/// Failures and abandoned tasks of the last run, by task index; tasks the
+/// pipeline lacks are warned about.
+fn take_last_run(findings: &mut Findings, last_run: &LastRunEvents) {
+    let mut unknown: Vec<&String> = (last_run.tasks.iter())
+        .filter(|task| findings.graph.task_index(task).is_none())
+        .collect();
+    unknown.sort();
+    for task in unknown {
         findings.warnings.push(format!(
             "events.jsonl names task {task:?}, which the pipeline does not have (was it renamed?)"
         ));
+    }
+    for (task, failed) in &last_run.failed {
+        if let Some(index) = findings.graph.task_index(task) {
+            findings.failed[index.index()] = failed.clone();
+        }
+    }
+    for (task, why) in &last_run.abandoned {
+        if let Some(index) = findings.graph.task_index(task) {
+            findings.abandoned[index.index()] = Some(why.clone());
+        }
     }
 }
 
@@ -340,99 +402,93 @@ fn user_log(run_dir: &RunDir, task: &str, worker_id: Option<u64>) -> Option<Path
 }
 
 /// The last run's start, end and workers.
-pub(super) fn last_run(history: &RunHistory, running: bool) -> Option<LastRun> {
-    let events = history.last_run();
-    let Event::RunStarted {
-        mode, retry_failed, ..
-    } = &events.first()?.kind
-    else {
-        return None;
-    };
-    let finished = events.iter().find_map(|e| match e.kind {
-        Event::RunFinished { completed, seconds } => Some(RunEnding { completed, seconds }),
-        _ => None,
-    });
+pub(super) fn last_run(events: &LastRunEvents, running: bool) -> Option<LastRun> {
+    let (started, mode, retry_failed) = events.started.clone()?;
+    let mut workers: Vec<WorkerStatus> = events.workers.values().cloned().collect();
+    workers.sort_by_key(|w| w.worker_id);
+    for worker in &mut workers {
+        if running && worker.end == WorkerEnd::Unrecorded {
+            worker.end = WorkerEnd::Running;
+        }
+    }
     Some(LastRun {
-        started: events[0].time,
-        mode: mode.to_string(),
-        retry_failed: *retry_failed,
-        finished,
-        workers: workers(events, running),
+        started,
+        mode,
+        retry_failed,
+        finished: events.finished.clone(),
+        workers,
     })
 }
 
-/// The workers of a run, by worker id, with how each ended.
-fn workers(events: &[HistoryEvent], running: bool) -> Vec<WorkerStatus> {
-    let mut workers: HashMap<u64, WorkerStatus> = HashMap::new();
-    let no_end = if running {
-        WorkerEnd::Running
-    } else {
-        WorkerEnd::Unrecorded
-    };
-    fn entry<'a>(
-        workers: &'a mut HashMap<u64, WorkerStatus>,
-        task: &str,
-        worker_id: u64,
-        no_end: WorkerEnd,
-    ) -> &'a mut WorkerStatus {
-        workers.entry(worker_id).or_insert_with(|| WorkerStatus {
-            task: task.to_string(),
+impl LastRunEvents {
+    /// The last run started and has not recorded its end.
+    pub(super) fn unfinished(&self) -> bool {
+        self.started.is_some() && self.finished.is_none()
+    }
+}
+
+fn worker_entry<'a>(
+    workers: &'a mut HashMap<u64, WorkerStatus>,
+    task: &str,
+    worker_id: u64,
+) -> &'a mut WorkerStatus {
+    workers.entry(worker_id).or_insert_with(|| WorkerStatus {
+        task: task.to_string(),
+        worker_id,
+        job: None,
+        host: None,
+        pid: None,
+        by_hand: false,
+        end: WorkerEnd::Unrecorded,
+        why: None,
+    })
+}
+
+/// A worker's submission, connection and end, by worker id. An end not
+/// recorded is `Unrecorded` (see [`last_run`]).
+fn on_worker_event(workers: &mut HashMap<u64, WorkerStatus>, kind: &Event) {
+    match kind {
+        Event::WorkerSubmitted {
+            task,
             worker_id,
-            job: None,
-            host: None,
-            pid: None,
-            by_hand: false,
-            end: no_end,
-            why: None,
-        })
-    }
-    for event in events {
-        match &event.kind {
-            Event::WorkerSubmitted {
-                task,
-                worker_id,
-                job,
-            } => entry(&mut workers, task, *worker_id, no_end).job = Some(job.to_string()),
-            Event::WorkerConnected {
-                task,
-                worker_id,
-                host,
-                pid,
-                by_hand,
-                ..
-            } => {
-                // Also a requeued job connecting again: running anew.
-                let worker = entry(&mut workers, task, *worker_id, no_end);
-                (worker.host, worker.pid) = (Some(host.to_string()), Some(*pid));
-                (worker.end, worker.why) = (no_end, None);
-                worker.by_hand = *by_hand;
-            }
-            Event::WorkerStartFailed {
-                task,
-                worker_id,
-                error,
-            } => {
-                let worker = entry(&mut workers, task, *worker_id, no_end);
-                (worker.end, worker.why) = (WorkerEnd::FailedStart, Some(error.to_string()));
-            }
-            Event::WorkerGone {
-                task,
-                worker_id,
-                clean,
-                why,
-            } => {
-                let worker = entry(&mut workers, task, *worker_id, no_end);
-                worker.end = if *clean {
-                    WorkerEnd::Clean
-                } else {
-                    WorkerEnd::Lost
-                };
-                worker.why = Some(why.to_string());
-            }
-            _ => {}
+            job,
+        } => worker_entry(workers, task, *worker_id).job = Some(job.to_string()),
+        Event::WorkerConnected {
+            task,
+            worker_id,
+            host,
+            pid,
+            by_hand,
+            ..
+        } => {
+            // Also a requeued job connecting again: running anew.
+            let worker = worker_entry(workers, task, *worker_id);
+            (worker.host, worker.pid) = (Some(host.to_string()), Some(*pid));
+            (worker.end, worker.why) = (WorkerEnd::Unrecorded, None);
+            worker.by_hand = *by_hand;
         }
+        Event::WorkerStartFailed {
+            task,
+            worker_id,
+            error,
+        } => {
+            let worker = worker_entry(workers, task, *worker_id);
+            (worker.end, worker.why) = (WorkerEnd::FailedStart, Some(error.to_string()));
+        }
+        Event::WorkerGone {
+            task,
+            worker_id,
+            clean,
+            why,
+        } => {
+            let worker = worker_entry(workers, task, *worker_id);
+            worker.end = if *clean {
+                WorkerEnd::Clean
+            } else {
+                WorkerEnd::Lost
+            };
+            worker.why = Some(why.to_string());
+        }
+        _ => {}
     }
-    let mut workers: Vec<WorkerStatus> = workers.into_values().collect();
-    workers.sort_by_key(|w| w.worker_id);
-    workers
 }
