@@ -9,8 +9,11 @@
 //! batch size B, to completion. Then it reports the bytes per block of
 //! `events.jsonl` and of the whole run directory (done markers included,
 //! file sizes as `du --apparent-size` counts them), and runs each command
-//! under `/usr/bin/time` for its wall time and peak RSS. `--retry-failed`
-//! on a finished run is the planning alone (it finds nothing to run).
+//! under `/usr/bin/time` for its wall time and peak RSS. `run
+//! --retry-failed` on the finished run finds nothing to retry; its
+//! planning is timed to the line saying so (what follows is the resume
+//! that skips every done block, as any run does). `--keep DIR` runs in DIR
+//! and leaves it.
 //! `DAISY_THROUGHPUT_DRIVER=path` measures another driver binary.
 //! docs/benchmarks.md records the figures.
 //!
@@ -34,6 +37,8 @@ struct Settings {
     per_dim: u64,
     workers: u32,
     batch: u32,
+    /// Where to run, kept afterwards (else a temporary directory).
+    keep: Option<std::path::PathBuf>,
 }
 
 fn parse_args(args: impl Iterator<Item = String>) -> Result<Settings, String> {
@@ -41,6 +46,7 @@ fn parse_args(args: impl Iterator<Item = String>) -> Result<Settings, String> {
         per_dim: 126,
         workers: 2,
         batch: 256,
+        keep: None,
     };
     let mut args = args.filter(|a| a != "--bench");
     while let Some(name) = args.next() {
@@ -53,6 +59,7 @@ fn parse_args(args: impl Iterator<Item = String>) -> Result<Settings, String> {
             "--per-dim" => settings.per_dim = number(&value)?,
             "--workers" => settings.workers = number(&value)? as u32,
             "--batch" => settings.batch = number(&value)? as u32,
+            "--keep" => settings.keep = Some(value.into()),
             _ => return Err(format!("unknown option {name:?}")),
         }
     }
@@ -99,27 +106,29 @@ fn run(dir: &Path, settings: &Settings) -> Result<f64, String> {
     Ok(start.elapsed().as_secs_f64())
 }
 
-/// Bytes of every file under `path`.
-fn bytes_under(path: &Path) -> u64 {
+/// Bytes of every file under `path`: their sizes, and what they take on
+/// disk (sparse files take less).
+fn bytes_under(path: &Path) -> (u64, u64) {
+    use std::os::unix::fs::MetadataExt as _;
     let Ok(entries) = std::fs::read_dir(path) else {
-        return 0;
+        return (0, 0);
     };
-    entries
-        .flatten()
-        .map(|entry| match entry.metadata() {
-            Ok(m) if m.is_dir() => bytes_under(&entry.path()),
-            Ok(m) => m.len(),
-            Err(_) => 0,
-        })
-        .sum()
+    let sizes = entries.flatten().map(|entry| match entry.metadata() {
+        Ok(m) if m.is_dir() => bytes_under(&entry.path()),
+        Ok(m) => (m.len(), m.blocks() * 512),
+        Err(_) => (0, 0),
+    });
+    sizes.fold((0, 0), |(a, b), (c, d)| (a + c, b + d))
 }
 
-/// Runs `daisy-driver ARGS` under `/usr/bin/time`: wall seconds and
-/// peak RSS in MB. Its exit code does not matter (`status` exits 3 on
-/// an unfinished run); a crash does.
-fn timed(dir: &Path, args: &[&str]) -> Result<(f64, f64), String> {
+/// Runs `daisy-driver ARGS` under `/usr/bin/time`, which must succeed:
+/// wall seconds, peak RSS in MB, and the seconds until a line of its
+/// output starts with `mark`, if one does.
+fn timed(dir: &Path, args: &[&str], mark: &str) -> Result<(f64, f64, Option<f64>), String> {
+    use std::io::BufRead as _;
     let times = dir.join("time.txt");
-    let output = Command::new("/usr/bin/time")
+    let start = Instant::now();
+    let mut child = Command::new("/usr/bin/time")
         .arg("-f")
         .arg("%e %M")
         .arg("-o")
@@ -127,36 +136,44 @@ fn timed(dir: &Path, args: &[&str]) -> Result<(f64, f64), String> {
         .arg(driver_program())
         .args(args)
         .current_dir(dir)
-        .output()
+        .stdout(std::process::Stdio::piped())
+        .spawn()
         .map_err(|e| format!("/usr/bin/time: {e}"))?;
-    if output.status.code().is_none_or(|c| c > 3) {
-        let stderr = String::from_utf8_lossy(&output.stderr);
-        return Err(format!("{args:?}: {}\n{stderr}", output.status));
+    let stdout = std::io::BufReader::new(child.stdout.take().expect("piped"));
+    let marked = (stdout.lines().map_while(Result::ok))
+        .find(|line| line.starts_with(mark))
+        .map(|_| start.elapsed().as_secs_f64());
+    let status = child.wait().map_err(|e| e.to_string())?;
+    if !status.success() {
+        return Err(format!("{args:?}: {status}"));
     }
     let text = std::fs::read_to_string(&times).map_err(|e| e.to_string())?;
     let last = text.lines().last().unwrap_or("");
     let mut fields = last.split_whitespace().map(|f| f.parse::<f64>());
     match (fields.next(), fields.next()) {
-        (Some(Ok(seconds)), Some(Ok(kb))) => Ok((seconds, kb / 1024.0)),
+        (Some(Ok(seconds)), Some(Ok(kb))) => Ok((seconds, kb / 1024.0, marked)),
         _ => Err(format!("{}: cannot read {last:?}", times.display())),
     }
 }
 
 fn measure(settings: &Settings) -> Result<(), String> {
-    let dir = tempfile::tempdir().map_err(|e| e.to_string())?;
+    let temporary = tempfile::tempdir().map_err(|e| e.to_string())?;
+    let dir = settings.keep.as_deref().unwrap_or(temporary.path());
+    std::fs::create_dir_all(dir).map_err(|e| e.to_string())?;
     let blocks = settings.per_dim.pow(3) as f64;
-    let seconds = run(dir.path(), settings)?;
+    let seconds = run(dir, settings)?;
     println!(
         "run: {blocks} blocks in {seconds:.1} s ({:.0} blocks/s)",
         blocks / seconds
     );
-    let run_dir = dir.path().join("run");
+    let run_dir = dir.join("run");
     let events = std::fs::metadata(run_dir.join("events.jsonl")).map_or(0, |m| m.len());
-    let total = bytes_under(&run_dir);
+    let (total, on_disk) = bytes_under(&run_dir);
     println!(
-        "events.jsonl: {events} bytes, {:.2} B/block; run directory: {total} bytes, {:.2} B/block",
+        "events.jsonl: {events} bytes, {:.2} B/block; run directory: {total} bytes, {:.2} B/block ({:.2} B/block on disk)",
         events as f64 / blocks,
-        total as f64 / blocks
+        total as f64 / blocks,
+        on_disk as f64 / blocks
     );
     let commands: [(&str, Vec<&str>); 3] = [
         ("status", vec!["status", "run"]),
@@ -170,8 +187,9 @@ fn measure(settings: &Settings) -> Result<(), String> {
         ),
     ];
     for (name, args) in commands {
-        let (seconds, mb) = timed(dir.path(), &args)?;
-        println!("{name}: {seconds:.2} s, peak RSS {mb:.0} MB");
+        let (seconds, mb, planned) = timed(dir, &args, "daisy-driver: --retry-failed:")?;
+        let planned = planned.map_or(String::new(), |s| format!(" (planned in {s:.2} s)"));
+        println!("{name}: {seconds:.2} s{planned}, peak RSS {mb:.0} MB");
     }
     Ok(())
 }

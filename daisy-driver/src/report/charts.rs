@@ -220,7 +220,7 @@ fn render_histogram(task: &str, histogram: &Histogram) -> Chart {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::report::model::tests::sample_model;
+    use crate::report::model::tests::{model_of, sample_model, SUMMED_UP_EVENTS};
 
     #[test]
     fn throughput_counts_done_blocks_per_second_of_each_bin() {
@@ -251,5 +251,20 @@ mod tests {
             "{}",
             charts[0].svg
         );
+    }
+
+    #[test]
+    fn records_of_many_blocks_spread_over_their_time_and_bin_their_run_times() {
+        let model = model_of(SUMMED_UP_EVENTS, &[]);
+        assert_eq!(throughput(&model, 4), vec![vec![0.0, 4.0, 2.0, 0.0]]);
+        let histogram = histogram(&model, 0, 4);
+        assert_eq!(histogram.bin_seconds, 0.125);
+        assert_eq!(
+            histogram.done,
+            vec![0, 0, 0, 4],
+            "the 2 unmeasured are not in it"
+        );
+        let chart = render_throughput(&model).svg;
+        assert!(chart.contains("a: peak"), "{chart}");
     }
 }

@@ -434,4 +434,28 @@ pub(crate) mod tests {
         );
         assert_eq!(model.workers[1].gone, Some((8.0, false)));
     }
+
+    /// A run that summed up its done blocks: worker 1 of task "a" did 4
+    /// blocks of 0.5 s, then 2 whose run times it did not measure.
+    pub const SUMMED_UP_EVENTS: &str = r#"{"time": 100, "event": "run_started", "pipeline": "p", "mode": "distributed"}
+{"time": 100.5, "event": "worker_connected", "task": "a", "worker_id": 1, "host": "n1", "pid": 11, "by_hand": false}
+{"time": 102, "event": "blocks_done", "task": "a", "worker_id": 1, "count": 4, "first": 101, "start": 100.5, "run_times": {"buckets": [[-16, 4]], "longest": 0.5}}
+{"time": 103, "event": "blocks_done", "task": "a", "worker_id": 1, "count": 2, "first": 102.5}
+{"time": 104, "event": "worker_gone", "task": "a", "worker_id": 1, "clean": true, "why": "told to stop"}
+"#;
+
+    #[test]
+    fn a_record_of_done_blocks_is_one_bar_of_many() {
+        let model = model_of(SUMMED_UP_EVENTS, &[]);
+        assert_eq!(model.tasks[0].blocks_done, 6);
+        assert_eq!(model.tasks[0].run_times.longest, 0.5);
+        let bars: Vec<(f64, f64, f64, u64, Option<u64>)> = (model.workers[0].bars.iter())
+            .map(|b| (b.start, b.end, b.first, b.count, b.block_id))
+            .collect();
+        assert_eq!(
+            bars,
+            [(0.5, 2.0, 1.0, 4, None), (2.0, 3.0, 2.5, 2, None)],
+            "measured starts, else from the previous bar's end"
+        );
+    }
 }

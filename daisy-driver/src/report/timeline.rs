@@ -335,7 +335,7 @@ fn draw_legend(chart: &mut Svg, y: f64) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::report::model::tests::sample_model;
+    use crate::report::model::tests::{model_of, sample_model, SUMMED_UP_EVENTS};
 
     fn bar(start: f64, end: f64, outcome: Outcome, block_id: u64) -> BlockBar {
         BlockBar {
@@ -427,5 +427,14 @@ mod tests {
         assert!(chart.contains("drained: received SIGTERM; 2 blocks handed back"));
         assert!(chart.contains("block 2: failed for good"));
         assert!(chart.contains(">a #2</text>"));
+    }
+
+    #[test]
+    fn a_row_of_summed_up_blocks_counts_them_all() {
+        let model = model_of(SUMMED_UP_EVENTS, &[]);
+        let title = row_title(&model, &model.workers[0]);
+        assert!(title.ends_with("left cleanly, 6 blocks"), "{title}");
+        let chart = render(&model).svg;
+        assert!(chart.contains("4 blocks (0.5–2 s): 4 done"), "{chart}");
     }
 }

@@ -492,3 +492,42 @@ fn on_worker_event(workers: &mut HashMap<u64, WorkerStatus>, kind: &Event) {
         _ => {}
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::path::Path;
+
+    fn read(lines: &[&str]) -> LastRunEvents {
+        let text = lines.join("\n");
+        let history =
+            RunHistory::from_reader(Path::new("e"), text.as_bytes(), LastRunEvents::default);
+        history.unwrap().last_run.unwrap()
+    }
+
+    fn failed(block_id: u64, for_good: bool) -> String {
+        format!(
+            r#"{{"time": 2, "event": "block_failed", "task": "t", "block_id": {block_id}, "error": "e", "for_good": {for_good}}}"#
+        )
+    }
+
+    #[test]
+    fn blocks_failed_for_good_are_found_with_done_lines_or_summed_up_records() {
+        let started = r#"{"time": 1, "event": "run_started", "pipeline": "p", "mode": "serial"}"#;
+        let done_line = r#"{"time": 3, "event": "block_done", "task": "t", "block_id": 1}"#;
+        let done_record =
+            r#"{"time": 3, "event": "blocks_done", "task": "t", "count": 1, "first": 3}"#;
+        let (retried, again, for_good) = (failed(1, false), failed(2, false), failed(2, true));
+        for done in [done_line, done_record] {
+            let events = read(&[started, &retried, done, &again, &for_good]);
+            let failed = &events.failed["t"];
+            let for_good: Vec<u64> = (failed.iter())
+                .filter(|(_, f)| f.for_good)
+                .map(|(id, _)| *id)
+                .collect();
+            assert_eq!(for_good, [2], "{done}");
+            assert_eq!(failed[&2].attempts, 2);
+            assert_eq!(events.tasks, HashSet::from(["t".to_string()]));
+        }
+    }
+}
