@@ -140,9 +140,13 @@ fn timed(dir: &Path, args: &[&str], mark: &str) -> Result<(f64, f64, Option<f64>
         .spawn()
         .map_err(|e| format!("/usr/bin/time: {e}"))?;
     let stdout = std::io::BufReader::new(child.stdout.take().expect("piped"));
-    let marked = (stdout.lines().map_while(Result::ok))
-        .find(|line| line.starts_with(mark))
-        .map(|_| start.elapsed().as_secs_f64());
+    // Read to the end: a driver whose stdout is closed fails.
+    let mut marked = None;
+    for line in stdout.lines().map_while(Result::ok) {
+        if marked.is_none() && line.starts_with(mark) {
+            marked = Some(start.elapsed().as_secs_f64());
+        }
+    }
     let status = child.wait().map_err(|e| e.to_string())?;
     if !status.success() {
         return Err(format!("{args:?}: {status}"));
