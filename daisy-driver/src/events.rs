@@ -5,12 +5,14 @@
 //!
 //! [`EventLog::record`] writes at once. [`EventLog::record_buffered`]
 //! keeps lines in memory until the next `record` or [`EventLog::flush`]:
-//! the distributed driver uses it for `block_done`, one per block, so a
-//! run of 100,000 blocks makes a few hundred writes instead of 100,000.
-//! Such lines are written late, never lost by a crash that matters: a
-//! block's done marker is written before its `block_done` line, so after
-//! a `kill -9` the markers are the truth and the log at most lacks the
-//! last `block_done` lines (those since the driver's last tick).
+//! the driver uses it for `block_done`, one per block (runs of up to
+//! 100,000 blocks), so such a run makes a few hundred writes instead of
+//! 100,000, and for `blocks_done`, the done blocks of a worker's second
+//! summed up (bigger runs, see [`crate::outcome_recorder`]). Such lines
+//! are written late, never lost by a crash that matters: a block's done
+//! marker is written before its line or record, so after a `kill -9` the
+//! markers are the truth and the log at most lacks the last done blocks
+//! (those since the driver's last tick, or the last second's).
 
 use crate::run_times::RunTimes;
 use daisy_core::TaskCounters;

@@ -179,6 +179,7 @@ impl<R> RunHistory<R> {
     }
 }
 
+#[cfg(test)]
 impl RunHistory {
     /// Every event of the last run of the text of an events file.
     pub fn parse(path: &Path, text: &str) -> Self {
