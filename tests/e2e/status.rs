@@ -328,10 +328,12 @@ fn summed_up_blocks(events: &[Value], task: &str) -> u64 {
         .sum()
 }
 
+/// Makes a run sum up its done blocks, as one of more than 100,000
+/// blocks does.
+const SUM_UP: (&str, &str) = ("DAISY_BLOCK_LINES_UP_TO", "0");
+
 #[test]
 fn status_report_and_retry_failed_read_a_run_that_summed_up_its_done_blocks() {
-    // As a run of more than 100,000 blocks does.
-    const SUM_UP: (&str, &str) = ("DAISY_BLOCK_LINES_UP_TO", "0");
     let dir = TestDir::new();
     dir.write("p.toml", &pipeline("summed"));
     let run_dir = dir.join("daisy_run/summed");
@@ -369,4 +371,27 @@ fn status_report_and_retry_failed_read_a_run_that_summed_up_its_done_blocks() {
     assert_eq!(counts, [2, 2, 0], "a's 3 and 5, and b's that wait for them");
     let (status, code) = status_json(&dir, "daisy_run/summed");
     assert_eq!((code, &status["state"]), (0, &Value::from("finished")));
+}
+
+#[test]
+fn a_run_directory_with_done_lines_then_summed_up_records_resumes_and_reads() {
+    let dir = TestDir::new();
+    dir.write("p.toml", &pipeline("mixed"));
+    let run_dir = dir.join("daisy_run/mixed");
+    run_fails(&mut dir.driver(&["run", "--serial", "p.toml"]), 1);
+    let lines = event_blocks(&events(&run_dir), "block_done", "a");
+    assert_eq!(lines.len(), 38, "a line per block in a small run");
+    dir.write("fixed", "");
+    let mut retry = dir.driver(&["run", "--serial", "--retry-failed", "p.toml"]);
+    run_ok(retry.env(SUM_UP.0, SUM_UP.1));
+    let retry = last_run_events(&run_dir);
+    let counts: Vec<u64> = (["a", "b", "c"].iter())
+        .map(|task| summed_up_blocks(&retry, task))
+        .collect();
+    assert_eq!(counts, [2, 2, 0]);
+    let (status, code) = status_json(&dir, "daisy_run/mixed");
+    assert_eq!((code, &status["state"]), (0, &Value::from("finished")));
+    run_ok(&mut dir.driver(&["report", "daisy_run/mixed", "-o", "report.html"]));
+    let html = std::fs::read_to_string(dir.join("report.html")).unwrap();
+    assert!(html.contains("the last of 2 runs"), "{html}");
 }

@@ -1,8 +1,9 @@
 //! Status from the run directory alone: done markers (read-only) for
 //! done blocks, the last run's events for failures, abandoned tasks and
 //! workers ([`LastRunEvents`], summed up while `events.jsonl` streams
-//! by: never a line per done block), the dependency graph for orphans. `run --retry-failed` asks
-//! the same question ("which blocks failed, and which wait for them?"),
+//! by: done blocks come from the markers, never from the events), the
+//! dependency graph for orphans. `run --retry-failed` asks the same
+//! question ("which blocks failed, and which wait for them?"),
 //! so it is answered here once, and so does `report`'s picture of the
 //! done markers ([`Findings::state`] per block).
 
