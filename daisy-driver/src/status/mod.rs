@@ -14,6 +14,7 @@
 //!   `context.json`).
 //! - [`render`]: the text output; `--json` prints [`RunStatus`].
 
+mod block_by_id;
 mod live;
 mod offline;
 mod render;

@@ -7,6 +7,7 @@
 //! so it is answered here once, and so does `report`'s picture of the
 //! done markers ([`Findings::state`] per block).
 
+use super::block_by_id::block_by_id;
 use super::{FailedBlock, LastRun, RunEnding, TaskStatus, WorkerEnd, WorkerStatus};
 use crate::done_marker::DoneMarker;
 use crate::events::Event;
@@ -304,20 +305,15 @@ fn take_last_run(findings: &mut Findings, last_run: &LastRunEvents) {
 
 /// Keeps the failures that were for good and whose block is not done
 /// (its marker may have been set after the event, e.g. by a later run of
-/// daisy 2.0); returns their blocks.
+/// daisy 2.0); returns their blocks. Each is looked up by its id, so this
+/// costs per failure, not per block of the task.
 fn keep_failed_not_done(findings: &mut Findings) -> Vec<Block> {
     let mut blocks = Vec::new();
     for task in findings.graph.task_indices() {
         findings.failed[task.index()].retain(|_, f| f.for_good);
-        if findings.failed[task.index()].is_empty() {
-            continue;
-        }
-        let failed = &findings.failed[task.index()];
-        let not_done: Vec<Block> = findings
-            .graph
-            .task_graph(task)
-            .all_blocks()
-            .filter(|b| failed.contains_key(&b.id.spatial) && !findings.is_done(b))
+        let not_done: Vec<Block> = (findings.failed[task.index()].keys())
+            .filter_map(|&id| block_by_id(&findings.graph, task, id))
+            .filter(|block| !findings.is_done(block))
             .collect();
         let kept: HashSet<u64> = not_done.iter().map(|b| b.id.spatial).collect();
         findings.failed[task.index()].retain(|id, _| kept.contains(id));
