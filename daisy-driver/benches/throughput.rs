@@ -29,18 +29,15 @@
 //!         --conflict false]
 //! ```
 
-use daisy_core::context::WorkerContext;
-use daisy_core::protocol::BlockResult;
-use daisy_worker::{Acquired, Client, ConnectOpts};
-use nix::sys::resource::{getrusage, UsageWho};
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+mod common;
 
-/// The driver binary Cargo built for this bench (bench profile).
-const DRIVER: &str = env!("CARGO_BIN_EXE_daisy-driver");
-/// Another driver binary to measure instead (comparing builds).
-const DRIVER_ENV: &str = "DAISY_THROUGHPUT_DRIVER";
+use common::{driver_program, Driver};
+use daisy_core::context::WorkerContext;
+use nix::sys::resource::{getrusage, UsageWho};
+use std::path::Path;
+use std::process::Command;
+use std::time::Instant;
+
 /// The Python interpreter with daisy 2.0.0 installed.
 const PYTHON_ENV: &str = "DAISY2_PYTHON";
 /// Block counts (comma separated) at which daisy 2.0 runs; default 10000.
@@ -48,10 +45,6 @@ const DAISY2_BLOCKS_ENV: &str = "DAISY2_BLOCKS";
 const DAISY2_VERSION: &str = "2.0.0";
 /// daisy's own figures, on its authors' machine, for reference only.
 const PUBLISHED: &str = "published (daisy authors' machine): daisy 2.0 about 30,000-40,000 blocks/s, daisy 1.x about 5,000";
-/// How long the driver may take to write context.json.
-const START_TIMEOUT: Duration = Duration::from_secs(30);
-/// `/proc/<pid>/stat` counts CPU time in USER_HZ ticks, 100 on Linux.
-const PROC_TICKS_PER_SECOND: f64 = 100.0;
 
 /// What to measure, from the command line.
 #[derive(Debug, Clone)]
@@ -141,82 +134,6 @@ impl Measurement {
     }
 }
 
-/// A running `daisy-driver run`; killed if dropped before it exits.
-struct Driver {
-    child: Child,
-    run_dir: PathBuf,
-}
-
-impl Driver {
-    /// Writes the pipeline into `dir` and starts the driver on it.
-    fn start(dir: &Path, blocks: u64, conflict: bool) -> Result<Self, String> {
-        let pipeline = dir.join("throughput.toml");
-        std::fs::write(&pipeline, pipeline_toml(blocks, conflict)).map_err(|e| e.to_string())?;
-        let run_dir = dir.join("run");
-        let log = |name: &str| std::fs::File::create(dir.join(name)).map(Stdio::from);
-        let child = Command::new(driver_program())
-            .arg("run")
-            .arg(&pipeline)
-            .arg("--run-dir")
-            .arg(&run_dir)
-            .args(["--listen", "127.0.0.1:0", "--worker-bin", "/bin/false"])
-            .args(["--status-every", "1h"])
-            .stdin(Stdio::null())
-            .stdout(log("driver.out").map_err(|e| e.to_string())?)
-            .stderr(log("driver.err").map_err(|e| e.to_string())?)
-            .spawn()
-            .map_err(|e| format!("cannot start {}: {e}", driver_program().display()))?;
-        Ok(Self { child, run_dir })
-    }
-
-    /// Waits for `context.json`, failing early if the driver died.
-    fn wait_for_context(&mut self) -> Result<WorkerContext, String> {
-        let path = self.run_dir.join("context.json");
-        let deadline = Instant::now() + START_TIMEOUT;
-        while Instant::now() < deadline {
-            if let Ok(Some(status)) = self.child.try_wait() {
-                return Err(format!("the driver exited at start-up: {status}"));
-            }
-            if let Ok(text) = std::fs::read_to_string(&path) {
-                if let Ok(context) = WorkerContext::from_json(&text) {
-                    return Ok(context);
-                }
-            }
-            std::thread::sleep(Duration::from_millis(5));
-        }
-        Err(format!("no {} within {START_TIMEOUT:?}", path.display()))
-    }
-
-    /// CPU seconds the driver has used so far, from `/proc/<pid>/stat`
-    /// (utime and stime, fields 14 and 15; the name before them is in
-    /// parentheses and may hold spaces).
-    fn cpu_so_far(&self) -> Result<f64, String> {
-        let path = format!("/proc/{}/stat", self.child.id());
-        let stat = std::fs::read_to_string(&path).map_err(|e| format!("{path}: {e}"))?;
-        let after_name = stat.rsplit_once(") ").ok_or(format!("{path}: no name"))?.1;
-        let fields: Vec<&str> = after_name.split_whitespace().collect();
-        let ticks: f64 = [11, 12]
-            .iter()
-            .map(|&i| fields.get(i).and_then(|f| f.parse::<f64>().ok()))
-            .sum::<Option<f64>>()
-            .ok_or(format!("{path}: no utime/stime"))?;
-        Ok(ticks / PROC_TICKS_PER_SECOND)
-    }
-}
-
-impl Drop for Driver {
-    fn drop(&mut self) {
-        if let Ok(None) = self.child.try_wait() {
-            let _ = self.child.kill();
-            let _ = self.child.wait();
-        }
-    }
-}
-
-fn driver_program() -> PathBuf {
-    std::env::var_os(DRIVER_ENV).map_or(PathBuf::from(DRIVER), PathBuf::from)
-}
-
 /// One 1-D task of `blocks` blocks, independent unless `conflict`,
 /// served only to workers started by hand; the block command is never run.
 fn pipeline_toml(blocks: u64, conflict: bool) -> String {
@@ -256,31 +173,6 @@ fn cpu_seconds(who: UsageWho) -> f64 {
     seconds(usage.user_time()) + seconds(usage.system_time())
 }
 
-/// Acquires `batch` blocks at a time and releases them as done at once,
-/// until the driver says Shutdown; returns how many blocks it did.
-async fn noop_worker(mut client: Client, batch: u32) -> Result<u64, String> {
-    let mut done = 0;
-    loop {
-        let blocks = match client.acquire(batch).await.map_err(|e| e.to_string())? {
-            Acquired::Blocks(blocks) => blocks,
-            Acquired::Shutdown { .. } => break,
-        };
-        done += blocks.len() as u64;
-        let results = blocks
-            .iter()
-            .map(|b| BlockResult {
-                block_id: b.block_id,
-                ok: true,
-                error: None,
-                seconds: None,
-            })
-            .collect();
-        client.release(results).await.map_err(|e| e.to_string())?;
-    }
-    client.close().await.map_err(|e| e.to_string())?;
-    Ok(done)
-}
-
 /// When the workers started and what they did.
 struct WorkersRun {
     /// Just before the first acquire.
@@ -297,21 +189,9 @@ async fn run_workers(
     workers: u32,
     batch: u32,
 ) -> Result<WorkersRun, String> {
-    let opts = ConnectOpts::new(context.addresses, context.token, "noop".to_string());
-    let mut clients = Vec::new();
-    for _ in 0..workers {
-        let client = Client::connect(opts.clone()).await;
-        clients.push(client.map_err(|e| e.to_string())?);
-    }
+    let clients = common::connect(context, "noop", workers).await?;
     let (start, cpu_at_start) = (Instant::now(), own_cpu());
-    let loops: Vec<_> = clients
-        .into_iter()
-        .map(|client| tokio::spawn(noop_worker(client, batch)))
-        .collect();
-    let mut done = 0;
-    for worker in loops {
-        done += worker.await.map_err(|e| e.to_string())??;
-    }
+    let done = common::run_noop(clients, batch, None).await?;
     Ok(WorkersRun {
         start,
         cpu_at_start,
@@ -326,7 +206,7 @@ fn measure_once(
     conflict: bool,
 ) -> Result<Measurement, String> {
     let dir = tempfile::tempdir().map_err(|e| e.to_string())?;
-    let mut driver = Driver::start(dir.path(), blocks, conflict)?;
+    let mut driver = Driver::start(dir.path(), &pipeline_toml(blocks, conflict))?;
     let context = driver.wait_for_context()?;
     let cpu_at_start = driver.cpu_so_far()?;
     let reaped_before = reaped_children_cpu();

@@ -14,7 +14,7 @@ use crate::events::{Event, EventLog};
 use crate::launch::LaunchSettings;
 use crate::pipeline::{LauncherConfig, LauncherKind, Pipeline};
 use crate::run_dir::RunDir;
-use crate::run_history::RunHistory;
+use crate::run_history::{HistoryEvent, RunFold, RunHistory};
 use launchers::JobId;
 
 /// Cancels the last run's jobs still queued or running, says so on
@@ -67,22 +67,25 @@ fn by_launcher(
     groups
 }
 
+/// The jobs one run submitted, with their tasks.
+#[derive(Default)]
+struct Submitted(Vec<(String, JobId)>);
+
+impl RunFold for Submitted {
+    fn on_event(&mut self, event: &HistoryEvent) {
+        if let Event::WorkerSubmitted { task, job, .. } = &event.kind {
+            self.0.push((task.to_string(), JobId(job.to_string())));
+        }
+    }
+}
+
 /// The jobs the last run in `run_dir` submitted, with their tasks (none
 /// without events).
 fn last_run_jobs(run_dir: &RunDir) -> Vec<(String, JobId)> {
-    let Ok(history) = RunHistory::read(&run_dir.events()) else {
+    let Ok(history) = RunHistory::read(&run_dir.events(), Submitted::default) else {
         return Vec::new();
     };
-    history
-        .last_run()
-        .iter()
-        .filter_map(|event| match &event.kind {
-            Event::WorkerSubmitted { task, job, .. } => {
-                Some((task.to_string(), JobId(job.to_string())))
-            }
-            _ => None,
-        })
-        .collect()
+    history.last_run.unwrap_or_default().0
 }
 
 fn report(run_dir: &RunDir, launcher: &str, cancelled: &[JobId]) -> anyhow::Result<()> {

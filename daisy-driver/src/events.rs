@@ -5,13 +5,16 @@
 //!
 //! [`EventLog::record`] writes at once. [`EventLog::record_buffered`]
 //! keeps lines in memory until the next `record` or [`EventLog::flush`]:
-//! the distributed driver uses it for `block_done`, one per block, so a
-//! run of 100,000 blocks makes a few hundred writes instead of 100,000.
-//! Such lines are written late, never lost by a crash that matters: a
-//! block's done marker is written before its `block_done` line, so after
-//! a `kill -9` the markers are the truth and the log at most lacks the
-//! last `block_done` lines (those since the driver's last tick).
+//! the driver uses it for `block_done`, one per block (runs of up to
+//! 100,000 blocks), so such a run makes a few hundred writes instead of
+//! 100,000, and for `blocks_done`, the done blocks of a worker's second
+//! summed up (bigger runs, see [`crate::outcome_recorder`]). Such lines
+//! are written late, never lost by a crash that matters: a block's done
+//! marker is written before its line or record, so after a `kill -9` the
+//! markers are the truth and the log at most lacks the last done blocks
+//! (those since the driver's last tick, or the last second's).
 
+use crate::run_times::RunTimes;
 use daisy_core::TaskCounters;
 use serde::{Deserialize, Serialize};
 use std::borrow::Cow;
@@ -49,6 +52,26 @@ pub enum Event<'a> {
         /// How long the block ran, as its worker measured it.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         seconds: Option<f64>,
+    },
+    /// Blocks that succeeded, summed up: those of one worker (none in a
+    /// serial run) of one task whose results came within about a second.
+    /// Runs of more blocks than [`crate::outcome_recorder`] logs one by
+    /// one write these instead of `block_done` lines. The line's `time`
+    /// is when the last of them ended.
+    BlocksDone {
+        task: Text<'a>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        worker_id: Option<u64>,
+        count: u64,
+        /// Unix seconds when the first of them ended.
+        first: f64,
+        /// Unix seconds when the earliest of them started (end minus run
+        /// time); absent when no run time was measured.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        start: Option<f64>,
+        /// The run times measured (see [`RunTimes`]); absent when none was.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        run_times: Option<RunTimes>,
     },
     BlockFailed {
         task: Text<'a>,
@@ -152,6 +175,13 @@ pub enum Event<'a> {
     Unknown,
 }
 
+/// Unix seconds now, as event lines give their time.
+pub fn unix_now() -> f64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0.0, |d| d.as_secs_f64())
+}
+
 fn is_false(value: &bool) -> bool {
     !value
 }
@@ -229,9 +259,12 @@ impl EventLog {
     /// Buffers one event as one line; it is written by the next
     /// [`Self::record`] or [`Self::flush`], or when the buffer is full.
     pub fn record_buffered(&mut self, event: &Event) -> std::io::Result<()> {
-        let time = SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .map_or(0.0, |d| d.as_secs_f64());
+        self.record_buffered_at(unix_now(), event)
+    }
+
+    /// As [`Self::record_buffered`], for an event that happened at `time`
+    /// (Unix seconds) rather than now.
+    pub fn record_buffered_at(&mut self, time: f64, event: &Event) -> std::io::Result<()> {
         EventLine { time, kind: event }.encode(&mut self.line)?;
         self.file.write_all(&self.line)
     }
@@ -291,6 +324,31 @@ mod tests {
                     seconds: None,
                 },
                 r#"{"time":1764403200.5,"event":"block_done","task":"t","block_id":3}"#,
+            ),
+            (
+                Event::BlocksDone {
+                    task: "t".into(),
+                    worker_id: Some(2),
+                    count: 3,
+                    first: 1764403200.25,
+                    start: Some(1764403199.75),
+                    run_times: Some(RunTimes {
+                        buckets: [(-16, 2), (0, 1)].into(),
+                        longest: 1.0,
+                    }),
+                },
+                r#"{"time":1764403200.5,"event":"blocks_done","task":"t","worker_id":2,"count":3,"first":1764403200.25,"start":1764403199.75,"run_times":{"buckets":[[-16,2],[0,1]],"longest":1.0}}"#,
+            ),
+            (
+                Event::BlocksDone {
+                    task: "t".into(),
+                    worker_id: None,
+                    count: 1,
+                    first: 1764403200.5,
+                    start: None,
+                    run_times: None,
+                },
+                r#"{"time":1764403200.5,"event":"blocks_done","task":"t","count":1,"first":1764403200.5}"#,
             ),
             (
                 Event::BlockFailed {

@@ -39,6 +39,12 @@ impl Journal {
         self.check(written);
     }
 
+    /// Buffers one event that happened at `time` (Unix seconds).
+    pub fn record_buffered_at(&mut self, time: f64, event: &Event) {
+        let written = self.log.record_buffered_at(time, event);
+        self.check(written);
+    }
+
     /// Writes the buffered events, and sums up the failures of a window
     /// that is over.
     pub fn flush(&mut self) {

@@ -17,6 +17,8 @@
 //!   file cannot be written.
 //! - [`outcome_recorder`]: what became of each block (done markers and
 //!   events), the same for serial and distributed runs.
+//! - [`done_tally`], [`run_times`]: done blocks summed up per worker and
+//!   second for `events.jsonl` (big runs), and their run times.
 //! - [`run_history`]: `events.jsonl` read back, cut into runs.
 //! - [`driver`]: `daisy-driver run`: the run loop, its shell, and the
 //!   core that holds every rule of a distributed run.
@@ -40,6 +42,7 @@ pub mod budget;
 pub mod cli;
 pub mod connection;
 pub mod done_marker;
+pub mod done_tally;
 pub mod driver;
 pub mod earlier_jobs;
 pub mod events;
@@ -59,6 +62,7 @@ pub mod run_dir;
 pub mod run_history;
 pub mod run_lock;
 pub mod run_start;
+pub mod run_times;
 pub mod serial_run;
 pub mod skip_mask;
 pub mod slots;

@@ -1,17 +1,23 @@
 //! What became of each block, recorded the same way by serial and
-//! distributed runs: the done markers (the truth a resume reads) and the
-//! block's line in `events.jsonl`.
+//! distributed runs: the done markers (the truth a resume reads) and
+//! `events.jsonl`. A run of at most [`BLOCK_LINES_UP_TO`] blocks (all
+//! tasks together; `DAISY_BLOCK_LINES_UP_TO` sets another limit) gets a
+//! `block_done` line per done block; a bigger one gets `blocks_done`
+//! records, per worker and task and about a second ([`DoneTally`]), so its
+//! event log does not grow by ~110 bytes per block. Failures are a line
+//! each in both.
 //!
 //! The order is what makes a run safe to kill: a block is marked done
 //! before anything reports it done, so a driver killed at any moment never
-//! loses a block it reported; the `block_done` line is only buffered (see
-//! [`crate::events`]). A marker that cannot be written is the caller's
+//! loses a block it reported; its line or record is only buffered (see
+//! [`crate::events`]): a `kill -9` loses at most the last second's. A marker that cannot be written is the caller's
 //! error to end the run with; an event that cannot be written is logged
 //! and the run goes on ([`Journal`]). The scheduler, which decides whether a
 //! failed block is retried, stays with the caller: it passes the verdict in.
 
 use crate::done_marker::{DoneMarker, DoneMarkerError};
-use crate::events::{Event, EventLog};
+use crate::done_tally::DoneTally;
+use crate::events::{unix_now, Event, EventLog};
 use crate::journal::Journal;
 use crate::pipeline::Pipeline;
 use crate::run_dir::RunDir;
@@ -28,12 +34,20 @@ pub struct Attempt {
     pub seconds: Option<f64>,
 }
 
+/// Runs of up to this many blocks log a `block_done` line per block.
+pub const BLOCK_LINES_UP_TO: u64 = 100_000;
+
+/// Sets another limit than [`BLOCK_LINES_UP_TO`] (0: always sum up).
+pub const BLOCK_LINES_UP_TO_ENV: &str = "DAISY_BLOCK_LINES_UP_TO";
+
 /// Owns a run's done markers and event log.
 pub struct OutcomeRecorder {
     /// Task ids by task index, as events name them.
     task_ids: Vec<String>,
     markers: Vec<DoneMarker>,
     events: Journal,
+    /// Done blocks not yet written, in a run too big for a line each.
+    tally: Option<DoneTally>,
 }
 
 impl OutcomeRecorder {
@@ -55,10 +69,15 @@ impl OutcomeRecorder {
             mode: mode.into(),
             retry_failed,
         })?;
+        let blocks: u64 = markers
+            .iter()
+            .map(|m| m.grid_shape().iter().product::<u64>())
+            .sum();
         Ok(Self {
             task_ids: pipeline.tasks.iter().map(|t| t.spec.id.clone()).collect(),
             markers,
             events: Journal::new(events),
+            tally: (blocks > block_lines_up_to()?).then(DoneTally::default),
         })
     }
 
@@ -67,16 +86,21 @@ impl OutcomeRecorder {
     }
 
     /// Marks `block` done, then records it (buffered: the next
-    /// [`Self::record`] or [`Self::flush`] writes the line). On an error
-    /// nothing is recorded and the block must not count as done.
+    /// [`Self::record`] or [`Self::flush`] writes the line, or its
+    /// record once it is due). On an error nothing is recorded and the
+    /// block must not count as done.
     pub fn done(&mut self, block: &Block, attempt: Attempt) -> Result<(), DoneMarkerError> {
-        self.markers[block.id.task.index()].mark_done(block)?;
-        self.events.record_buffered(&Event::BlockDone {
-            task: self.task_ids[block.id.task.index()].as_str().into(),
-            block_id: block.id.spatial,
-            worker_id: attempt.worker_id,
-            seconds: attempt.seconds,
-        });
+        let task = block.id.task.index();
+        self.markers[task].mark_done(block)?;
+        match &mut self.tally {
+            Some(tally) => tally.add(task, attempt.worker_id, unix_now(), attempt.seconds),
+            None => self.events.record_buffered(&Event::BlockDone {
+                task: self.task_ids[task].as_str().into(),
+                block_id: block.id.spatial,
+                worker_id: attempt.worker_id,
+                seconds: attempt.seconds,
+            }),
+        }
         Ok(())
     }
 
@@ -99,19 +123,51 @@ impl OutcomeRecorder {
         });
     }
 
-    /// Records any other event at once (after the buffered ones).
+    /// Records any other event at once, after the buffered ones and
+    /// every done block so far.
     pub fn record(&mut self, event: &Event) {
+        self.write_tally(true);
         self.events.record(event);
     }
 
-    /// Writes the buffered events.
+    /// Writes the buffered events, and the records of done blocks that
+    /// are due.
     pub fn flush(&mut self) {
+        self.write_tally(false);
         self.events.flush();
+    }
+
+    /// Buffers the records of done blocks that are due, or all of them.
+    fn write_tally(&mut self, all: bool) {
+        let Some(tally) = &mut self.tally else {
+            return;
+        };
+        for record in tally.take(unix_now(), all, &self.task_ids) {
+            self.events.record_buffered_at(record.time, &record.event);
+        }
     }
 
     /// Forces every done marker to disk (see [`DoneMarker::flush`]).
     pub fn flush_markers(&self) -> Result<(), DoneMarkerError> {
         self.markers.iter().try_for_each(DoneMarker::flush)
+    }
+}
+
+impl Drop for OutcomeRecorder {
+    /// A run that ends without a last event (an error) still writes its
+    /// done blocks.
+    fn drop(&mut self) {
+        self.write_tally(true);
+    }
+}
+
+/// The limit of [`BLOCK_LINES_UP_TO_ENV`], or the default.
+fn block_lines_up_to() -> anyhow::Result<u64> {
+    match std::env::var(BLOCK_LINES_UP_TO_ENV) {
+        Err(_) => Ok(BLOCK_LINES_UP_TO),
+        Ok(text) => text.trim().parse().map_err(|_| {
+            anyhow::anyhow!("{BLOCK_LINES_UP_TO_ENV} = {text:?}: not a number of blocks")
+        }),
     }
 }
 
@@ -167,9 +223,10 @@ mod tests {
         }
 
         fn events(&self) -> Vec<Event<'static>> {
-            let history = RunHistory::read(&self.run_dir.events()).unwrap();
+            let history = RunHistory::read(&self.run_dir.events(), Vec::new).unwrap();
             assert!(history.bad_lines.is_empty(), "{:?}", history.bad_lines);
-            history.events.into_iter().map(|e| e.kind).collect()
+            let events = history.last_run.unwrap_or_default();
+            events.into_iter().map(|e| e.kind).collect()
         }
 
         /// The marker as the next run reads it.
@@ -264,5 +321,79 @@ mod tests {
     fn read_only_marker(run_dir: &RunDir, spec: &daisy_core::TaskSpec) -> DoneMarker {
         let dir = run_dir.done_marker(&spec.id);
         DoneMarker::open_existing(&dir, spec).unwrap().unwrap()
+    }
+
+    /// A run as one too big for a line per block records it.
+    fn summing_up(mut run: Run) -> Run {
+        run.recorder.tally = Some(DoneTally::default());
+        run
+    }
+
+    #[test]
+    fn a_big_run_sums_up_done_blocks_per_worker_in_one_record() {
+        let mut run = summing_up(Run::open("distributed"));
+        let blocks: Vec<Block> = (0..3).map(|_| run.next_block()).collect();
+        for block in &blocks {
+            run.recorder.done(block, attempt(Some(3))).unwrap();
+        }
+        assert!(blocks.iter().all(|b| run.marker().is_done(b)));
+        run.recorder.flush();
+        assert_eq!(run.events().len(), 1, "not due within a second");
+        run.recorder.record(&Event::RunFinished {
+            completed: true,
+            seconds: 1.0,
+        });
+        let events = run.events();
+        let [_, Event::BlocksDone {
+            task,
+            worker_id: Some(3),
+            count: 3,
+            run_times: Some(run_times),
+            ..
+        }, Event::RunFinished { .. }] = &events[..]
+        else {
+            panic!("{events:?}");
+        };
+        assert_eq!((&**task, run_times.longest), ("paint", 0.5));
+    }
+
+    #[test]
+    fn a_big_run_writes_its_done_blocks_when_the_recorder_is_dropped() {
+        let mut run = Run::open("serial");
+        let block = run.next_block();
+        let recorder = OutcomeRecorder::open(&run.pipeline, &run.run_dir, "serial", false);
+        let mut recorder = summing_up_recorder(recorder.unwrap());
+        recorder.done(&block, attempt(None)).unwrap();
+        drop(recorder);
+        let events = run.events();
+        assert!(
+            matches!(
+                events[..],
+                [Event::RunStarted { .. }, Event::BlocksDone { count: 1, .. }]
+            ),
+            "{events:?}"
+        );
+    }
+
+    fn summing_up_recorder(mut recorder: OutcomeRecorder) -> OutcomeRecorder {
+        recorder.tally = Some(DoneTally::default());
+        recorder
+    }
+
+    #[test]
+    fn a_small_run_writes_a_line_per_block_and_a_big_one_does_not() {
+        let run = Run::open("serial");
+        assert!(run.recorder.tally.is_none(), "4 blocks");
+        std::env::set_var(BLOCK_LINES_UP_TO_ENV, "3");
+        let big = OutcomeRecorder::open(&run.pipeline, &run.run_dir, "serial", false);
+        std::env::set_var(BLOCK_LINES_UP_TO_ENV, "x");
+        let bad = OutcomeRecorder::open(&run.pipeline, &run.run_dir, "serial", false);
+        std::env::remove_var(BLOCK_LINES_UP_TO_ENV);
+        assert!(big.unwrap().tally.is_some());
+        let error = format!("{:#}", bad.err().unwrap());
+        assert_eq!(
+            error,
+            "DAISY_BLOCK_LINES_UP_TO = \"x\": not a number of blocks"
+        );
     }
 }

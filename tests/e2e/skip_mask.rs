@@ -69,6 +69,11 @@ fn masked_blocks_are_skipped_and_what_depends_on_them_runs() {
         let down = ran.iter().filter(|l| l.starts_with("down ")).count();
         assert_eq!(up.len(), 4, "serial {serial}: {ran:?}");
         assert_eq!(down, 6, "downstream of masked blocks runs too");
+        let status = run_ok(&mut dir.driver(&["status", "daisy_run/sm"]));
+        assert!(
+            status.contains("task \"up\": 2 blocks skipped (skip_mask)"),
+            "{status}"
+        );
         let counters = task_done_counters(&dir.join("daisy_run/sm"), "up");
         assert_eq!(
             (

@@ -319,3 +319,79 @@ fn a_run_after_a_crash_tore_the_last_event_line_is_a_run_of_its_own() {
     assert_eq!(retry[0]["retry_failed"], true, "its run_started line reads");
     assert_eq!(event_blocks(&retry, "block_done", "a"), [3, 5]);
 }
+
+/// Blocks done per task in `events` as `blocks_done` records count them.
+fn summed_up_blocks(events: &[Value], task: &str) -> u64 {
+    (events.iter())
+        .filter(|e| e["event"] == "blocks_done" && e["task"] == task)
+        .map(|e| e["count"].as_u64().unwrap())
+        .sum()
+}
+
+/// Makes a run sum up its done blocks, as one of more than 100,000
+/// blocks does.
+const SUM_UP: (&str, &str) = ("DAISY_BLOCK_LINES_UP_TO", "0");
+
+#[test]
+fn status_report_and_retry_failed_read_a_run_that_summed_up_its_done_blocks() {
+    let dir = TestDir::new();
+    dir.write("p.toml", &pipeline("summed"));
+    let run_dir = dir.join("daisy_run/summed");
+    run_fails(dir.driver(&["run", "p.toml"]).env(SUM_UP.0, SUM_UP.1), 1);
+    let events = events(&run_dir);
+    assert!(events.iter().all(|e| e["event"] != "block_done"));
+    for task in ["a", "b", "c"] {
+        let done = marked_done(&run_dir, task).0.len() as u64;
+        assert_eq!(summed_up_blocks(&events, task), done, "{task}");
+    }
+
+    let (status, code) = status_json(&dir, "daisy_run/summed");
+    assert_eq!(code, 1, "{status:#}");
+    let (a, b) = (task_status(&status, "a"), task_status(&status, "b"));
+    assert_eq!(ids(&a["failed_blocks"], "block_id"), BTreeSet::from([3, 5]));
+    assert_eq!(
+        (a["done"].as_u64(), b["done"].as_u64()),
+        (Some(38), Some(38))
+    );
+    assert_eq!(b["orphaned"], 2);
+    run_ok(&mut dir.driver(&["report", "daisy_run/summed", "-o", "report.html"]));
+    let html = std::fs::read_to_string(dir.join("report.html")).unwrap();
+    assert!(html.contains("a: block run times"), "run times summed up");
+    assert!(html.contains("<td>a</td><td>40</td><td>38</td>"), "{html}");
+
+    dir.write("fixed", "");
+    run_ok(
+        dir.driver(&["run", "p.toml", "--retry-failed"])
+            .env(SUM_UP.0, SUM_UP.1),
+    );
+    let retry = last_run_events(&run_dir);
+    let counts: Vec<u64> = (["a", "b", "c"].iter())
+        .map(|task| summed_up_blocks(&retry, task))
+        .collect();
+    assert_eq!(counts, [2, 2, 0], "a's 3 and 5, and b's that wait for them");
+    let (status, code) = status_json(&dir, "daisy_run/summed");
+    assert_eq!((code, &status["state"]), (0, &Value::from("finished")));
+}
+
+#[test]
+fn a_run_directory_with_done_lines_then_summed_up_records_resumes_and_reads() {
+    let dir = TestDir::new();
+    dir.write("p.toml", &pipeline("mixed"));
+    let run_dir = dir.join("daisy_run/mixed");
+    run_fails(&mut dir.driver(&["run", "--serial", "p.toml"]), 1);
+    let lines = event_blocks(&events(&run_dir), "block_done", "a");
+    assert_eq!(lines.len(), 38, "a line per block in a small run");
+    dir.write("fixed", "");
+    let mut retry = dir.driver(&["run", "--serial", "--retry-failed", "p.toml"]);
+    run_ok(retry.env(SUM_UP.0, SUM_UP.1));
+    let retry = last_run_events(&run_dir);
+    let counts: Vec<u64> = (["a", "b", "c"].iter())
+        .map(|task| summed_up_blocks(&retry, task))
+        .collect();
+    assert_eq!(counts, [2, 2, 0]);
+    let (status, code) = status_json(&dir, "daisy_run/mixed");
+    assert_eq!((code, &status["state"]), (0, &Value::from("finished")));
+    run_ok(&mut dir.driver(&["report", "daisy_run/mixed", "-o", "report.html"]));
+    let html = std::fs::read_to_string(dir.join("report.html")).unwrap();
+    assert!(html.contains("the last of 2 runs"), "{html}");
+}

@@ -25,15 +25,28 @@ const HISTOGRAM_WIDTH: f64 = 360.0;
 const HISTOGRAM_HEIGHT: f64 = 170.0;
 
 /// Blocks finished per second of each task, in `bins` equal time bins
-/// over the run.
+/// over the run. The blocks of a bar of many (a `blocks_done` record)
+/// are spread evenly from when the first ended to when the last did.
 pub fn throughput(model: &RunModel, bins: usize) -> Vec<Vec<f64>> {
     let span = model.span.max(1e-3);
     let bin_seconds = span / bins as f64;
+    let bin_of = |time: f64| ((time / bin_seconds).max(0.0) as usize).min(bins - 1);
     let mut rates = vec![vec![0.0; bins]; model.tasks.len()];
     for row in &model.workers {
         for bar in row.bars.iter().filter(|b| b.outcome == Outcome::Done) {
-            let bin = ((bar.end / bin_seconds) as usize).min(bins - 1);
-            rates[row.task][bin] += 1.0 / bin_seconds;
+            let rates = &mut rates[row.task];
+            let (first, last) = (bin_of(bar.first), bin_of(bar.end));
+            let length = bar.end - bar.first;
+            for (bin, rate) in rates.iter_mut().enumerate().take(last + 1).skip(first) {
+                let share = if first == last {
+                    1.0
+                } else {
+                    let from = (bin as f64 * bin_seconds).max(bar.first);
+                    let to = ((bin + 1) as f64 * bin_seconds).min(bar.end);
+                    (to - from).max(0.0) / length
+                };
+                *rate += share * bar.count as f64 / bin_seconds;
+            }
         }
     }
     rates
@@ -46,7 +59,8 @@ pub fn render_throughput(model: &RunModel) -> Chart {
         .iter()
         .flat_map(|row| &row.bars)
         .filter(|bar| bar.outcome == Outcome::Done)
-        .count();
+        .map(|bar| bar.count as usize)
+        .sum();
     let bins = (done / BLOCKS_PER_BIN).clamp(MIN_THROUGHPUT_BINS, MAX_THROUGHPUT_BINS);
     let rates = throughput(model, bins);
     let peak = rates.iter().flatten().copied().fold(0.0, f64::max);
@@ -108,26 +122,34 @@ pub struct Histogram {
 /// The run times of the attempts of task `task` in `bins` bins from 0 to
 /// the longest.
 pub fn histogram(model: &RunModel, task: usize, bins: usize) -> Histogram {
-    let bars = || {
-        model
-            .workers
-            .iter()
+    // Bars of single blocks carry their run times; the blocks of
+    // `blocks_done` records are in the task's run times.
+    let singles = || {
+        (model.workers.iter())
             .filter(move |row| row.task == task)
             .flat_map(|row| row.bars.iter())
+            .filter(|bar| bar.block_id.is_some())
     };
-    let longest = bars().map(|b| b.seconds()).fold(0.0, f64::max);
+    let summed = &model.tasks[task].run_times;
+    let longest = singles()
+        .map(|b| b.seconds())
+        .fold(summed.longest, f64::max);
     let bin_seconds = (longest / bins as f64).max(1e-3);
     let mut histogram = Histogram {
         bin_seconds,
         done: vec![0; bins],
         failed: vec![0; bins],
     };
-    for bar in bars() {
-        let bin = ((bar.seconds() / bin_seconds) as usize).min(bins - 1);
+    let bin_of = |seconds: f64| ((seconds / bin_seconds) as usize).min(bins - 1);
+    for bar in singles() {
+        let bin = bin_of(bar.seconds());
         match bar.outcome {
             Outcome::Done => histogram.done[bin] += 1,
             Outcome::Retried | Outcome::FailedForGood => histogram.failed[bin] += 1,
         }
+    }
+    for (seconds, count) in summed.middles() {
+        histogram.done[bin_of(seconds)] += count;
     }
     histogram
 }
@@ -198,11 +220,11 @@ fn render_histogram(task: &str, histogram: &Histogram) -> Chart {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::report::model::tests::sample_history;
+    use crate::report::model::tests::{model_of, sample_model, SUMMED_UP_EVENTS};
 
     #[test]
     fn throughput_counts_done_blocks_per_second_of_each_bin() {
-        let model = RunModel::build(&sample_history(), &[]);
+        let model = sample_model();
         let rates = throughput(&model, 3);
         // Blocks done at 4.5 s and 6.0 s of a 9 s run: 3 s bins.
         assert_eq!(rates, vec![vec![0.0, 1.0 / 3.0, 1.0 / 3.0]]);
@@ -216,7 +238,7 @@ mod tests {
 
     #[test]
     fn histograms_split_done_and_failed_attempts() {
-        let model = RunModel::build(&sample_history(), &[]);
+        let model = sample_model();
         let histogram = histogram(&model, 0, 4);
         // Run times 2.0, 1.5 (done) and 1.0 (failed) in bins of 0.5 s.
         assert_eq!(histogram.bin_seconds, 0.5);
@@ -229,5 +251,20 @@ mod tests {
             "{}",
             charts[0].svg
         );
+    }
+
+    #[test]
+    fn records_of_many_blocks_spread_over_their_time_and_bin_their_run_times() {
+        let model = model_of(SUMMED_UP_EVENTS, &[]);
+        assert_eq!(throughput(&model, 4), vec![vec![0.0, 4.0, 2.0, 0.0]]);
+        let histogram = histogram(&model, 0, 4);
+        assert_eq!(histogram.bin_seconds, 0.125);
+        assert_eq!(
+            histogram.done,
+            vec![0, 0, 0, 4],
+            "the 2 unmeasured are not in it"
+        );
+        let chart = render_throughput(&model).svg;
+        assert!(chart.contains("a: peak"), "{chart}");
     }
 }

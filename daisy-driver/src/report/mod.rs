@@ -1,8 +1,8 @@
 //! `daisy-driver report RUN_DIR`: a run drawn from its run directory, for
 //! finished, crashed and running runs alike.
 //!
-//! It reads `events.jsonl` (the last run in it, through
-//! [`crate::run_history`]), the recorded pipeline (`pipeline.json`, for
+//! It reads `events.jsonl` (the last run in it, streamed through
+//! [`crate::run_history`], never held whole), the recorded pipeline (`pipeline.json`, for
 //! the task geometry) and the done markers (block states as `status`
 //! finds them, [`crate::status::findings`]), and
 //! draws: a timeline of the workers, blocks per second per task, block run
@@ -35,8 +35,8 @@ pub use png::{headless_args, PngError};
 use crate::pipeline::Pipeline;
 use crate::run_dir::RunDir;
 use crate::run_history::{HistoryError, RunHistory};
-use crate::status::{findings, TaskStatus};
-use model::RunModel;
+use crate::status::{findings, LastRunEvents, TaskStatus};
+use model::{Builder, RunModel};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, UNIX_EPOCH};
 use svg::Chart;
@@ -129,19 +129,25 @@ struct Drawings {
 }
 
 fn draw(run_dir: &RunDir) -> Result<Drawings, ReportError> {
-    let history = read_history(run_dir)?;
-    let mut warnings = lines_skipped(&history);
+    let events = events_file(run_dir)?;
+    let mut pipeline_error = None;
     let pipeline = run_dir
         .load_recorded_pipeline()
-        .map_err(|error| warnings.push(format!("no done-marker pictures: {error:#}")))
+        .map_err(|error| pipeline_error = Some(format!("no done-marker pictures: {error:#}")))
         .ok();
     let task_order: Vec<String> = pipeline
         .iter()
         .flat_map(|p| p.tasks.iter().map(|t| t.spec.id.clone()))
         .collect();
-    let model = RunModel::build(&history, &task_order);
+    let new_run = || (Builder::new(&task_order), LastRunEvents::default());
+    let history = RunHistory::read(&events, new_run).map_err(ReportError::Read)?;
+    let mut warnings = lines_skipped(&history);
+    warnings.extend(pipeline_error);
+    let earlier_runs = history.runs.saturating_sub(1);
+    let (builder, last_run) = history.last_run.unwrap_or_else(new_run);
+    let model = builder.finish(earlier_runs);
     let (statuses, slices) = match &pipeline {
-        Some(pipeline) => done_markers(pipeline, run_dir, &history, &mut warnings),
+        Some(pipeline) => done_markers(pipeline, run_dir, &last_run, &mut warnings),
         None => (Vec::new(), Vec::new()),
     };
     let table = table::rows(&model, &statuses);
@@ -157,7 +163,8 @@ fn draw(run_dir: &RunDir) -> Result<Drawings, ReportError> {
     })
 }
 
-fn read_history(run_dir: &RunDir) -> Result<RunHistory, ReportError> {
+/// The run directory's `events.jsonl`, which must exist.
+fn events_file(run_dir: &RunDir) -> Result<PathBuf, ReportError> {
     if !run_dir.path().is_dir() {
         return Err(ReportError::NoRunDir(run_dir.path().to_path_buf()));
     }
@@ -165,7 +172,7 @@ fn read_history(run_dir: &RunDir) -> Result<RunHistory, ReportError> {
     if !events.exists() {
         return Err(ReportError::NoEvents(events));
     }
-    RunHistory::read(&events).map_err(ReportError::Read)
+    Ok(events)
 }
 
 /// Each task's block counts and done-marker picture, as `status` finds
@@ -173,10 +180,10 @@ fn read_history(run_dir: &RunDir) -> Result<RunHistory, ReportError> {
 fn done_markers(
     pipeline: &Pipeline,
     run_dir: &RunDir,
-    history: &RunHistory,
+    last_run: &LastRunEvents,
     warnings: &mut Vec<String>,
 ) -> (Vec<TaskStatus>, Vec<Chart>) {
-    let findings = match findings(pipeline, run_dir, history) {
+    let findings = match findings(pipeline, run_dir, last_run) {
         Ok(findings) => findings,
         Err(error) => {
             warnings.push(format!("no done-marker pictures: {error:#}"));
@@ -197,11 +204,12 @@ fn done_markers(
 /// Most skipped lines named one by one; a badly damaged file gets a count.
 const SKIPPED_LINES_NAMED: usize = 5;
 
-fn lines_skipped(history: &RunHistory) -> Vec<String> {
+fn lines_skipped<R>(history: &RunHistory<R>) -> Vec<String> {
     let mut warnings = history.warnings();
-    if warnings.len() > SKIPPED_LINES_NAMED {
-        let more = warnings.len() - SKIPPED_LINES_NAMED;
+    let skipped = history.bad_lines.len() + history.more_bad_lines;
+    if skipped > SKIPPED_LINES_NAMED {
         warnings.truncate(SKIPPED_LINES_NAMED);
+        let more = skipped - SKIPPED_LINES_NAMED;
         warnings.push(format!("... and {more} more lines that are not events"));
     }
     warnings

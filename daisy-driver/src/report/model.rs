@@ -5,12 +5,16 @@
 //! bar ends when the driver recorded its result and spans the run time
 //! the worker measured (`seconds`); for events without it (older logs)
 //! the bar starts where the worker's previous block ended, or when the
-//! worker connected, which is what the worker was doing in between.
+//! worker connected, which is what the worker was doing in between. A
+//! `blocks_done` record (big runs sum up a worker's done blocks per
+//! second) is one bar of many blocks, from the earliest start to the last
+//! end, and its run times go to the task's [`TaskActivity::run_times`].
 //! Nothing here needs the run to have finished: a crashed or running run
 //! simply has rows without an end.
 
 use crate::events::Event;
-use crate::run_history::{HistoryEvent, RunHistory};
+use crate::run_history::{HistoryEvent, RunFold};
+use crate::run_times::RunTimes;
 use daisy_core::TaskCounters;
 use std::collections::BTreeMap;
 
@@ -33,13 +37,18 @@ impl Outcome {
     }
 }
 
-/// One attempt at a block on one worker.
+/// One attempt at a block on one worker, or (`count` > 1) the done
+/// blocks of a `blocks_done` record.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct BlockBar {
     pub start: f64,
     pub end: f64,
+    /// When the first of its blocks ended (`end` for one block).
+    pub first: f64,
+    pub count: u64,
     pub outcome: Outcome,
-    pub block_id: u64,
+    /// The block, if the bar is one block's.
+    pub block_id: Option<u64>,
 }
 
 impl BlockBar {
@@ -84,6 +93,9 @@ pub struct TaskActivity {
     pub done_at: Option<f64>,
     pub abandoned: Option<String>,
     pub last_error: Option<String>,
+    /// Run times of the done blocks of `blocks_done` records (those of
+    /// single blocks are their bars').
+    pub run_times: RunTimes,
 }
 
 /// A run as the report sees it.
@@ -105,39 +117,41 @@ pub struct RunModel {
 }
 
 impl RunModel {
-    /// The model of the last run in `history`; tasks come in `task_order`
-    /// (the pipeline's, when known), then in order of appearance.
-    pub fn build(history: &RunHistory, task_order: &[String]) -> Self {
-        let events = history.last_run();
-        let started = events.first().map_or(0.0, |e| e.time);
-        let mut builder = Builder {
-            model: RunModel {
-                started,
-                earlier_runs: history.runs().len().saturating_sub(1),
-                ..RunModel::default()
-            },
-            rows: BTreeMap::new(),
-        };
-        for id in task_order {
-            builder.task(id);
-        }
-        for event in events {
-            builder.on_event(event);
-        }
-        builder.finish()
-    }
-
     pub fn task_index(&self, id: &str) -> Option<usize> {
         self.tasks.iter().position(|t| t.id == id)
     }
 }
 
-struct Builder {
+/// Builds the model of one run while `events.jsonl` streams by.
+pub struct Builder {
     model: RunModel,
     rows: BTreeMap<(usize, Option<u64>), WorkerRow>,
 }
 
+impl RunFold for Builder {
+    fn on_event(&mut self, event: &HistoryEvent) {
+        if let Event::RunStarted { pipeline, .. } = &event.kind {
+            self.model.started = event.time;
+            self.model.pipeline = pipeline.to_string();
+        }
+        self.on_any_event(event);
+    }
+}
+
 impl Builder {
+    /// Tasks come in `task_order` (the pipeline's, when known), then in
+    /// order of appearance.
+    pub fn new(task_order: &[String]) -> Self {
+        let mut builder = Builder {
+            model: RunModel::default(),
+            rows: BTreeMap::new(),
+        };
+        for id in task_order {
+            builder.task(id);
+        }
+        builder
+    }
+
     fn task(&mut self, id: &str) -> usize {
         self.model.task_index(id).unwrap_or_else(|| {
             self.model.tasks.push(TaskActivity {
@@ -159,11 +173,28 @@ impl Builder {
             })
     }
 
-    fn on_event(&mut self, event: &HistoryEvent) {
+    fn on_any_event(&mut self, event: &HistoryEvent) {
         let time = event.time - self.model.started;
         self.model.span = self.model.span.max(time);
         match &event.kind {
-            Event::RunStarted { pipeline, .. } => self.model.pipeline = pipeline.to_string(),
+            Event::BlocksDone {
+                task,
+                worker_id,
+                count,
+                first,
+                start,
+                run_times,
+            } => {
+                let task_index = self.task(task);
+                let activity = &mut self.model.tasks[task_index];
+                activity.blocks_done += count;
+                if let Some(run_times) = run_times {
+                    activity.run_times.merge(run_times);
+                }
+                let started = self.model.started;
+                let (first, start) = (first - started, start.map(|s| s - started));
+                self.on_blocks_done(task, *worker_id, (start, first, time), *count);
+            }
             Event::BlockDone {
                 task,
                 block_id,
@@ -282,12 +313,43 @@ impl Builder {
         row.bars.push(BlockBar {
             start: start.min(end),
             end,
+            first: end,
+            count: 1,
             outcome,
-            block_id,
+            block_id: Some(block_id),
         });
     }
 
-    fn finish(mut self) -> RunModel {
+    /// A `blocks_done` record's bar: from its earliest measured start, else
+    /// from where the worker was before (as [`Self::on_block`]), to its
+    /// last end.
+    fn on_blocks_done(
+        &mut self,
+        task: &str,
+        worker_id: Option<u64>,
+        (start, first, end): (Option<f64>, f64, f64),
+        count: u64,
+    ) {
+        let row = self.row(task, worker_id);
+        let start = start.unwrap_or_else(|| {
+            (row.bars.last().map(|b| b.end))
+                .or(row.connected)
+                .unwrap_or(first)
+        });
+        let first = first.min(end);
+        row.bars.push(BlockBar {
+            start: start.min(first),
+            end,
+            first,
+            count,
+            outcome: Outcome::Done,
+            block_id: None,
+        });
+    }
+
+    /// The model, with `earlier_runs` runs before this one in its file.
+    pub fn finish(mut self, earlier_runs: usize) -> RunModel {
+        self.model.earlier_runs = earlier_runs;
         for row in self.rows.values_mut() {
             let task = &mut self.model.tasks[row.task];
             if row.worker_id.is_some() {
@@ -308,6 +370,7 @@ impl Builder {
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
+    use crate::run_history::RunHistory;
     use std::path::Path;
 
     /// A run of task "a": worker 1 queued 2 s, ran three blocks (one
@@ -327,13 +390,22 @@ pub(crate) mod tests {
 {"time": 109, "event": "worker_gone", "task": "a", "worker_id": 1, "clean": true, "why": "told to stop"}
 "#;
 
-    pub fn sample_history() -> RunHistory {
-        RunHistory::parse(Path::new("events.jsonl"), SAMPLE_EVENTS)
+    /// The model of the last run of `events`.
+    pub fn model_of(events: &str, task_order: &[String]) -> RunModel {
+        let history = RunHistory::from_reader(Path::new("events.jsonl"), events.as_bytes(), || {
+            Builder::new(task_order)
+        })
+        .unwrap();
+        history.last_run.unwrap().finish(history.runs - 1)
+    }
+
+    pub fn sample_model() -> RunModel {
+        model_of(SAMPLE_EVENTS, &[])
     }
 
     #[test]
     fn rows_have_queue_wait_bars_and_ends() {
-        let model = RunModel::build(&sample_history(), &["z".to_string()]);
+        let model = model_of(SAMPLE_EVENTS, &["z".to_string()]);
         assert_eq!(model.pipeline, "p");
         assert_eq!((model.span, model.earlier_runs), (9.0, 1));
         assert_eq!(model.finished, None, "no run_finished: crashed or running");
@@ -361,5 +433,29 @@ pub(crate) mod tests {
             "measured seconds, else from the previous block's end"
         );
         assert_eq!(model.workers[1].gone, Some((8.0, false)));
+    }
+
+    /// A run that summed up its done blocks: worker 1 of task "a" did 4
+    /// blocks of 0.5 s, then 2 whose run times it did not measure.
+    pub const SUMMED_UP_EVENTS: &str = r#"{"time": 100, "event": "run_started", "pipeline": "p", "mode": "distributed"}
+{"time": 100.5, "event": "worker_connected", "task": "a", "worker_id": 1, "host": "n1", "pid": 11, "by_hand": false}
+{"time": 102, "event": "blocks_done", "task": "a", "worker_id": 1, "count": 4, "first": 101, "start": 100.5, "run_times": {"buckets": [[-16, 4]], "longest": 0.5}}
+{"time": 103, "event": "blocks_done", "task": "a", "worker_id": 1, "count": 2, "first": 102.5}
+{"time": 104, "event": "worker_gone", "task": "a", "worker_id": 1, "clean": true, "why": "told to stop"}
+"#;
+
+    #[test]
+    fn a_record_of_done_blocks_is_one_bar_of_many() {
+        let model = model_of(SUMMED_UP_EVENTS, &[]);
+        assert_eq!(model.tasks[0].blocks_done, 6);
+        assert_eq!(model.tasks[0].run_times.longest, 0.5);
+        let bars: Vec<(f64, f64, f64, u64, Option<u64>)> = (model.workers[0].bars.iter())
+            .map(|b| (b.start, b.end, b.first, b.count, b.block_id))
+            .collect();
+        assert_eq!(
+            bars,
+            [(0.5, 2.0, 1.0, 4, None), (2.0, 3.0, 2.5, 2, None)],
+            "measured starts, else from the previous bar's end"
+        );
     }
 }

@@ -280,6 +280,7 @@ mod tests {
     use crate::pipeline::Pipeline;
     use crate::run_dir::RunDir;
     use crate::run_history::RunHistory;
+    use crate::status::LastRunEvents;
     use std::path::Path;
 
     /// `paint`: 4 × 4 blocks of 10; `smooth` reads 5 voxels of context
@@ -314,8 +315,14 @@ mod tests {
              {{\"time\": 2, \"event\": \"block_failed\", \"task\": \"{task}\", \"block_id\": {block_id}, \
              \"error\": \"e\", \"for_good\": true}}\n"
         );
-        let history = RunHistory::parse(Path::new("events.jsonl"), &events);
-        let findings = crate::status::findings(&pipeline, &run_dir, &history).unwrap();
+        let history = RunHistory::from_reader(
+            Path::new("events.jsonl"),
+            events.as_bytes(),
+            LastRunEvents::default,
+        )
+        .unwrap();
+        let last_run = history.last_run.unwrap();
+        let findings = crate::status::findings(&pipeline, &run_dir, &last_run).unwrap();
         findings
             .graph()
             .task_indices()

@@ -119,11 +119,11 @@ pub fn to_html(rows: &[SummaryRow]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::report::model::tests::sample_history;
+    use crate::report::model::tests::sample_model;
 
     #[test]
     fn an_unfinished_task_shows_what_the_events_say() {
-        let model = RunModel::build(&sample_history(), &[]);
+        let model = sample_model();
         let rows = rows(&model, &[]);
         assert_eq!(
             rows[0].cells(),
@@ -149,7 +149,7 @@ mod tests {
 
     #[test]
     fn a_finished_task_shows_its_final_counters() {
-        let mut model = RunModel::build(&sample_history(), &[]);
+        let mut model = sample_model();
         model.tasks[0].done_at = Some(4.0);
         model.tasks[0].counters = Some(daisy_core::TaskCounters {
             total: 10,

@@ -74,7 +74,7 @@ pub struct Segment {
     pub end: f64,
     /// Attempts per outcome, indexed like [`OUTCOMES`].
     pub counts: [u64; 3],
-    pub first_block: u64,
+    pub first_block: Option<u64>,
 }
 
 const OUTCOMES: [Outcome; 3] = [Outcome::Done, Outcome::Retried, Outcome::FailedForGood];
@@ -82,7 +82,7 @@ const OUTCOMES: [Outcome; 3] = [Outcome::Done, Outcome::Retried, Outcome::Failed
 impl Segment {
     fn of(bar: &BlockBar) -> Self {
         let mut counts = [0; 3];
-        counts[bar.outcome as usize] = 1;
+        counts[bar.outcome as usize] = bar.count;
         Self {
             start: bar.start,
             end: bar.end,
@@ -141,10 +141,9 @@ impl Segment {
             tick_label(round_to_ms(self.start)),
             tick_label(round_to_ms(self.end))
         );
-        if blocks == 1 {
+        if let (1, Some(block)) = (blocks, self.first_block) {
             return format!(
-                "block {}: {}, {} ({span})",
-                self.first_block,
+                "block {block}: {}, {} ({span})",
                 self.worst().label(),
                 human_seconds(self.end - self.start)
             );
@@ -174,7 +173,7 @@ pub fn merge_bars(bars: &[BlockBar], pixels_per_second: f64) -> Vec<Segment> {
             let narrow = px(bar.seconds()) < MIN_BAR_PX || px(last.end - last.start) < MIN_BAR_PX;
             if adjacent && narrow {
                 last.end = last.end.max(bar.end);
-                last.counts[bar.outcome as usize] += 1;
+                last.counts[bar.outcome as usize] += bar.count;
                 continue;
             }
         }
@@ -241,7 +240,8 @@ fn row_title(model: &RunModel, row: &WorkerRow) -> String {
         Some((_, false)) => ", lost",
         None => ", still connected at the last event",
     };
-    format!("{title}{ended}, {} blocks", row.bars.len())
+    let blocks: u64 = row.bars.iter().map(|bar| bar.count).sum();
+    format!("{title}{ended}, {blocks} blocks")
 }
 
 fn draw_row(
@@ -335,14 +335,16 @@ fn draw_legend(chart: &mut Svg, y: f64) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::report::model::tests::sample_history;
+    use crate::report::model::tests::{model_of, sample_model, SUMMED_UP_EVENTS};
 
     fn bar(start: f64, end: f64, outcome: Outcome, block_id: u64) -> BlockBar {
         BlockBar {
             start,
             end,
+            first: end,
+            count: 1,
             outcome,
-            block_id,
+            block_id: Some(block_id),
         }
     }
 
@@ -415,7 +417,7 @@ mod tests {
 
     #[test]
     fn each_worker_is_one_row() {
-        let model = RunModel::build(&sample_history(), &[]);
+        let model = sample_model();
         let chart = render(&model).svg;
         assert_eq!(chart.matches(r#"<g class="worker-row">"#).count(), 2);
         assert!(chart.contains(
@@ -425,5 +427,14 @@ mod tests {
         assert!(chart.contains("drained: received SIGTERM; 2 blocks handed back"));
         assert!(chart.contains("block 2: failed for good"));
         assert!(chart.contains(">a #2</text>"));
+    }
+
+    #[test]
+    fn a_row_of_summed_up_blocks_counts_them_all() {
+        let model = model_of(SUMMED_UP_EVENTS, &[]);
+        let title = row_title(&model, &model.workers[0]);
+        assert!(title.ends_with("left cleanly, 6 blocks"), "{title}");
+        let chart = render(&model).svg;
+        assert!(chart.contains("4 blocks (0.5–2 s): 4 done"), "{chart}");
     }
 }

@@ -2,8 +2,8 @@
 //! directory alone, and live from its driver when one is running.
 //!
 //! Terms, per task: **done** blocks are those set in the done marker (the
-//! truth: `events.jsonl` may lack the last `block_done` lines after a
-//! `kill -9`); **failed** blocks failed for good in the last run and are
+//! truth: `events.jsonl` may lack the last done blocks after a `kill -9`,
+//! and big runs record them only summed up); **failed** blocks failed for good in the last run and are
 //! not done; **orphaned** blocks are not done and lie downstream of a
 //! failed block (or belong to a task the last run abandoned);
 //! **remaining** is the rest. The *last run* starts at the last
@@ -14,16 +14,17 @@
 //!   `context.json`).
 //! - [`render`]: the text output; `--json` prints [`RunStatus`].
 
+mod block_by_id;
 mod live;
 mod offline;
 mod render;
 
-pub use offline::{blocks_to_retry, findings, BlockState, Findings, RetryBlocks};
+pub use offline::{
+    blocks_to_retry, findings, read_last_run, BlockState, Findings, LastRunEvents, RetryBlocks,
+};
 
-use crate::events::Event;
 use crate::pipeline::Pipeline;
 use crate::run_dir::RunDir;
-use crate::run_history::RunHistory;
 use anyhow::Context as _;
 use daisy_core::printable::printable;
 use daisy_core::protocol::messages::TaskSnapshot;
@@ -75,6 +76,8 @@ pub struct TaskStatus {
     pub id: String,
     pub total: u64,
     pub done: u64,
+    /// Blocks its `skip_mask` removes: never run, not failed.
+    pub skipped: u64,
     pub failed: u64,
     pub orphaned: u64,
     pub remaining: u64,
@@ -111,7 +114,7 @@ pub struct LastRun {
     pub workers: Vec<WorkerStatus>,
 }
 
-#[derive(Debug, Serialize)]
+#[derive(Clone, Debug, Serialize)]
 pub struct RunEnding {
     /// The run reached its end (failed and orphaned blocks included)
     /// rather than being interrupted, as `run_finished` records it.
@@ -120,7 +123,7 @@ pub struct RunEnding {
 }
 
 /// One worker of the last run.
-#[derive(Debug, Serialize)]
+#[derive(Clone, Debug, Serialize)]
 pub struct WorkerStatus {
     pub task: String,
     pub worker_id: u64,
@@ -181,11 +184,11 @@ pub fn status(run_dir: &RunDir, pipeline_file: Option<&Path>) -> anyhow::Result<
         anyhow::bail!("run directory {} does not exist", run_dir.path().display());
     }
     let pipeline = load_pipeline(run_dir, pipeline_file)?;
-    let (history, mut warnings) = read_history(run_dir)?;
-    let analysis = offline::analyse(&pipeline, run_dir, &history)?;
+    let (events, mut warnings) = read_last_run(run_dir)?;
+    let analysis = offline::analyse(&pipeline, run_dir, &events)?;
     warnings.extend(analysis.warnings);
-    let live = live_status(run_dir, &history, &mut warnings);
-    let last_run = offline::last_run(&history, live.is_some());
+    let live = live_status(run_dir, &events, &mut warnings);
+    let last_run = offline::last_run(&events, live.is_some());
     Ok(RunStatus {
         run_dir: run_dir.path().to_path_buf(),
         pipeline: pipeline.name.clone(),
@@ -203,14 +206,10 @@ pub fn status(run_dir: &RunDir, pipeline_file: Option<&Path>) -> anyhow::Result<
 /// driver answers; a driver that does not answer is a warning.
 fn live_status(
     run_dir: &RunDir,
-    history: &RunHistory,
+    last_run: &LastRunEvents,
     warnings: &mut Vec<String>,
 ) -> Option<LiveStatus> {
-    let last_run = history.last_run();
-    let finished = last_run
-        .iter()
-        .any(|e| matches!(e.kind, Event::RunFinished { .. }));
-    if last_run.is_empty() || finished {
+    if !last_run.unfinished() {
         return None;
     }
     match live::snapshot(&run_dir.context_file()) {
@@ -225,26 +224,10 @@ fn live_status(
     }
 }
 
-/// The events of the run directory; none (with a warning) if it has no
-/// events.jsonl, as a daisy 2.0 run directory holding only done markers.
-fn read_history(run_dir: &RunDir) -> anyhow::Result<(RunHistory, Vec<String>)> {
-    let path = run_dir.events();
-    if !path.exists() {
-        let warning = format!(
-            "{} does not exist: no run recorded events here",
-            path.display()
-        );
-        return Ok((RunHistory::default(), vec![warning]));
-    }
-    let history = RunHistory::read(&path)?;
-    let warnings = history.warnings();
-    Ok((history, warnings))
-}
-
 fn state_of(tasks: &[TaskStatus]) -> RunState {
     if tasks.iter().any(|t| t.failed + t.orphaned > 0) {
         RunState::Failed
-    } else if tasks.iter().all(|t| t.done == t.total) {
+    } else if tasks.iter().all(|t| t.remaining == 0) {
         RunState::Finished
     } else {
         RunState::Incomplete

@@ -1,16 +1,19 @@
 //! Status from the run directory alone: done markers (read-only) for
 //! done blocks, the last run's events for failures, abandoned tasks and
-//! workers, the dependency graph for orphans. `run --retry-failed` asks
-//! the same question ("which blocks failed, and which wait for them?"),
+//! workers ([`LastRunEvents`], summed up while `events.jsonl` streams
+//! by: done blocks come from the markers, never from the events), the
+//! dependency graph for orphans. `run --retry-failed` asks the same
+//! question ("which blocks failed, and which wait for them?"),
 //! so it is answered here once, and so does `report`'s picture of the
 //! done markers ([`Findings::state`] per block).
 
+use super::block_by_id::block_by_id;
 use super::{FailedBlock, LastRun, RunEnding, TaskStatus, WorkerEnd, WorkerStatus};
 use crate::done_marker::DoneMarker;
 use crate::events::Event;
 use crate::pipeline::Pipeline;
 use crate::run_dir::RunDir;
-use crate::run_history::{HistoryEvent, RunHistory};
+use crate::run_history::{HistoryEvent, RunFold, RunHistory};
 use anyhow::Context as _;
 use daisy_core::{Block, BlockId, DependencyGraph, TaskIdx};
 use std::collections::{BTreeMap, HashMap, HashSet};
@@ -32,6 +35,7 @@ pub struct RetryBlocks {
 }
 
 /// The last failure of a block in the last run.
+#[derive(Clone, Debug)]
 struct Failure {
     attempts: u32,
     error: String,
@@ -62,10 +66,43 @@ impl BlockState {
     }
 }
 
+/// What `status` needs of the last run's events, by task id: its start
+/// and end, its failures, abandoned tasks and workers.
+#[derive(Debug, Default)]
+pub struct LastRunEvents {
+    /// Unix seconds, mode and `retry_failed` of its `run_started`.
+    started: Option<(f64, String, bool)>,
+    finished: Option<RunEnding>,
+    failed: HashMap<String, BTreeMap<u64, Failure>>,
+    abandoned: HashMap<String, String>,
+    /// Every task the events name.
+    tasks: HashSet<String>,
+    /// By worker id; an end not recorded is `Unrecorded` until the end.
+    workers: HashMap<u64, WorkerStatus>,
+}
+
+/// The last run of a run directory; none (with a warning) if it has no
+/// events.jsonl, as a daisy 2.0 run directory holding only done markers.
+pub fn read_last_run(run_dir: &RunDir) -> anyhow::Result<(LastRunEvents, Vec<String>)> {
+    let path = run_dir.events();
+    if !path.exists() {
+        let warning = format!(
+            "{} does not exist: no run recorded events here",
+            path.display()
+        );
+        return Ok((LastRunEvents::default(), vec![warning]));
+    }
+    let history = RunHistory::read(&path, LastRunEvents::default)?;
+    let warnings = history.warnings();
+    Ok((history.last_run.unwrap_or_default(), warnings))
+}
+
 /// What the run directory says, per task (indexed like the pipeline).
 pub struct Findings {
     graph: DependencyGraph,
     markers: Vec<Option<DoneMarker>>,
+    /// Per task, the blocks its `skip_mask` removes.
+    masked: Vec<u64>,
     /// Blocks that failed for good in the last run and are not done.
     failed: Vec<BTreeMap<u64, Failure>>,
     /// Blocks not done that wait for a failed block, or belong to a task
@@ -120,9 +157,9 @@ impl Findings {
 pub(super) fn analyse(
     pipeline: &Pipeline,
     run_dir: &RunDir,
-    history: &RunHistory,
+    last_run: &LastRunEvents,
 ) -> anyhow::Result<Analysis> {
-    let findings = findings(pipeline, run_dir, history)?;
+    let findings = findings(pipeline, run_dir, last_run)?;
     let tasks = findings
         .graph
         .task_indices()
@@ -136,12 +173,8 @@ pub(super) fn analyse(
 
 /// The blocks `run --retry-failed` runs for `pipeline` in `run_dir`.
 pub fn blocks_to_retry(pipeline: &Pipeline, run_dir: &RunDir) -> anyhow::Result<RetryBlocks> {
-    let path = run_dir.events();
-    let history = match path.exists() {
-        true => RunHistory::read(&path)?,
-        false => RunHistory::default(),
-    };
-    let findings = findings(pipeline, run_dir, &history)?;
+    let (last_run, _) = read_last_run(run_dir)?;
+    let findings = findings(pipeline, run_dir, &last_run)?;
     let mut retry = RetryBlocks::default();
     for task in findings.graph.task_indices() {
         let ids = |spatial: &u64| BlockId {
@@ -159,11 +192,11 @@ pub fn blocks_to_retry(pipeline: &Pipeline, run_dir: &RunDir) -> anyhow::Result<
 }
 
 /// Reads the done markers of `pipeline`'s tasks in `run_dir` and finds
-/// the failed and orphaned blocks of the last run in `history`.
+/// the failed and orphaned blocks of `last_run`.
 pub fn findings(
     pipeline: &Pipeline,
     run_dir: &RunDir,
-    history: &RunHistory,
+    last_run: &LastRunEvents,
 ) -> anyhow::Result<Findings> {
     let graph = pipeline.graph();
     let markers = pipeline
@@ -173,88 +206,120 @@ pub fn findings(
         .collect::<Result<Vec<_>, _>>()
         .context("reading the done markers")?;
     let tasks = graph.num_tasks();
+    let masked = (pipeline.tasks.iter())
+        .map(|t| t.skip_mask.as_ref().map_or(0, |mask| mask.masked()))
+        .collect();
     let mut findings = Findings {
         markers,
+        masked,
         failed: (0..tasks).map(|_| BTreeMap::new()).collect(),
         orphaned: vec![HashSet::new(); tasks],
         abandoned: vec![None; tasks],
         warnings: Vec::new(),
         graph,
     };
-    read_last_run(&mut findings, history.last_run());
+    take_last_run(&mut findings, last_run);
     let failed_blocks = keep_failed_not_done(&mut findings);
     orphan_downstream(&mut findings, failed_blocks);
     orphan_abandoned_tasks(&mut findings);
     Ok(findings)
 }
 
-/// Failures (the last per block) and abandoned tasks of the last run; a
-/// block done later in the run is no failure.
-fn read_last_run(findings: &mut Findings, events: &[HistoryEvent]) {
-    let mut unknown_tasks = HashSet::new();
-    for event in events {
-        let (task, kind) = match &event.kind {
-            Event::BlockFailed { task, .. }
-            | Event::BlockDone { task, .. }
-            | Event::TaskAbandoned { task, .. } => (task, &event.kind),
-            _ => continue,
-        };
-        let Some(index) = findings.graph.task_index(task) else {
-            unknown_tasks.insert(task.clone());
-            continue;
-        };
-        let failed = &mut findings.failed[index.index()];
-        match kind {
-            Event::BlockFailed {
-                block_id,
-                worker_id,
-                error,
-                for_good,
-                ..
-            } => {
-                let failure = failed.entry(*block_id).or_insert(Failure {
-                    attempts: 0,
-                    error: String::new(),
-                    worker_id: None,
-                    for_good: false,
-                });
-                failure.attempts += 1;
-                failure.error = error.to_string();
-                failure.worker_id = *worker_id;
-                failure.for_good = *for_good;
+impl RunFold for LastRunEvents {
+    fn on_event(&mut self, event: &HistoryEvent) {
+        match &event.kind {
+            Event::RunStarted {
+                mode, retry_failed, ..
+            } => self.started = Some((event.time, mode.to_string(), *retry_failed)),
+            Event::RunFinished { completed, seconds } => {
+                self.finished = Some(RunEnding {
+                    completed: *completed,
+                    seconds: *seconds,
+                })
             }
-            Event::BlockDone { block_id, .. } => {
-                failed.remove(block_id);
+            Event::BlockFailed { task, .. } => self.on_failure(task, &event.kind),
+            Event::BlockDone { task, .. } | Event::BlocksDone { task, .. } => {
+                self.note_task(task);
             }
-            Event::TaskAbandoned { why, .. } => {
-                findings.abandoned[index.index()] = Some(why.to_string());
+            Event::TaskAbandoned { task, why, .. } => {
+                self.note_task(task);
+                self.abandoned.insert(task.to_string(), why.to_string());
             }
-            _ => {}
+            kind => on_worker_event(&mut self.workers, kind),
         }
     }
-    for task in unknown_tasks {
+}
+
+impl LastRunEvents {
+    fn note_task(&mut self, task: &str) {
+        if !self.tasks.contains(task) {
+            self.tasks.insert(task.to_string());
+        }
+    }
+
+    /// Keeps the last failure of each block (a block done later in the
+    /// run failed only retried attempts: not for good).
+    fn on_failure(&mut self, task: &str, kind: &Event) {
+        let Event::BlockFailed {
+            block_id,
+            worker_id,
+            error,
+            for_good,
+            ..
+        } = kind
+        else {
+            return;
+        };
+        self.note_task(task);
+        let failed = self.failed.entry(task.to_string()).or_default();
+        let failure = failed.entry(*block_id).or_insert(Failure {
+            attempts: 0,
+            error: String::new(),
+            worker_id: None,
+            for_good: false,
+        });
+        failure.attempts += 1;
+        failure.error = error.to_string();
+        failure.worker_id = *worker_id;
+        failure.for_good = *for_good;
+    }
+}
+
+/// Failures and abandoned tasks of the last run, by task index; tasks the
+/// pipeline lacks are warned about.
+fn take_last_run(findings: &mut Findings, last_run: &LastRunEvents) {
+    let mut unknown: Vec<&String> = (last_run.tasks.iter())
+        .filter(|task| findings.graph.task_index(task).is_none())
+        .collect();
+    unknown.sort();
+    for task in unknown {
         findings.warnings.push(format!(
             "events.jsonl names task {task:?}, which the pipeline does not have (was it renamed?)"
         ));
+    }
+    for (task, failed) in &last_run.failed {
+        if let Some(index) = findings.graph.task_index(task) {
+            findings.failed[index.index()] = failed.clone();
+        }
+    }
+    for (task, why) in &last_run.abandoned {
+        if let Some(index) = findings.graph.task_index(task) {
+            findings.abandoned[index.index()] = Some(why.clone());
+        }
     }
 }
 
 /// Keeps the failures that were for good and whose block is not done
 /// (its marker may have been set after the event, e.g. by a later run of
-/// daisy 2.0); returns their blocks.
+/// daisy 2.0); returns their blocks. Each is looked up by its id, so this
+/// costs per failure, not per block of the task.
 fn keep_failed_not_done(findings: &mut Findings) -> Vec<Block> {
     let mut blocks = Vec::new();
     for task in findings.graph.task_indices() {
         findings.failed[task.index()].retain(|_, f| f.for_good);
-        if findings.failed[task.index()].is_empty() {
-            continue;
-        }
-        let failed = &findings.failed[task.index()];
-        let not_done: Vec<Block> = findings
-            .graph
-            .task_graph(task)
-            .all_blocks()
-            .filter(|b| failed.contains_key(&b.id.spatial) && !findings.is_done(b))
+        let not_done: Vec<Block> = (findings.failed[task.index()].keys())
+            .filter_map(|&id| block_by_id(&findings.graph, task, id))
+            .filter(|block| !findings.is_done(block))
             .collect();
         let kept: HashSet<u64> = not_done.iter().map(|b| b.id.spatial).collect();
         findings.failed[task.index()].retain(|id, _| kept.contains(id));
@@ -317,8 +382,10 @@ fn task_status(findings: &Findings, run_dir: &RunDir, task: TaskIdx) -> TaskStat
         .collect();
     let failed = failed_blocks.len() as u64;
     let orphaned = findings.orphaned[task.index()].len() as u64;
+    let skipped = findings.masked[task.index()];
     TaskStatus {
-        remaining: total.saturating_sub(done + failed + orphaned),
+        remaining: total.saturating_sub(done + skipped + failed + orphaned),
+        skipped,
         abandoned: findings.abandoned[task.index()].clone(),
         id,
         total,
@@ -340,99 +407,132 @@ fn user_log(run_dir: &RunDir, task: &str, worker_id: Option<u64>) -> Option<Path
 }
 
 /// The last run's start, end and workers.
-pub(super) fn last_run(history: &RunHistory, running: bool) -> Option<LastRun> {
-    let events = history.last_run();
-    let Event::RunStarted {
-        mode, retry_failed, ..
-    } = &events.first()?.kind
-    else {
-        return None;
-    };
-    let finished = events.iter().find_map(|e| match e.kind {
-        Event::RunFinished { completed, seconds } => Some(RunEnding { completed, seconds }),
-        _ => None,
-    });
+pub(super) fn last_run(events: &LastRunEvents, running: bool) -> Option<LastRun> {
+    let (started, mode, retry_failed) = events.started.clone()?;
+    let mut workers: Vec<WorkerStatus> = events.workers.values().cloned().collect();
+    workers.sort_by_key(|w| w.worker_id);
+    for worker in &mut workers {
+        if running && worker.end == WorkerEnd::Unrecorded {
+            worker.end = WorkerEnd::Running;
+        }
+    }
     Some(LastRun {
-        started: events[0].time,
-        mode: mode.to_string(),
-        retry_failed: *retry_failed,
-        finished,
-        workers: workers(events, running),
+        started,
+        mode,
+        retry_failed,
+        finished: events.finished.clone(),
+        workers,
     })
 }
 
-/// The workers of a run, by worker id, with how each ended.
-fn workers(events: &[HistoryEvent], running: bool) -> Vec<WorkerStatus> {
-    let mut workers: HashMap<u64, WorkerStatus> = HashMap::new();
-    let no_end = if running {
-        WorkerEnd::Running
-    } else {
-        WorkerEnd::Unrecorded
-    };
-    fn entry<'a>(
-        workers: &'a mut HashMap<u64, WorkerStatus>,
-        task: &str,
-        worker_id: u64,
-        no_end: WorkerEnd,
-    ) -> &'a mut WorkerStatus {
-        workers.entry(worker_id).or_insert_with(|| WorkerStatus {
-            task: task.to_string(),
-            worker_id,
-            job: None,
-            host: None,
-            pid: None,
-            by_hand: false,
-            end: no_end,
-            why: None,
-        })
+impl LastRunEvents {
+    /// The last run started and has not recorded its end.
+    pub(super) fn unfinished(&self) -> bool {
+        self.started.is_some() && self.finished.is_none()
     }
-    for event in events {
-        match &event.kind {
-            Event::WorkerSubmitted {
-                task,
-                worker_id,
-                job,
-            } => entry(&mut workers, task, *worker_id, no_end).job = Some(job.to_string()),
-            Event::WorkerConnected {
-                task,
-                worker_id,
-                host,
-                pid,
-                by_hand,
-                ..
-            } => {
-                // Also a requeued job connecting again: running anew.
-                let worker = entry(&mut workers, task, *worker_id, no_end);
-                (worker.host, worker.pid) = (Some(host.to_string()), Some(*pid));
-                (worker.end, worker.why) = (no_end, None);
-                worker.by_hand = *by_hand;
-            }
-            Event::WorkerStartFailed {
-                task,
-                worker_id,
-                error,
-            } => {
-                let worker = entry(&mut workers, task, *worker_id, no_end);
-                (worker.end, worker.why) = (WorkerEnd::FailedStart, Some(error.to_string()));
-            }
-            Event::WorkerGone {
-                task,
-                worker_id,
-                clean,
-                why,
-            } => {
-                let worker = entry(&mut workers, task, *worker_id, no_end);
-                worker.end = if *clean {
-                    WorkerEnd::Clean
-                } else {
-                    WorkerEnd::Lost
-                };
-                worker.why = Some(why.to_string());
-            }
-            _ => {}
+}
+
+fn worker_entry<'a>(
+    workers: &'a mut HashMap<u64, WorkerStatus>,
+    task: &str,
+    worker_id: u64,
+) -> &'a mut WorkerStatus {
+    workers.entry(worker_id).or_insert_with(|| WorkerStatus {
+        task: task.to_string(),
+        worker_id,
+        job: None,
+        host: None,
+        pid: None,
+        by_hand: false,
+        end: WorkerEnd::Unrecorded,
+        why: None,
+    })
+}
+
+/// A worker's submission, connection and end, by worker id. An end not
+/// recorded is `Unrecorded` (see [`last_run`]).
+fn on_worker_event(workers: &mut HashMap<u64, WorkerStatus>, kind: &Event) {
+    match kind {
+        Event::WorkerSubmitted {
+            task,
+            worker_id,
+            job,
+        } => worker_entry(workers, task, *worker_id).job = Some(job.to_string()),
+        Event::WorkerConnected {
+            task,
+            worker_id,
+            host,
+            pid,
+            by_hand,
+            ..
+        } => {
+            // Also a requeued job connecting again: running anew.
+            let worker = worker_entry(workers, task, *worker_id);
+            (worker.host, worker.pid) = (Some(host.to_string()), Some(*pid));
+            (worker.end, worker.why) = (WorkerEnd::Unrecorded, None);
+            worker.by_hand = *by_hand;
+        }
+        Event::WorkerStartFailed {
+            task,
+            worker_id,
+            error,
+        } => {
+            let worker = worker_entry(workers, task, *worker_id);
+            (worker.end, worker.why) = (WorkerEnd::FailedStart, Some(error.to_string()));
+        }
+        Event::WorkerGone {
+            task,
+            worker_id,
+            clean,
+            why,
+        } => {
+            let worker = worker_entry(workers, task, *worker_id);
+            worker.end = if *clean {
+                WorkerEnd::Clean
+            } else {
+                WorkerEnd::Lost
+            };
+            worker.why = Some(why.to_string());
+        }
+        _ => {}
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::path::Path;
+
+    fn read(lines: &[&str]) -> LastRunEvents {
+        let text = lines.join("\n");
+        let history =
+            RunHistory::from_reader(Path::new("e"), text.as_bytes(), LastRunEvents::default);
+        history.unwrap().last_run.unwrap()
+    }
+
+    fn failed(block_id: u64, for_good: bool) -> String {
+        format!(
+            r#"{{"time": 2, "event": "block_failed", "task": "t", "block_id": {block_id}, "error": "e", "for_good": {for_good}}}"#
+        )
+    }
+
+    #[test]
+    fn blocks_failed_for_good_are_found_with_done_lines_or_summed_up_records() {
+        let started = r#"{"time": 1, "event": "run_started", "pipeline": "p", "mode": "serial"}"#;
+        let done_line = r#"{"time": 3, "event": "block_done", "task": "t", "block_id": 1}"#;
+        let done_record =
+            r#"{"time": 3, "event": "blocks_done", "task": "t", "count": 1, "first": 3}"#;
+        let (retried, again, for_good) = (failed(1, false), failed(2, false), failed(2, true));
+        for done in [done_line, done_record] {
+            let events = read(&[started, &retried, done, &again, &for_good]);
+            let failed = &events.failed["t"];
+            let for_good: Vec<u64> = (failed.iter())
+                .filter(|(_, f)| f.for_good)
+                .map(|(id, _)| *id)
+                .collect();
+            assert_eq!(for_good, [2], "{done}");
+            assert_eq!(failed[&2].attempts, 2);
+            assert_eq!(events.tasks, HashSet::from(["t".to_string()]));
         }
     }
-    let mut workers: Vec<WorkerStatus> = workers.into_values().collect();
-    workers.sort_by_key(|w| w.worker_id);
-    workers
 }

@@ -96,6 +96,10 @@ fn tasks_table(out: &mut String, tasks: &[TaskStatus]) {
         );
     }
     for t in tasks {
+        if t.skipped > 0 {
+            let skipped = t.skipped;
+            let _ = writeln!(out, "task {:?}: {skipped} blocks skipped (skip_mask)", t.id);
+        }
         if let Some(why) = &t.abandoned {
             let _ = writeln!(out, "task {:?} was abandoned: {why}", t.id);
         }
