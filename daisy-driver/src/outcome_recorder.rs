@@ -90,8 +90,27 @@ impl OutcomeRecorder {
     /// record once it is due). On an error nothing is recorded and the
     /// block must not count as done.
     pub fn done(&mut self, block: &Block, attempt: Attempt) -> Result<(), DoneMarkerError> {
+        self.done_many(&[(*block, attempt)])
+    }
+
+    /// [`Self::done`] for the blocks of a release: each task's marks in
+    /// one go (a write per run of neighbouring cells), then their records.
+    pub fn done_many(&mut self, done: &[(Block, Attempt)]) -> Result<(), DoneMarkerError> {
+        for (task, marker) in self.markers.iter_mut().enumerate() {
+            let blocks = done.iter().map(|(block, _)| block);
+            let mut of_task = blocks.filter(|b| b.id.task.index() == task).peekable();
+            if of_task.peek().is_some() {
+                marker.mark_done_many(of_task)?;
+            }
+        }
+        for (block, attempt) in done {
+            self.record_done(block, *attempt);
+        }
+        Ok(())
+    }
+
+    fn record_done(&mut self, block: &Block, attempt: Attempt) {
         let task = block.id.task.index();
-        self.markers[task].mark_done(block)?;
         match &mut self.tally {
             Some(tally) => tally.add(task, attempt.worker_id, unix_now(), attempt.seconds),
             None => self.events.record_buffered(&Event::BlockDone {
@@ -101,7 +120,6 @@ impl OutcomeRecorder {
                 seconds: attempt.seconds,
             }),
         }
-        Ok(())
     }
 
     /// Records a failed attempt of `block` (counted in its marker), which

@@ -10,6 +10,7 @@ use super::launcher_thread::{LauncherEvent, LauncherThread};
 use super::RunOptions;
 use crate::connection::{ConnEvent, ConnId, Outbox, PeerEvent};
 use crate::launch;
+use crate::outcome_recorder::Attempt;
 use crate::outcome_recorder::OutcomeRecorder;
 use crate::pipeline::Pipeline;
 use crate::progress::Progress;
@@ -18,7 +19,7 @@ use crate::slots::SlotId;
 use crate::summary::{RunEnd, RunSummary};
 use daisy_core::context::{WorkerContext, CONTEXT_ENV};
 use daisy_core::protocol::{FromDriver, Welcome};
-use daisy_core::TaskIdx;
+use daisy_core::{Block, TaskIdx};
 use launchers::WorkerRequest;
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -135,11 +136,37 @@ impl Shell {
         self.carry_out_commands();
     }
 
+    /// Carries out the core's commands in order; the marks of a run of
+    /// `MarkDone`s (a release's blocks) are written together, before the
+    /// command after them.
     fn carry_out_commands(&mut self) {
         let commands: Vec<Command> = self.core.take_commands().collect();
+        let mut marks = Vec::new();
         for command in commands {
-            self.carry_out(command);
+            match command {
+                Command::MarkDone { block, attempt } => marks.push((block, attempt)),
+                command => {
+                    self.mark_done(&mut marks);
+                    self.carry_out(command);
+                }
+            }
         }
+        self.mark_done(&mut marks);
+    }
+
+    fn mark_done(&mut self, marks: &mut Vec<(Block, Attempt)>) {
+        if marks.is_empty() || self.fatal.is_some() {
+            return marks.clear();
+        }
+        if let Err(error) = self.recorder.done_many(marks) {
+            let first = marks[0].0.id.spatial;
+            let what = format!(
+                "recording {} blocks as done (from block {first})",
+                marks.len()
+            );
+            self.fatal = Some(anyhow::Error::new(error).context(what));
+        }
+        marks.clear();
     }
 
     fn carry_out(&mut self, command: Command) {
@@ -158,12 +185,7 @@ impl Shell {
                 self.launcher.start(requests.collect());
             }
             Command::CancelJobs(slots) => self.launcher.cancel(slots),
-            Command::MarkDone { block, attempt } => {
-                if let Err(error) = self.recorder.done(&block, attempt) {
-                    let what = format!("recording block {} as done", block.id.spatial);
-                    self.fatal = Some(anyhow::Error::new(error).context(what));
-                }
-            }
+            Command::MarkDone { block, attempt } => self.mark_done(&mut vec![(block, attempt)]),
             Command::RecordFailure {
                 block,
                 attempt,
