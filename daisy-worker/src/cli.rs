@@ -101,7 +101,13 @@ pub fn main(cli: Cli) -> u8 {
 }
 
 fn serve(config: RunConfig) -> u8 {
-    let runtime = match tokio::runtime::Runtime::new() {
+    // One thread: the connection, the signals and a worker command's pipes
+    // all wait on it, so passing a block on costs no thread hop (blocking
+    // user code gets a thread of its own all the same).
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build();
+    let runtime = match runtime {
         Ok(runtime) => runtime,
         Err(e) => {
             eprintln!("daisy-worker: error: cannot start the async runtime: {e}");

@@ -16,18 +16,23 @@
 //! A block starts only while [`Drain`] allows it: once the worker drains,
 //! the rest of a batch is left unrun, for the runtime to hand back.
 //!
-//! Everything here is synchronous and blocking; the runtime calls it from
-//! `spawn_blocking`, always through the same [`Runner`].
+//! A block command and in-process code are synchronous: the runtime runs
+//! their batches on a blocking thread. A worker command's pipes are
+//! waited for by the runtime itself, so relaying a block to it and its
+//! answer back costs no thread hop ([`SharedRunner::start_batch`]).
 
 use crate::drain::Drain;
 use crate::embedded::{self, BlockControl, EmbeddedCode, EmbeddedRan, Watchdog};
 use crate::user_code::{
-    check_program, BlockCommand, BlockFailure, BlockLog, Outcome, WorkerCommand,
+    check_program, run_blocking, BlockCommand, BlockFailure, BlockLog, Outcome, Wait,
+    WorkerCommand,
 };
 use daisy_core::protocol::{CodeKind, TaskCode, WireBlock};
 use std::collections::{BTreeMap, VecDeque};
 use std::path::Path;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
+use tokio::task::{JoinError, JoinHandle};
 
 /// A block that ran: how it went and how long it took.
 #[derive(Debug)]
@@ -214,7 +219,7 @@ impl Runner {
                     ran(block.block_id, outcome, started.elapsed())
                 })
                 .collect(),
-            Self::Worker(worker) => worker.run_batch(blocks, drain),
+            Self::Worker(worker) => run_blocking(worker.run_batch(blocks, drain, Wait::Blocking)),
             Self::Embedded(embedded) => embedded.run_batch(blocks, drain),
         }
     }
@@ -227,6 +232,52 @@ impl Runner {
             Self::Embedded(embedded) => embedded.code.finish(),
             Self::Block { .. } => {}
         }
+    }
+}
+
+/// The runner, shared between the runtime and the batch it runs.
+#[derive(Debug)]
+pub struct SharedRunner {
+    runner: Arc<tokio::sync::Mutex<Runner>>,
+    /// A worker command, whose batches run on the runtime.
+    on_runtime: bool,
+}
+
+impl SharedRunner {
+    pub fn new(runner: Runner) -> Self {
+        Self {
+            on_runtime: matches!(runner, Runner::Worker(_)),
+            runner: Arc::new(tokio::sync::Mutex::new(runner)),
+        }
+    }
+
+    /// Starts running `blocks` as [`Runner::run_batch`] does: a worker
+    /// command's on this runtime, other code on a blocking thread.
+    pub fn start_batch(&self, blocks: Vec<WireBlock>, drain: &Arc<Drain>) -> JoinHandle<Vec<Ran>> {
+        let (runner, drain) = (Arc::clone(&self.runner), Arc::clone(drain));
+        if !self.on_runtime {
+            let run = move || runner.blocking_lock().run_batch(blocks, &drain);
+            return tokio::task::spawn_blocking(run);
+        }
+        tokio::spawn(async move {
+            let mut runner = runner.lock().await;
+            match &mut *runner {
+                Runner::Worker(worker) => worker.run_batch(blocks, &drain, Wait::Async).await,
+                other => other.run_batch(blocks, &drain),
+            }
+        })
+    }
+
+    /// See [`Runner::cannot_serve`]; after the batch is done.
+    pub async fn cannot_serve(&self) -> Option<String> {
+        self.runner.lock().await.cannot_serve()
+    }
+
+    /// Ends the code ([`Runner::finish`]) on a blocking thread: it waits
+    /// out a worker command's grace period.
+    pub async fn finish(&self) -> Result<(), JoinError> {
+        let runner = Arc::clone(&self.runner);
+        tokio::task::spawn_blocking(move || runner.blocking_lock().finish()).await
     }
 }
 
@@ -277,7 +328,7 @@ impl WorkerProcess {
     /// the blocks it was given fail and a fresh process takes the rest.
     /// Blocks overlap, so each is timed as its share of the time between
     /// answers.
-    fn run_batch(&mut self, blocks: Vec<WireBlock>, drain: &Drain) -> Vec<Ran> {
+    async fn run_batch(&mut self, blocks: Vec<WireBlock>, drain: &Drain, wait: Wait) -> Vec<Ran> {
         let (depth, timeout) = (self.depth, self.timeout);
         let mut todo = VecDeque::from(blocks);
         let mut done = Vec::with_capacity(todo.len());
@@ -285,7 +336,10 @@ impl WorkerProcess {
         while !todo.is_empty() && may_feed() {
             let started = Instant::now();
             let outcomes: Vec<Outcome> = match self.running() {
-                Ok(process) => process.run_ahead(&mut todo, depth, timeout, &may_feed),
+                Ok(process) => {
+                    let ran = process.run_ahead_in(&mut todo, depth, timeout, &may_feed, wait);
+                    ran.await
+                }
                 Err(failure) => {
                     let failed = todo.drain(..).map(|b| (b.block_id, Err(failure.clone())));
                     failed.collect()
