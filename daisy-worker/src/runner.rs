@@ -29,10 +29,12 @@ use crate::user_code::{
 };
 use daisy_core::protocol::{CodeKind, TaskCode, WireBlock};
 use std::collections::{BTreeMap, VecDeque};
+use std::future::Future;
 use std::path::Path;
+use std::pin::Pin;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use tokio::task::{JoinError, JoinHandle};
+use tokio::task::JoinError;
 
 /// A block that ran: how it went and how long it took.
 #[derive(Debug)]
@@ -235,6 +237,9 @@ impl Runner {
     }
 }
 
+/// A batch running: its results, or how the thread running it failed.
+pub type Batch = Pin<Box<dyn Future<Output = Result<Vec<Ran>, JoinError>> + Send>>;
+
 /// The runner, shared between the runtime and the batch it runs.
 #[derive(Debug)]
 pub struct SharedRunner {
@@ -251,20 +256,21 @@ impl SharedRunner {
         }
     }
 
-    /// Starts running `blocks` as [`Runner::run_batch`] does: a worker
-    /// command's on this runtime, other code on a blocking thread.
-    pub fn start_batch(&self, blocks: Vec<WireBlock>, drain: &Arc<Drain>) -> JoinHandle<Vec<Ran>> {
+    /// Starts running `blocks` as [`Runner::run_batch`] does: other code
+    /// on a blocking thread, a worker command's in the returned future
+    /// itself (no task to spawn and wake: the caller polls it).
+    pub fn start_batch(&self, blocks: Vec<WireBlock>, drain: &Arc<Drain>) -> Batch {
         let (runner, drain) = (Arc::clone(&self.runner), Arc::clone(drain));
         if !self.on_runtime {
             let run = move || runner.blocking_lock().run_batch(blocks, &drain);
-            return tokio::task::spawn_blocking(run);
+            return Box::pin(tokio::task::spawn_blocking(run));
         }
-        tokio::spawn(async move {
+        Box::pin(async move {
             let mut runner = runner.lock().await;
-            match &mut *runner {
+            Ok(match &mut *runner {
                 Runner::Worker(worker) => worker.run_batch(blocks, &drain, Wait::Async).await,
                 other => other.run_batch(blocks, &drain),
-            }
+            })
         })
     }
 

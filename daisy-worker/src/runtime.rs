@@ -35,7 +35,7 @@
 use crate::batch_size::BatchSize;
 use crate::client::{Acquired, Client, ClientError, ConnectError, ConnectOpts};
 use crate::drain::Drain;
-use crate::runner::{Overdue, Ran, Runner, SharedRunner};
+use crate::runner::{Batch, Overdue, Ran, Runner, SharedRunner};
 use daisy_core::protocol::{BlockResult, CodeKind, TaskCode, Welcome, WireBlock};
 use std::collections::VecDeque;
 use std::future::Future;
@@ -43,7 +43,7 @@ use std::path::{Path, PathBuf};
 use std::pin::{pin, Pin};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use tokio::task::{JoinError, JoinHandle};
+use tokio::task::JoinError;
 
 /// What the runtime needs: where the driver is, where user output goes,
 /// when the job ends.
@@ -169,7 +169,7 @@ async fn refuse_code(mut client: Client, task: String, reason: String) -> RunErr
 /// A batch running (on a blocking thread, or as a task of the runtime).
 struct Running {
     block_ids: Vec<u64>,
-    handle: JoinHandle<Vec<Ran>>,
+    handle: Batch,
 }
 
 /// A batch's block ids and how its thread ended.

@@ -129,10 +129,15 @@ impl Pipes {
         })
     }
 
-    /// Queues `value` as one JSON line and writes what the pipe takes.
-    pub(super) fn send_line(&mut self, value: &impl Serialize) -> io::Result<()> {
-        serde_json::to_writer(&mut self.out.bytes, value).map_err(io::Error::other)?;
+    /// Queues `value` as one JSON line, for [`Self::flush`].
+    pub(super) fn queue_line(&mut self, value: &impl Serialize) {
+        serde_json::to_writer(&mut self.out.bytes, value).expect("wire types serialise to JSON");
         self.out.bytes.push(b'\n');
+    }
+
+    /// Writes what is queued, as far as the pipe takes it (the rest while
+    /// waiting in [`Self::fill`]).
+    pub(super) fn flush(&mut self) -> io::Result<()> {
         self.out.flush(self.stdin.as_ref())
     }
 

@@ -180,17 +180,22 @@ impl WorkerCommand {
         may_feed: &F,
         wait: Wait,
     ) -> Result<(), BlockFailure> {
+        let first = sent.len();
         while sent.len() < depth.max(1) && may_feed() {
             let Some(block) = todo.pop_front() else {
-                return Ok(());
+                break;
             };
             sent.push(block.block_id);
-            if let Err(e) = self.pipes.send_line(&block) {
-                tracing::debug!("cannot write to the worker command: {e}");
-                return Err(self.on_exit(block.block_id, wait).await);
-            }
+            self.pipes.queue_line(&block);
         }
-        Ok(())
+        // All in one write: a block written ahead costs no system call.
+        match (sent.get(first), self.pipes.flush()) {
+            (Some(&block_id), Err(e)) => {
+                tracing::debug!("cannot write to the worker command: {e}");
+                Err(self.on_exit(block_id, wait).await)
+            }
+            _ => Ok(()),
+        }
     }
 
     /// Waits for the next answer to one of `sent` and takes it out; if the
