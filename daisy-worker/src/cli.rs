@@ -114,9 +114,13 @@ fn serve(config: RunConfig) -> u8 {
             return EXIT_FAILURE;
         }
     };
+    // A task, not the `block_on` future itself: waking that one costs the
+    // runtime an extra look at its I/O (an `epoll_wait`) per wake-up.
     let outcome = runtime.block_on(async {
-        let stop = stop_signal();
-        run(config, stop).await
+        match tokio::spawn(run(config, stop_signal())).await {
+            Ok(outcome) => outcome,
+            Err(e) => std::panic::resume_unwind(e.into_panic()),
+        }
     });
     // After an error a block may still run: exiting, not waiting, ends it,
     // and the watchdog stops whatever user processes are left.
