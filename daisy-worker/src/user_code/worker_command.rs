@@ -621,6 +621,83 @@ signal.pause()
         );
     }
 
+    /// Runs `future` on a single-threaded runtime, as `daisy-worker` does.
+    fn on_one_thread<F: std::future::Future>(future: F) -> F::Output {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        runtime.block_on(future)
+    }
+
+    #[test]
+    fn on_the_runtime_blocks_written_ahead_are_answered_past_a_flood_of_output() {
+        let dir = tempfile::tempdir().unwrap();
+        // 1 MiB of chatter before the first answer: many full reads of the
+        // pipe, each of which must leave it marked readable.
+        let script = r#"
+import json, sys
+for line in sys.stdin:
+    sys.stdout.write(("x" * 1023 + "\n") * 1024)
+    print(json.dumps({"block_id": json.loads(line)["block_id"], "ok": True}), flush=True)
+"#;
+        let mut worker = start(dir.path(), script);
+        let mut todo: VecDeque<WireBlock> = (1..=6).map(block).collect();
+        let outcomes = on_one_thread(worker.run_ahead_in(
+            &mut todo,
+            3,
+            PATIENCE,
+            &|| true,
+            Wait::Async,
+        ));
+        let ids: Vec<u64> = outcomes.iter().map(|(id, _)| *id).collect();
+        assert_eq!(ids, [1, 2, 3, 4, 5, 6]);
+        assert!(outcomes.iter().all(|(_, outcome)| outcome.is_ok()));
+        assert!(worker.finish().unwrap().success());
+        assert_eq!(read_log(dir.path(), "out").len(), 6 * 1024 * 1024);
+    }
+
+    #[test]
+    fn on_the_runtime_a_timed_out_command_is_stopped_without_holding_up_the_thread() {
+        let dir = tempfile::tempdir().unwrap();
+        let ready = dir.path().join("ready");
+        let script = format!(
+            "import signal, sys\nsignal.signal(signal.SIGTERM, signal.SIG_IGN)\nopen({:?}, 'w')\nsys.stdin.readline()\nsignal.pause()",
+            ready.display().to_string()
+        );
+        let grace = Duration::from_secs(1);
+        let mut worker = start(dir.path(), &script).with_grace(grace);
+        // The timeout is for the block, not for Python's start.
+        let started = Instant::now();
+        while !ready.exists() {
+            assert!(started.elapsed() < Duration::from_secs(30), "the script never started");
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        let ticks = std::sync::atomic::AtomicU32::new(0);
+        let (outcomes, ()) = on_one_thread(async {
+            let tick = async {
+                // Ticks on the same thread while the command's grace runs.
+                let mut interval = tokio::time::interval(Duration::from_millis(50));
+                loop {
+                    interval.tick().await;
+                    ticks.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                }
+            };
+            let timeout = Some(Duration::from_millis(300));
+            let mut todo = VecDeque::from([block(1)]);
+            let run = worker.run_ahead_in(&mut todo, 1, timeout, &|| true, Wait::Async);
+            tokio::select! {
+                outcomes = run => (outcomes, ()),
+                () = tick => unreachable!("the tick never ends"),
+            }
+        });
+        let failure = outcomes[0].1.as_ref().unwrap_err();
+        assert!(failure.message.starts_with("timed out after 300ms"), "{failure}");
+        // The grace second alone is 20 ticks; a blocked thread gets none.
+        let ticks = ticks.into_inner();
+        assert!(ticks >= 15, "only {ticks} ticks while the command was stopped");
+    }
+
     #[test]
     fn finish_kills_a_worker_command_that_does_not_exit() {
         let dir = tempfile::tempdir().unwrap();
