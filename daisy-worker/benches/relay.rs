@@ -145,7 +145,9 @@ fn build_driver() -> Result<PathBuf, String> {
     if profile_dir.ends_with("release") {
         build.arg("--release");
     }
-    let status = build.status().map_err(|e| format!("cannot run cargo: {e}"))?;
+    let status = build
+        .status()
+        .map_err(|e| format!("cannot run cargo: {e}"))?;
     if !status.success() {
         return Err(format!("building daisy-driver failed: {status}"));
     }
@@ -267,7 +269,9 @@ fn commands_cpu(cpu_dir: &Path, workers: u32) -> Result<f64, String> {
         found += 1;
     }
     if found != workers {
-        return Err(format!("{found} echo commands reported, {workers} expected"));
+        return Err(format!(
+            "{found} echo commands reported, {workers} expected"
+        ));
     }
     Ok(total)
 }

@@ -24,8 +24,7 @@
 use crate::drain::Drain;
 use crate::embedded::{self, BlockControl, EmbeddedCode, EmbeddedRan, Watchdog};
 use crate::user_code::{
-    check_program, run_blocking, BlockCommand, BlockFailure, BlockLog, Outcome, Wait,
-    WorkerCommand,
+    check_program, run_blocking, BlockCommand, BlockFailure, BlockLog, Outcome, Wait, WorkerCommand,
 };
 use daisy_core::protocol::{CodeKind, TaskCode, WireBlock};
 use std::collections::{BTreeMap, VecDeque};
@@ -51,7 +50,8 @@ pub enum Runner {
         command: BlockCommand,
         log: BlockLog,
     },
-    Worker(WorkerProcess),
+    /// Boxed: its pipes' buffers and reactor registrations are large.
+    Worker(Box<WorkerProcess>),
     /// A function of the embedding interpreter ([`crate::embedded`]).
     Embedded(Embedded),
 }
@@ -152,7 +152,7 @@ impl Runner {
             CodeKind::WorkerCommand if code.argv.is_empty() => {
                 return Err("the worker command is empty".into())
             }
-            CodeKind::WorkerCommand => Self::Worker(WorkerProcess {
+            CodeKind::WorkerCommand => Self::Worker(Box::new(WorkerProcess {
                 task_id: task_id.to_string(),
                 argv: code.argv.clone(),
                 env: code.env.clone(),
@@ -160,7 +160,7 @@ impl Runner {
                 depth: 1 + code.prefetch as usize,
                 log,
                 process: None,
-            }),
+            })),
             CodeKind::ProcessFunction | CodeKind::WorkerFunction => {
                 Self::Embedded(Embedded::new(task_id, code, timeout)?)
             }

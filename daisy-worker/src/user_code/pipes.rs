@@ -11,11 +11,11 @@
 
 use serde::Serialize;
 use std::fs::File;
+use std::future::Future;
 use std::io::{self, ErrorKind, Read, Write};
 use std::os::fd::{AsFd, AsRawFd, OwnedFd, RawFd};
-use std::process::{ChildStdin, ChildStdout};
-use std::future::Future;
 use std::pin::pin;
+use std::process::{ChildStdin, ChildStdout};
 use std::task::{Context, Poll, Waker};
 use std::time::{Duration, Instant};
 use tokio::io::unix::AsyncFd;

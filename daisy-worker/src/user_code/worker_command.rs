@@ -643,13 +643,8 @@ for line in sys.stdin:
 "#;
         let mut worker = start(dir.path(), script);
         let mut todo: VecDeque<WireBlock> = (1..=6).map(block).collect();
-        let outcomes = on_one_thread(worker.run_ahead_in(
-            &mut todo,
-            3,
-            PATIENCE,
-            &|| true,
-            Wait::Async,
-        ));
+        let outcomes =
+            on_one_thread(worker.run_ahead_in(&mut todo, 3, PATIENCE, &|| true, Wait::Async));
         let ids: Vec<u64> = outcomes.iter().map(|(id, _)| *id).collect();
         assert_eq!(ids, [1, 2, 3, 4, 5, 6]);
         assert!(outcomes.iter().all(|(_, outcome)| outcome.is_ok()));
@@ -670,7 +665,10 @@ for line in sys.stdin:
         // The timeout is for the block, not for Python's start.
         let started = Instant::now();
         while !ready.exists() {
-            assert!(started.elapsed() < Duration::from_secs(30), "the script never started");
+            assert!(
+                started.elapsed() < Duration::from_secs(30),
+                "the script never started"
+            );
             std::thread::sleep(Duration::from_millis(10));
         }
         let ticks = std::sync::atomic::AtomicU32::new(0);
@@ -692,10 +690,16 @@ for line in sys.stdin:
             }
         });
         let failure = outcomes[0].1.as_ref().unwrap_err();
-        assert!(failure.message.starts_with("timed out after 300ms"), "{failure}");
+        assert!(
+            failure.message.starts_with("timed out after 300ms"),
+            "{failure}"
+        );
         // The grace second alone is 20 ticks; a blocked thread gets none.
         let ticks = ticks.into_inner();
-        assert!(ticks >= 15, "only {ticks} ticks while the command was stopped");
+        assert!(
+            ticks >= 15,
+            "only {ticks} ticks while the command was stopped"
+        );
     }
 
     #[test]
