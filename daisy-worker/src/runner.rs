@@ -269,6 +269,7 @@ impl SharedRunner {
             let mut runner = runner.lock().await;
             Ok(match &mut *runner {
                 Runner::Worker(worker) => worker.run_batch(blocks, &drain, Wait::Async).await,
+                // Not reached (`on_runtime` is for worker commands); correct anyway.
                 other => other.run_batch(blocks, &drain),
             })
         })

@@ -21,7 +21,7 @@
 //! Blocks come in batches: the worker asks for the task's `batch_size`
 //! (or `1 + prefetch`, if larger, so a worker command has blocks to be fed
 //! ahead; for `batch_size = 0`, a size fitted to its blocks' run time, see
-//! `batch_size`) in one `AcquireBlocks`, runs the batch as one task,
+//! `batch_size`) in one `AcquireBlocks`, runs the batch as one unit,
 //! and releases every result of it in one `ReleaseBlocks` once all are
 //! done. A stop lets the running batch finish; a lost driver ends the
 //! worker, and the driver hands the batch to another.
@@ -166,7 +166,7 @@ async fn refuse_code(mut client: Client, task: String, reason: String) -> RunErr
     RunError::BadCode { task, reason }
 }
 
-/// A batch running (on a blocking thread, or as a task of the runtime).
+/// A batch running (on a blocking thread, or in a future the loop polls).
 struct Running {
     block_ids: Vec<u64>,
     handle: Batch,
