@@ -101,16 +101,26 @@ pub fn main(cli: Cli) -> u8 {
 }
 
 fn serve(config: RunConfig) -> u8 {
-    let runtime = match tokio::runtime::Runtime::new() {
+    // One thread: the connection, the signals and a worker command's pipes
+    // all wait on it, so passing a block on costs no thread hop (blocking
+    // user code gets a thread of its own all the same).
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build();
+    let runtime = match runtime {
         Ok(runtime) => runtime,
         Err(e) => {
             eprintln!("daisy-worker: error: cannot start the async runtime: {e}");
             return EXIT_FAILURE;
         }
     };
+    // A task, not the `block_on` future itself: waking that one costs the
+    // runtime an extra look at its I/O (an `epoll_wait`) per wake-up.
     let outcome = runtime.block_on(async {
-        let stop = stop_signal();
-        run(config, stop).await
+        match tokio::spawn(run(config, stop_signal())).await {
+            Ok(outcome) => outcome,
+            Err(e) => std::panic::resume_unwind(e.into_panic()),
+        }
     });
     // After an error a block may still run: exiting, not waiting, ends it,
     // and the watchdog stops whatever user processes are left.

@@ -16,18 +16,24 @@
 //! A block starts only while [`Drain`] allows it: once the worker drains,
 //! the rest of a batch is left unrun, for the runtime to hand back.
 //!
-//! Everything here is synchronous and blocking; the runtime calls it from
-//! `spawn_blocking`, always through the same [`Runner`].
+//! A block command and in-process code are synchronous: the runtime runs
+//! their batches on a blocking thread. A worker command's pipes are
+//! waited for by the runtime itself, so relaying a block to it and its
+//! answer back costs no thread hop ([`SharedRunner::start_batch`]).
 
 use crate::drain::Drain;
 use crate::embedded::{self, BlockControl, EmbeddedCode, EmbeddedRan, Watchdog};
 use crate::user_code::{
-    check_program, BlockCommand, BlockFailure, BlockLog, Outcome, WorkerCommand,
+    check_program, run_blocking, BlockCommand, BlockFailure, BlockLog, Outcome, Wait, WorkerCommand,
 };
 use daisy_core::protocol::{CodeKind, TaskCode, WireBlock};
 use std::collections::{BTreeMap, VecDeque};
+use std::future::Future;
 use std::path::Path;
+use std::pin::Pin;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
+use tokio::task::JoinError;
 
 /// A block that ran: how it went and how long it took.
 #[derive(Debug)]
@@ -44,7 +50,8 @@ pub enum Runner {
         command: BlockCommand,
         log: BlockLog,
     },
-    Worker(WorkerProcess),
+    /// Boxed: its pipes' buffers and reactor registrations are large.
+    Worker(Box<WorkerProcess>),
     /// A function of the embedding interpreter ([`crate::embedded`]).
     Embedded(Embedded),
 }
@@ -145,7 +152,7 @@ impl Runner {
             CodeKind::WorkerCommand if code.argv.is_empty() => {
                 return Err("the worker command is empty".into())
             }
-            CodeKind::WorkerCommand => Self::Worker(WorkerProcess {
+            CodeKind::WorkerCommand => Self::Worker(Box::new(WorkerProcess {
                 task_id: task_id.to_string(),
                 argv: code.argv.clone(),
                 env: code.env.clone(),
@@ -153,7 +160,7 @@ impl Runner {
                 depth: 1 + code.prefetch as usize,
                 log,
                 process: None,
-            }),
+            })),
             CodeKind::ProcessFunction | CodeKind::WorkerFunction => {
                 Self::Embedded(Embedded::new(task_id, code, timeout)?)
             }
@@ -214,7 +221,7 @@ impl Runner {
                     ran(block.block_id, outcome, started.elapsed())
                 })
                 .collect(),
-            Self::Worker(worker) => worker.run_batch(blocks, drain),
+            Self::Worker(worker) => run_blocking(worker.run_batch(blocks, drain, Wait::Blocking)),
             Self::Embedded(embedded) => embedded.run_batch(blocks, drain),
         }
     }
@@ -227,6 +234,57 @@ impl Runner {
             Self::Embedded(embedded) => embedded.code.finish(),
             Self::Block { .. } => {}
         }
+    }
+}
+
+/// A batch running: its results, or how the thread running it failed.
+pub type Batch = Pin<Box<dyn Future<Output = Result<Vec<Ran>, JoinError>> + Send>>;
+
+/// The runner, shared between the runtime and the batch it runs.
+#[derive(Debug)]
+pub struct SharedRunner {
+    runner: Arc<tokio::sync::Mutex<Runner>>,
+    /// A worker command, whose batches run on the runtime.
+    on_runtime: bool,
+}
+
+impl SharedRunner {
+    pub fn new(runner: Runner) -> Self {
+        Self {
+            on_runtime: matches!(runner, Runner::Worker(_)),
+            runner: Arc::new(tokio::sync::Mutex::new(runner)),
+        }
+    }
+
+    /// Starts running `blocks` as [`Runner::run_batch`] does: other code
+    /// on a blocking thread, a worker command's in the returned future
+    /// itself (no task to spawn and wake: the caller polls it).
+    pub fn start_batch(&self, blocks: Vec<WireBlock>, drain: &Arc<Drain>) -> Batch {
+        let (runner, drain) = (Arc::clone(&self.runner), Arc::clone(drain));
+        if !self.on_runtime {
+            let run = move || runner.blocking_lock().run_batch(blocks, &drain);
+            return Box::pin(tokio::task::spawn_blocking(run));
+        }
+        Box::pin(async move {
+            let mut runner = runner.lock().await;
+            Ok(match &mut *runner {
+                Runner::Worker(worker) => worker.run_batch(blocks, &drain, Wait::Async).await,
+                // Not reached (`on_runtime` is for worker commands); correct anyway.
+                other => other.run_batch(blocks, &drain),
+            })
+        })
+    }
+
+    /// See [`Runner::cannot_serve`]; after the batch is done.
+    pub async fn cannot_serve(&self) -> Option<String> {
+        self.runner.lock().await.cannot_serve()
+    }
+
+    /// Ends the code ([`Runner::finish`]) on a blocking thread: it waits
+    /// out a worker command's grace period.
+    pub async fn finish(&self) -> Result<(), JoinError> {
+        let runner = Arc::clone(&self.runner);
+        tokio::task::spawn_blocking(move || runner.blocking_lock().finish()).await
     }
 }
 
@@ -277,7 +335,7 @@ impl WorkerProcess {
     /// the blocks it was given fail and a fresh process takes the rest.
     /// Blocks overlap, so each is timed as its share of the time between
     /// answers.
-    fn run_batch(&mut self, blocks: Vec<WireBlock>, drain: &Drain) -> Vec<Ran> {
+    async fn run_batch(&mut self, blocks: Vec<WireBlock>, drain: &Drain, wait: Wait) -> Vec<Ran> {
         let (depth, timeout) = (self.depth, self.timeout);
         let mut todo = VecDeque::from(blocks);
         let mut done = Vec::with_capacity(todo.len());
@@ -285,7 +343,10 @@ impl WorkerProcess {
         while !todo.is_empty() && may_feed() {
             let started = Instant::now();
             let outcomes: Vec<Outcome> = match self.running() {
-                Ok(process) => process.run_ahead(&mut todo, depth, timeout, &may_feed),
+                Ok(process) => {
+                    let ran = process.run_ahead_in(&mut todo, depth, timeout, &may_feed, wait);
+                    ran.await
+                }
                 Err(failure) => {
                     let failed = todo.drain(..).map(|b| (b.block_id, Err(failure.clone())));
                     failed.collect()

@@ -21,27 +21,29 @@
 //! Blocks come in batches: the worker asks for the task's `batch_size`
 //! (or `1 + prefetch`, if larger, so a worker command has blocks to be fed
 //! ahead; for `batch_size = 0`, a size fitted to its blocks' run time, see
-//! `batch_size`) in one `AcquireBlocks`, runs the batch on one blocking thread,
+//! `batch_size`) in one `AcquireBlocks`, runs the batch as one unit,
 //! and releases every result of it in one `ReleaseBlocks` once all are
 //! done. A stop lets the running batch finish; a lost driver ends the
 //! worker, and the driver hands the batch to another.
 //!
-//! User code runs on a blocking thread ([`tokio::task::spawn_blocking`]),
-//! because it is synchronous (see [`crate::user_code`]); the connection
-//! keeps heartbeating meanwhile.
+//! A block command and in-process code run on a blocking thread
+//! ([`tokio::task::spawn_blocking`]), because they are synchronous (see
+//! [`crate::user_code`]); a worker command's pipes are waited for on the
+//! runtime, like the connection (see `runner`). The connection keeps
+//! heartbeating meanwhile.
 
 use crate::batch_size::BatchSize;
 use crate::client::{Acquired, Client, ClientError, ConnectError, ConnectOpts};
 use crate::drain::Drain;
-use crate::runner::{Overdue, Ran, Runner};
+use crate::runner::{Batch, Overdue, Ran, Runner, SharedRunner};
 use daisy_core::protocol::{BlockResult, CodeKind, TaskCode, Welcome, WireBlock};
 use std::collections::VecDeque;
 use std::future::Future;
 use std::path::{Path, PathBuf};
 use std::pin::{pin, Pin};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
-use tokio::task::{JoinError, JoinHandle};
+use tokio::task::JoinError;
 
 /// What the runtime needs: where the driver is, where user output goes,
 /// when the job ends.
@@ -164,10 +166,10 @@ async fn refuse_code(mut client: Client, task: String, reason: String) -> RunErr
     RunError::BadCode { task, reason }
 }
 
-/// A batch running on a blocking thread.
+/// A batch running (on a blocking thread, or in a future the loop polls).
 struct Running {
     block_ids: Vec<u64>,
-    handle: JoinHandle<Vec<Ran>>,
+    handle: Batch,
 }
 
 /// A batch's block ids and how its thread ended.
@@ -176,9 +178,9 @@ type Done = (Vec<u64>, Result<Vec<Ran>, JoinError>);
 /// The state of the main loop.
 struct Worker {
     client: Client,
-    /// Shared with the blocking thread running a block; only ever locked
-    /// there, or once the loop is over.
-    runner: Arc<Mutex<Runner>>,
+    /// Shared with the batch running; only ever locked there, or between
+    /// batches.
+    runner: SharedRunner,
     /// Blocks received and not started yet.
     queued: VecDeque<WireBlock>,
     /// Blocks asked for per `AcquireBlocks`.
@@ -200,7 +202,7 @@ impl Worker {
     fn new(client: Client, runner: Runner, batch: BatchSize, drain: Drain) -> Self {
         Self {
             client,
-            runner: Arc::new(Mutex::new(runner)),
+            runner: SharedRunner::new(runner),
             queued: VecDeque::new(),
             batch,
             running: None,
@@ -346,7 +348,7 @@ impl Worker {
         let (results, cut_short): (Vec<Ran>, Vec<Ran>) = ran
             .into_iter()
             .partition(|ran| !self.cut_short_by_signal(ran));
-        let unable = lock(&self.runner).cannot_serve();
+        let unable = self.runner.cannot_serve().await;
         let mut returned: Vec<u64> = block_ids
             .into_iter()
             .filter(|id| !results.iter().any(|ran| ran.block_id == *id))
@@ -383,7 +385,7 @@ impl Worker {
         self.signalled && ran.outcome.as_ref().is_err_and(|f| f.by_signal)
     }
 
-    /// Starts every queued block, as one batch, on a blocking thread.
+    /// Starts every queued block, as one batch.
     fn start_next(&mut self) {
         if self.queued.is_empty() {
             return;
@@ -391,8 +393,7 @@ impl Worker {
         let batch: Vec<WireBlock> = self.queued.drain(..).collect();
         let block_ids: Vec<u64> = batch.iter().map(|block| block.block_id).collect();
         tracing::debug!(?block_ids, "running batch");
-        let (runner, drain) = (Arc::clone(&self.runner), Arc::clone(&self.drain));
-        let handle = tokio::task::spawn_blocking(move || lock(&runner).run_batch(batch, &drain));
+        let handle = self.runner.start_batch(batch, &self.drain);
         self.running = Some(Running { block_ids, handle });
     }
 
@@ -417,9 +418,7 @@ impl Worker {
     /// Ends the user's worker command, then the connection. Failures here
     /// lose nothing (every result was queued), so they are only logged.
     async fn finish(self, stopped: Stopped) -> Stopped {
-        let runner = self.runner;
-        let finished = tokio::task::spawn_blocking(move || lock(&runner).finish()).await;
-        if let Err(e) = finished {
+        if let Err(e) = self.runner.finish().await {
             tracing::warn!("could not finish the user code: {e}");
         }
         if let Err(e) = self.client.close().await {
@@ -470,12 +469,6 @@ async fn finished(running: &mut Option<Running>) -> Done {
         Some(running) => (running.block_ids.clone(), (&mut running.handle).await),
         None => std::future::pending().await,
     }
-}
-
-/// A panic while running a block ends the worker (see `on_batch_done`),
-/// so a poisoned lock is only seen by `finish`, which may still proceed.
-fn lock(runner: &Mutex<Runner>) -> std::sync::MutexGuard<'_, Runner> {
-    runner.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
 fn result(ran: Ran) -> BlockResult {

@@ -22,6 +22,7 @@
 
 mod block_command;
 mod group;
+mod pipes;
 mod program;
 #[cfg(test)]
 mod test_util;
@@ -31,6 +32,7 @@ mod worker_command;
 pub use block_command::BlockCommand;
 pub use daisy_core::template::CommandError;
 pub use group::{end_all as end_all_user_processes, SpawnError};
+pub use pipes::{run_blocking, Wait};
 pub use program::{check_program, ProgramError};
 pub use worker_command::{Outcome, StartError, WorkerCommand};
 
@@ -128,7 +130,7 @@ struct OpenLog {
 }
 
 /// Where one process's stderr starts in a shared log file.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 struct StderrTail {
     path: PathBuf,
     start: u64,

@@ -8,6 +8,7 @@ use daisy_core::protocol::{
 use std::path::Path;
 use std::time::Duration;
 use tokio::sync::oneshot;
+use tokio::task::JoinHandle;
 
 /// A running worker, the driver's end of its connection, and the trigger
 /// of its stop future (dropping it stops the worker too).

@@ -8,18 +8,25 @@
 //! stderr goes straight to the stderr log. Closing its stdin means no more
 //! work (DESIGN.md, "Workers and user code").
 //!
-//! A thread reads stdout and forwards lines over a channel, so that waiting
-//! for an answer can time out, and so that blocks can be written ahead
-//! (prefetch) without the two pipes deadlocking.
+//! Its pipes are non-blocking ([`Pipes`]): waiting for an answer can time
+//! out, and blocks can be written ahead (prefetch) without the two pipes
+//! deadlocking, with no thread in between. The relay is one async fn,
+//! [`WorkerCommand::run_ahead_in`]: with [`Wait::Async`] it waits on the
+//! caller's tokio runtime (the worker's, so a block costs no thread hop);
+//! the synchronous [`WorkerCommand::run_ahead`] runs it on the calling
+//! thread, blocking in `poll(2)`. Stopping the process (a timeout, its death) waits for it,
+//! so in async mode that happens on a blocking thread.
 
 use super::group::{self, describe, GroupChild, SpawnError, Waited};
+use super::pipes::{run_blocking, Filled, Pipes, Wait};
 use super::{BlockFailure, BlockLog, LogError, OpenLog, StderrTail, DEFAULT_GRACE};
 use daisy_core::protocol::{BlockResult, WireBlock};
 use std::collections::{BTreeMap, VecDeque};
 use std::fs::File;
-use std::io::{self, BufRead, BufReader, Write};
-use std::process::{ChildStdin, ChildStdout, Command, ExitStatus, Stdio};
-use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender};
+use std::io::{self, Write};
+use std::process::{Command, ExitStatus, Stdio};
+use std::sync::mpsc::{self, Sender};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::thread;
 use std::time::{Duration, Instant};
 
@@ -41,11 +48,9 @@ pub enum StartError {
 /// Dropping it kills its process group and reaps it.
 #[derive(Debug)]
 pub struct WorkerCommand {
-    child: GroupChild,
-    /// `None` once closed by [`Self::finish`].
-    stdin: Option<ChildStdin>,
-    /// Stdout lines; disconnected at end of file.
-    lines: Receiver<String>,
+    /// Shared with a blocking thread while it stops the process.
+    child: Arc<Mutex<GroupChild>>,
+    pipes: Pipes,
     /// Where stdout lines that are not results go.
     stdout_log: File,
     tail: StderrTail,
@@ -53,6 +58,7 @@ pub struct WorkerCommand {
     grace: Duration,
     /// Set when the process is gone or killed: why it can't take blocks.
     gone: Option<String>,
+    _keeper: Keeper,
 }
 
 impl WorkerCommand {
@@ -75,16 +81,23 @@ impl WorkerCommand {
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(stderr);
-        let (mut child, lines) = spawn_with_reader(cmd)?;
-        let stdin = child.take_stdin();
+        let (mut child, keeper) = spawn_kept(cmd)?;
+        let pipes = match (child.take_stdin(), child.take_stdout()) {
+            (Some(stdin), Some(stdout)) => Pipes::new(stdin, stdout),
+            _ => Err(io::Error::other("no pipes to the process")),
+        };
+        let pipes = pipes.map_err(|cause| SpawnError {
+            program: program.as_ref().to_string(),
+            cause,
+        })?;
         Ok(Self {
-            child,
-            stdin,
-            lines,
+            child: Arc::new(Mutex::new(child)),
+            pipes,
             stdout_log: stdout,
             tail,
             grace: DEFAULT_GRACE,
             gone: None,
+            _keeper: keeper,
         })
     }
 
@@ -129,49 +142,73 @@ impl WorkerCommand {
         timeout: Option<Duration>,
         may_feed: &dyn Fn() -> bool,
     ) -> Vec<Outcome> {
+        run_blocking(self.run_ahead_in(todo, depth, timeout, may_feed, Wait::Blocking))
+    }
+
+    /// [`Self::run_ahead`], waiting for the pipes as `wait` says: with
+    /// [`Wait::Async`] it must be awaited on a tokio runtime.
+    pub async fn run_ahead_in<F: Fn() -> bool + ?Sized>(
+        &mut self,
+        todo: &mut VecDeque<WireBlock>,
+        depth: usize,
+        timeout: Option<Duration>,
+        may_feed: &F,
+        wait: Wait,
+    ) -> Vec<Outcome> {
         let mut outcomes = Vec::new();
         let mut sent = Vec::new();
         while self.gone.is_none() {
-            if let Err(failure) = self.feed(todo, &mut sent, depth, may_feed) {
+            if let Err(failure) = self.feed(todo, &mut sent, depth, may_feed, wait).await {
                 outcomes.extend(sent.drain(..).map(|id| (id, Err(failure.clone()))));
                 break;
             }
             if sent.is_empty() {
                 break;
             }
-            outcomes.extend(self.next_answer(&mut sent, timeout));
+            outcomes.extend(self.next_answer(&mut sent, timeout, wait).await);
         }
         outcomes
     }
 
     /// Writes blocks of `todo` until `depth` are unanswered; the error is
     /// the failure of those in `sent` if the process stopped reading.
-    fn feed(
+    async fn feed<F: Fn() -> bool + ?Sized>(
         &mut self,
         todo: &mut VecDeque<WireBlock>,
         sent: &mut Vec<u64>,
         depth: usize,
-        may_feed: &dyn Fn() -> bool,
+        may_feed: &F,
+        wait: Wait,
     ) -> Result<(), BlockFailure> {
+        let first = sent.len();
         while sent.len() < depth.max(1) && may_feed() {
             let Some(block) = todo.pop_front() else {
-                return Ok(());
+                break;
             };
             sent.push(block.block_id);
-            if let Err(e) = self.send(&block) {
-                tracing::debug!("cannot write to the worker command: {e}");
-                return Err(self.on_exit(block.block_id));
-            }
+            self.pipes.queue_line(&block);
         }
-        Ok(())
+        // All in one write: a block written ahead costs no system call.
+        match (sent.get(first), self.pipes.flush()) {
+            (Some(&block_id), Err(e)) => {
+                tracing::debug!("cannot write to the worker command: {e}");
+                Err(self.on_exit(block_id, wait).await)
+            }
+            _ => Ok(()),
+        }
     }
 
     /// Waits for the next answer to one of `sent` and takes it out; if the
     /// process ends or times out instead, all of `sent` fail.
-    fn next_answer(&mut self, sent: &mut Vec<u64>, timeout: Option<Duration>) -> Vec<Outcome> {
-        let deadline = timeout.map(|timeout| (timeout, Instant::now() + timeout));
+    async fn next_answer(
+        &mut self,
+        sent: &mut Vec<u64>,
+        timeout: Option<Duration>,
+        wait: Wait,
+    ) -> Vec<Outcome> {
+        let deadline = timeout.map(|timeout| Instant::now() + timeout);
         loop {
-            let failure = match self.next_line(deadline) {
+            let failure = match self.next_line(deadline, wait).await {
                 Next::Line(line) => match self.on_line(&line, sent) {
                     Some(result) => {
                         sent.retain(|&id| id != result.block_id);
@@ -179,8 +216,8 @@ impl WorkerCommand {
                     }
                     None => continue,
                 },
-                Next::Eof => self.on_exit(sent[0]),
-                Next::TimedOut(timeout) => self.on_timeout(timeout),
+                Next::Eof => self.on_exit(sent[0], wait).await,
+                Next::TimedOut => self.on_timeout(timeout.unwrap_or_default(), wait).await,
             };
             return sent
                 .drain(..)
@@ -193,8 +230,8 @@ impl WorkerCommand {
     /// exit, then kills its group. Returns how it ended, also if it had
     /// already ended.
     pub fn finish(mut self) -> io::Result<ExitStatus> {
-        self.stdin = None;
-        let status = self.child.stop(self.grace);
+        self.pipes.close_stdin();
+        let status = lock(&self.child).stop(self.grace);
         self.drain_lines();
         status
     }
@@ -214,35 +251,29 @@ impl WorkerCommand {
 
     /// Why the process can no longer take blocks, if it has exited.
     fn poll_exit(&mut self) -> Option<String> {
-        match self.child.wait_for(Some(Duration::ZERO)) {
+        match lock(&self.child).wait_for(Some(Duration::ZERO)) {
             Ok(Waited::TimedOut(_)) => None,
             Ok(Waited::Exited(status)) => Some(format!("ended: {}", describe(status))),
             Err(e) => Some(format!("cannot wait for it: {e}")),
         }
     }
 
-    /// One write per block, so a reader never sees half a line.
-    fn send(&mut self, block: &WireBlock) -> io::Result<()> {
-        let mut line = serde_json::to_string(block).expect("wire types serialise to JSON");
-        line.push('\n');
-        let stdin = self.stdin.as_mut().ok_or(io::ErrorKind::BrokenPipe)?;
-        stdin.write_all(line.as_bytes())?;
-        stdin.flush()
-    }
-
-    /// The next stdout line, waiting at most until the deadline (the
-    /// timeout it came from, and when it passes).
-    fn next_line(&self, deadline: Option<(Duration, Instant)>) -> Next {
-        let Some((timeout, at)) = deadline else {
-            return self.lines.recv().map_or(Next::Eof, Next::Line);
-        };
-        match self
-            .lines
-            .recv_timeout(at.saturating_duration_since(Instant::now()))
-        {
-            Ok(line) => Next::Line(line),
-            Err(RecvTimeoutError::Disconnected) => Next::Eof,
-            Err(RecvTimeoutError::Timeout) => Next::TimedOut(timeout),
+    /// The next stdout line, waiting at most until the deadline; a read
+    /// error is logged and taken for the end of stdout.
+    async fn next_line(&mut self, deadline: Option<Instant>, wait: Wait) -> Next {
+        loop {
+            if let Some(line) = self.pipes.take_line() {
+                return Next::Line(line);
+            }
+            match self.pipes.fill(wait, deadline).await {
+                Ok(Filled::Data) => {}
+                Ok(Filled::Eof) => return self.pipes.take_rest().map_or(Next::Eof, Next::Line),
+                Ok(Filled::TimedOut) => return Next::TimedOut,
+                Err(e) => {
+                    tracing::warn!("cannot read the worker command's stdout: {e}");
+                    return Next::Eof;
+                }
+            }
         }
     }
 
@@ -268,8 +299,9 @@ impl WorkerCommand {
 
     /// Stdout ended before an answer: the process exited (or closed its
     /// stdout, which is as good as exiting).
-    fn on_exit(&mut self, block_id: u64) -> BlockFailure {
-        let status = self.child.stop(self.grace);
+    async fn on_exit(&mut self, block_id: u64, wait: Wait) -> BlockFailure {
+        let grace = self.grace;
+        let status = self.off_thread(wait, move |child| child.stop(grace)).await;
         let how = match &status {
             Ok(status) => describe(*status),
             Err(e) => format!("unknown status ({e})"),
@@ -283,15 +315,38 @@ impl WorkerCommand {
         }
     }
 
-    fn on_timeout(&mut self, timeout: Duration) -> BlockFailure {
+    async fn on_timeout(&mut self, timeout: Duration, wait: Wait) -> BlockFailure {
         self.gone = Some(format!("killed: a block timed out after {timeout:?}"));
-        group::on_timeout(&mut self.child, timeout, self.grace, &self.tail)
+        let (grace, tail) = (self.grace, self.tail.clone());
+        let stop = move |child: &mut GroupChild| group::on_timeout(child, timeout, grace, &tail);
+        self.off_thread(wait, stop).await
+    }
+
+    /// Runs `f` on the process: here when blocking is allowed, else on a
+    /// blocking thread (it may wait out the grace period).
+    async fn off_thread<R: Send + 'static>(
+        &self,
+        wait: Wait,
+        f: impl FnOnce(&mut GroupChild) -> R + Send + 'static,
+    ) -> R {
+        let child = Arc::clone(&self.child);
+        let run = move || f(&mut lock(&child));
+        if wait == Wait::Blocking {
+            return run();
+        }
+        match tokio::task::spawn_blocking(run).await {
+            Ok(result) => result,
+            Err(e) if e.is_panic() => std::panic::resume_unwind(e.into_panic()),
+            // The runtime shuts down: nobody waits for this any more.
+            Err(_) => std::future::pending().await,
+        }
     }
 
     /// Logs what the process printed before it ended; bounded by the grace
     /// period in case something outside its group still holds its stdout.
     fn drain_lines(&mut self) {
-        while let Ok(line) = self.lines.recv_timeout(self.grace) {
+        let deadline = Instant::now() + self.grace;
+        while let Next::Line(line) = run_blocking(self.next_line(Some(deadline), Wait::Blocking)) {
             self.on_line(&line, &[]);
         }
     }
@@ -305,8 +360,8 @@ enum Next {
     Line(String),
     /// Stdout closed: the process exited.
     Eof,
-    /// No line within this timeout.
-    TimedOut(Duration),
+    /// No line before the deadline.
+    TimedOut,
 }
 
 /// A result object (not any JSON that happens to fit, such as an array).
@@ -327,65 +382,43 @@ fn outcome(result: BlockResult) -> Result<(), BlockFailure> {
     }
 }
 
-/// Starts `cmd` on the thread that then reads its stdout.
-///
-/// PR_SET_PDEATHSIG fires when the *thread* that spawned the child ends, so
-/// the child is spawned by a thread that lives exactly as long as its
-/// stdout is open, not by the caller's thread, which may be a short-lived
-/// blocking thread of the async runtime.
-fn spawn_with_reader(cmd: Command) -> Result<(GroupChild, Receiver<String>), SpawnError> {
+fn lock(child: &Mutex<GroupChild>) -> MutexGuard<'_, GroupChild> {
+    child.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// Keeps the thread that started the process alive as long as the
+/// process is used: PR_SET_PDEATHSIG fires when the *thread* that spawned
+/// a child ends, and the caller's thread may be a short-lived blocking
+/// thread of the async runtime.
+#[derive(Debug)]
+struct Keeper {
+    _alive: Sender<()>,
+}
+
+/// Starts `cmd` on a thread that then waits until the [`Keeper`] is dropped.
+fn spawn_kept(mut cmd: Command) -> Result<(GroupChild, Keeper), SpawnError> {
     let program = cmd.get_program().to_string_lossy().into_owned();
     let (started_tx, started_rx) = mpsc::channel();
-    let (lines_tx, lines_rx) = mpsc::channel();
-    let reader = move || spawn_and_read(cmd, started_tx, lines_tx);
-    let spawned = thread::Builder::new()
-        .name("worker-command-stdout".into())
-        .spawn(reader);
+    let (keep_tx, keep_rx) = mpsc::channel::<()>();
+    let keeper = move || {
+        let spawned = GroupChild::spawn(&mut cmd);
+        let ok = spawned.is_ok();
+        if started_tx.send(spawned).is_ok() && ok {
+            let _ = keep_rx.recv();
+        }
+    };
     let thread_error = |cause| SpawnError {
         program: program.clone(),
         cause,
     };
-    spawned.map_err(thread_error)?;
+    thread::Builder::new()
+        .name("worker-command".into())
+        .spawn(keeper)
+        .map_err(thread_error)?;
     let started = started_rx
         .recv()
-        .map_err(|_| thread_error(io::Error::other("reader thread ended")))?;
-    Ok((started?, lines_rx))
-}
-
-/// The reader thread: spawns, hands the child back over `started`, then
-/// forwards its stdout.
-fn spawn_and_read(
-    mut cmd: Command,
-    started: Sender<Result<GroupChild, SpawnError>>,
-    lines: Sender<String>,
-) {
-    match GroupChild::spawn(&mut cmd) {
-        Ok(mut child) => {
-            let stdout = child.take_stdout();
-            if let (Some(stdout), Ok(())) = (stdout, started.send(Ok(child))) {
-                forward_lines(stdout, &lines);
-            }
-        }
-        Err(e) => {
-            let _ = started.send(Err(e));
-        }
-    }
-}
-
-/// Sends each stdout line (lossily decoded, without its newline) until end
-/// of file or until nobody listens.
-fn forward_lines(stdout: ChildStdout, lines: &Sender<String>) {
-    let mut reader = BufReader::new(stdout);
-    let mut buf = Vec::new();
-    while matches!(reader.read_until(b'\n', &mut buf), Ok(n) if n > 0) {
-        let line = String::from_utf8_lossy(&buf)
-            .trim_end_matches(['\n', '\r'])
-            .to_string();
-        if lines.send(line).is_err() {
-            return;
-        }
-        buf.clear();
-    }
+        .map_err(|_| thread_error(io::Error::other("the starting thread ended")))?;
+    Ok((started?, Keeper { _alive: keep_tx }))
 }
 
 #[cfg(test)]
@@ -585,6 +618,87 @@ signal.pause()
                 .message
                 .contains("not running (killed: a block timed out after 500ms)"),
             "{failure}"
+        );
+    }
+
+    /// Runs `future` on a single-threaded runtime, as `daisy-worker` does.
+    fn on_one_thread<F: std::future::Future>(future: F) -> F::Output {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        runtime.block_on(future)
+    }
+
+    #[test]
+    fn on_the_runtime_blocks_written_ahead_are_answered_past_a_flood_of_output() {
+        let dir = tempfile::tempdir().unwrap();
+        // 1 MiB of chatter before the first answer: many full reads of the
+        // pipe, each of which must leave it marked readable.
+        let script = r#"
+import json, sys
+for line in sys.stdin:
+    sys.stdout.write(("x" * 1023 + "\n") * 1024)
+    print(json.dumps({"block_id": json.loads(line)["block_id"], "ok": True}), flush=True)
+"#;
+        let mut worker = start(dir.path(), script);
+        let mut todo: VecDeque<WireBlock> = (1..=6).map(block).collect();
+        let outcomes =
+            on_one_thread(worker.run_ahead_in(&mut todo, 3, PATIENCE, &|| true, Wait::Async));
+        let ids: Vec<u64> = outcomes.iter().map(|(id, _)| *id).collect();
+        assert_eq!(ids, [1, 2, 3, 4, 5, 6]);
+        assert!(outcomes.iter().all(|(_, outcome)| outcome.is_ok()));
+        assert!(worker.finish().unwrap().success());
+        assert_eq!(read_log(dir.path(), "out").len(), 6 * 1024 * 1024);
+    }
+
+    #[test]
+    fn on_the_runtime_a_timed_out_command_is_stopped_without_holding_up_the_thread() {
+        let dir = tempfile::tempdir().unwrap();
+        let ready = dir.path().join("ready");
+        let script = format!(
+            "import signal, sys\nsignal.signal(signal.SIGTERM, signal.SIG_IGN)\nopen({:?}, 'w')\nsys.stdin.readline()\nsignal.pause()",
+            ready.display().to_string()
+        );
+        let grace = Duration::from_secs(1);
+        let mut worker = start(dir.path(), &script).with_grace(grace);
+        // The timeout is for the block, not for Python's start.
+        let started = Instant::now();
+        while !ready.exists() {
+            assert!(
+                started.elapsed() < Duration::from_secs(30),
+                "the script never started"
+            );
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        let ticks = std::sync::atomic::AtomicU32::new(0);
+        let (outcomes, ()) = on_one_thread(async {
+            let tick = async {
+                // Ticks on the same thread while the command's grace runs.
+                let mut interval = tokio::time::interval(Duration::from_millis(50));
+                loop {
+                    interval.tick().await;
+                    ticks.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                }
+            };
+            let timeout = Some(Duration::from_millis(300));
+            let mut todo = VecDeque::from([block(1)]);
+            let run = worker.run_ahead_in(&mut todo, 1, timeout, &|| true, Wait::Async);
+            tokio::select! {
+                outcomes = run => (outcomes, ()),
+                () = tick => unreachable!("the tick never ends"),
+            }
+        });
+        let failure = outcomes[0].1.as_ref().unwrap_err();
+        assert!(
+            failure.message.starts_with("timed out after 300ms"),
+            "{failure}"
+        );
+        // The grace second alone is 20 ticks; a blocked thread gets none.
+        let ticks = ticks.into_inner();
+        assert!(
+            ticks >= 15,
+            "only {ticks} ticks while the command was stopped"
         );
     }
 
