@@ -41,6 +41,10 @@ pub struct Shell {
     progress: Progress,
     /// An error that ends the run (a done marker that cannot be written).
     fatal: Option<anyhow::Error>,
+    /// Empty buffers kept between inputs, so that carrying out commands
+    /// allocates nothing.
+    spare: Vec<Command>,
+    spare_marks: Vec<(Block, Attempt)>,
 }
 
 impl Shell {
@@ -74,6 +78,8 @@ impl Shell {
             launcher,
             recorder,
             fatal: None,
+            spare: Vec::new(),
+            spare_marks: Vec::new(),
         })
     }
 
@@ -140,9 +146,10 @@ impl Shell {
     /// `MarkDone`s (a release's blocks) are written together, before the
     /// command after them.
     fn carry_out_commands(&mut self) {
-        let commands: Vec<Command> = self.core.take_commands().collect();
-        let mut marks = Vec::new();
-        for command in commands {
+        let mut commands = std::mem::take(&mut self.spare);
+        self.core.take_commands(&mut commands);
+        let mut marks = std::mem::take(&mut self.spare_marks);
+        for command in commands.drain(..) {
             match command {
                 Command::MarkDone { block, attempt } => marks.push((block, attempt)),
                 command => {
@@ -152,6 +159,7 @@ impl Shell {
             }
         }
         self.mark_done(&mut marks);
+        (self.spare, self.spare_marks) = (commands, marks);
     }
 
     fn mark_done(&mut self, marks: &mut Vec<(Block, Attempt)>) {

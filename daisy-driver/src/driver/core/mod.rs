@@ -195,9 +195,12 @@ impl Core {
         }
     }
 
-    /// The commands of the inputs handled since the last call, in order.
-    pub fn take_commands(&mut self) -> std::vec::Drain<'_, Command> {
-        self.commands.drain(..)
+    /// The commands of the inputs handled since the last call, in order,
+    /// swapped into `out` (which must be empty): the two buffers take
+    /// turns, so handing commands over allocates nothing.
+    pub fn take_commands(&mut self, out: &mut Vec<Command>) {
+        debug_assert!(out.is_empty());
+        std::mem::swap(&mut self.commands, out);
     }
 
     /// `Some` once the run is over.

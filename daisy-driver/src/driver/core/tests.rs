@@ -63,7 +63,9 @@ impl Run {
 
     fn input(&mut self, input: Input) -> Vec<Command> {
         self.core.handle(self.now, input, &|_| false);
-        self.core.take_commands().collect()
+        let mut commands = Vec::new();
+        self.core.take_commands(&mut commands);
+        commands
     }
 
     fn tick(&mut self) -> Vec<Command> {
