@@ -234,12 +234,12 @@ fn command_plan(opts: PlanOpts) -> anyhow::Result<u8> {
     };
     let plan = plan(&pipeline, &run_dir, worker);
     if opts.json {
-        println!(
+        crate::stdout::print_line(format_args!(
             "{}",
             serde_json::to_string_pretty(&plan).context("encoding the plan")?
-        );
+        ));
     } else {
-        print!("{}", plan.render(opts.scripts));
+        crate::stdout::print(format_args!("{}", plan.render(opts.scripts)));
     }
     Ok(if plan.is_runnable() { 0 } else { 1 })
 }
@@ -274,7 +274,7 @@ fn command_run(opts: RunOpts) -> anyhow::Result<u8> {
         None => crate::serial_run::run(&pipeline, &run_dir, only_blocks.as_ref())?,
         Some(server) => server.run(pipeline, &run_dir)?,
     };
-    print!("{}", summary.render());
+    crate::stdout::print(format_args!("{}", summary.render()));
     Ok(summary.exit_code())
 }
 
@@ -373,12 +373,12 @@ fn command_status(opts: StatusOpts) -> anyhow::Result<u8> {
     let run_dir = RunDir::new(Some(&opts.run_dir), "");
     let status = crate::status::status(&run_dir, opts.pipeline.as_deref())?;
     if opts.json {
-        println!(
+        crate::stdout::print_line(format_args!(
             "{}",
             serde_json::to_string_pretty(&status).context("encoding the status")?
-        );
+        ));
     } else {
-        print!("{}", status.render());
+        crate::stdout::print(format_args!("{}", status.render()));
     }
     Ok(status.state.exit_code())
 }
@@ -423,7 +423,7 @@ fn command_report(opts: ReportOpts) -> anyhow::Result<u8> {
     for warning in &written.warnings {
         eprintln!("daisy-driver: warning: {warning}");
     }
-    println!("{}", written.path.display());
+    crate::stdout::print_line(format_args!("{}", written.path.display()));
     Ok(0)
 }
 

@@ -67,6 +67,7 @@ pub mod serial_run;
 pub mod skip_mask;
 pub mod slots;
 pub mod status;
+pub mod stdout;
 pub mod summary;
 pub mod task_launchers;
 pub mod throttle;

@@ -69,7 +69,7 @@ impl Progress {
             } => {
                 if last.elapsed() >= *every {
                     *last = Instant::now();
-                    println!("{}", line(started.elapsed(), tasks));
+                    crate::stdout::print_line(format_args!("{}", line(started.elapsed(), tasks)));
                 }
             }
         }

@@ -16,10 +16,10 @@ pub type OnlyBlocks = Arc<HashSet<BlockId>>;
 /// The blocks to retry in `run_dir`, after saying how many there are.
 pub fn only_failed(pipeline: &Pipeline, run_dir: &RunDir) -> anyhow::Result<OnlyBlocks> {
     let retry = crate::status::blocks_to_retry(pipeline, run_dir)?;
-    println!(
+    crate::stdout::print_line(format_args!(
         "daisy-driver: --retry-failed: running {} failed blocks and {} orphaned blocks; other blocks not done are left for a later run",
         retry.failed, retry.orphaned
-    );
+    ));
     Ok(Arc::new(retry.blocks))
 }
 

@@ -232,10 +232,10 @@ impl<'a> SerialRunner<'a> {
             return;
         }
         self.last_progress = Instant::now();
-        println!(
+        crate::stdout::print_line(format_args!(
             "progress: {} blocks run, {} attempts failed",
             self.blocks_run, self.attempts_failed
-        );
+        ));
     }
 
     /// Ends the run: done markers synced to disk, worker commands told to

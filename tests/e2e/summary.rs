@@ -53,7 +53,9 @@ fn hand_started_workers_are_counted_and_skipped_blocks_explained() {
 
     let again = run_ok(&mut dir.driver(&["run", "p.toml"]));
     assert!(
-        again.contains("(completed includes skipped: blocks already done by an earlier run)"),
+        again.contains(
+            "(completed includes skipped: blocks done by an earlier run, or masked by a skip_mask)"
+        ),
         "{again}"
     );
 }
@@ -79,5 +81,32 @@ fn control_bytes_from_a_blocks_stderr_are_escaped_in_summary_and_status() {
             .chars()
             .filter(|c| c.is_control() && *c != '\n' && *c != '\t');
         assert_eq!(raw.count(), 0, "raw control characters in:\n{text:?}");
+    }
+}
+
+#[test]
+fn a_stdout_nobody_reads_does_not_end_the_run() {
+    for serial in [false, true] {
+        let dir = TestDir::new();
+        dir.write(
+            "p.toml",
+            &format!("name = \"gone\"\n{}", task("t", 6, "true", "")),
+        );
+        let (reader, writer) = std::io::pipe().unwrap();
+        drop(reader);
+        let args: &[&str] = if serial {
+            &["run", "--serial", "p.toml"]
+        } else {
+            &["run", "p.toml"]
+        };
+        let status = dir
+            .driver(args)
+            .env("DAISY_STATUS_EVERY", "1ms")
+            .stdout(writer)
+            .status()
+            .unwrap();
+        assert!(status.success(), "serial {serial}: {status}");
+        let (done, total) = marked_done(&dir.join("daisy_run/gone"), "t");
+        assert_eq!(done.len() as u64, total, "serial {serial}");
     }
 }

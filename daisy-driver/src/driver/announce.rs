@@ -16,20 +16,20 @@ pub fn announce(
     options: &RunOptions,
     context: &WorkerContext,
 ) {
-    println!(
+    crate::stdout::print_line(format_args!(
         "daisy-driver: serving {:?} on {}",
         pipeline.name,
         context.addresses.join(", ")
-    );
+    ));
     let hand_command = |task| hand_command(task, run_dir, options);
     let lines: Vec<String> = pipeline.tasks.iter().map(hand_command).collect();
     let _ = std::fs::write(run_dir.worker_commands(), lines.join("\n") + "\n");
     for task in pipeline.tasks.iter().filter(|t| t.max_workers == 0) {
-        println!(
+        crate::stdout::print_line(format_args!(
             "task {:?} takes workers started by hand: {}",
             task.spec.id,
             hand_command(task)
-        );
+        ));
     }
 }
 
