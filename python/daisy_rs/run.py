@@ -72,7 +72,6 @@ _STATE_DIFFERS = frozenset(
         "started",
         "ready_count",
         "processing_count",
-        "skipped_count",
         "worker_failure_count",
         "worker_restart_count",
         "last_worker_error",
@@ -167,11 +166,17 @@ def _run(pipeline, name, run_dir, resources, launcher, host, multiprocessing, su
     spec, payloads = _pipeline_file(pipeline, name, resources, launcher, run_dir, not multiprocessing)
     text = json.dumps(spec, indent=1, default=_unwritable)
     file = run_dir / "python" / f"pipeline-{_digest(text.encode())}.json"
+    payloads[file] = text.encode()
+    new_dirs = _missing_dirs(payloads)
+    # Skip masks are read when the pipeline is checked: they go first.
+    masks = {path: data for path, data in payloads.items() if _MASK_SUFFIX in str(path)}
+    written = [path for path, data in masks.items() if _write_once(path, data)]
     problems = _native.pipeline_problems(text, str(file))
     if problems:
+        _remove(written, new_dirs)
         raise PipelineError(problems)
-    new_dirs = [d for d in (run_dir, file.parent) if not d.exists()]
-    written = [path for path, data in {**payloads, file: text.encode()}.items() if _write_once(path, data)]
+    others = {path: data for path, data in payloads.items() if path not in masks}
+    written += [path for path, data in others.items() if _write_once(path, data)]
     args = ["run", str(file), "--run-dir", str(run_dir)]
     if host is not None:
         args += ["--listen", f"{host}:0"]
@@ -298,6 +303,10 @@ def _task_table(task, pipeline):
     return table
 
 
+#: How the Zarr arrays of skip masks given as arrays are named.
+_MASK_SUFFIX = ".mask.zarr"
+
+
 def _skip_mask(task, run_dir):
     """``skip_mask`` as the driver reads it: a Zarr array's path, or an
     array-like (one byte per block of the task's grid, nonzero to skip)
@@ -328,7 +337,7 @@ def _skip_mask(task, run_dir):
         "codecs": [{"name": "bytes"}],
         "attributes": {},
     }
-    name = f"{task.task_id}-{_digest(json.dumps(shape).encode() + data)}.mask.zarr"
+    name = f"{task.task_id}-{_digest(json.dumps(shape).encode() + data)}{_MASK_SUFFIX}"
     store = run_dir / "python" / name
     chunk = store.joinpath("c", *["0"] * len(shape))
     return str(store), {store / "zarr.json": json.dumps(meta).encode(), chunk: data}
@@ -432,6 +441,16 @@ def _locked_by(run_dir, pid) -> bool:
     except (OSError, ValueError):
         return False
     return isinstance(holder, dict) and holder.get("pid") == pid
+
+
+def _missing_dirs(paths):
+    """The directories that writing ``paths`` creates, outermost first."""
+    missing = []
+    for path in paths:
+        for directory in reversed(Path(path).parents):
+            if not directory.exists() and directory not in missing:
+                missing.append(directory)
+    return missing
 
 
 def _remove(files, new_dirs):

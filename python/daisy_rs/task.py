@@ -109,6 +109,13 @@ class Task:
         """daisy 1.x's name for ``max_workers``."""
         return self.max_workers
 
+    @property
+    def block_grid_shape(self):
+        """Blocks per axis of the grid done markers and a ``skip_mask``
+        index: ``ceil(total_roi.shape / write_roi.shape)``, as in daisy 2.0."""
+        total, write = self.total_roi.shape, self.write_roi.shape
+        return tuple(-(-int(t) // int(w)) for t, w in zip(total, write))
+
     def function(self):
         """``(kind, function)``: ``"process_function"`` or
         ``"worker_function"``, and the callable or reference."""

@@ -255,9 +255,10 @@ def line_task(task_id, blocks, **kwargs):
 def test_a_skip_mask_skips_its_blocks_and_what_depends_on_them_runs(workdir):
     import numpy as np
 
-    mask = np.zeros(8, dtype=bool)
+    up = line_task("up", 8)
+    mask = np.zeros(up.block_grid_shape, dtype=bool)
     mask[[1, 6]] = True
-    up = line_task("up", 8, skip_mask=mask)
+    up.skip_mask = mask
     down = line_task("down", 8, upstream_tasks=[up])
     states = daisy.run_blockwise([up, down], run_dir="run", return_states=True)
     assert len(ran("up")) == 6 and len(ran("down")) == 8

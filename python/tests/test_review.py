@@ -39,8 +39,8 @@ def test_a_task_takes_daisy_2s_positional_order():
 
 def test_task_state_says_which_daisy_2_fields_it_lacks():
     state = daisy.TaskState({"id": "a", "total": 1, "done": 1, "failed": 0, "orphaned": 0, "remaining": 0})
-    with pytest.raises(AttributeError, match="no skipped_count: it differs from daisy 2.0 on purpose"):
-        state.skipped_count
+    with pytest.raises(AttributeError, match="no ready_count: it differs from daisy 2.0 on purpose"):
+        state.ready_count
 
 
 def test_numpy_integers_are_taken_where_daisy_takes_integers(workdir):
