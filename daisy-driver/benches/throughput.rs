@@ -31,6 +31,7 @@
 
 mod common;
 
+use clap::Parser as _;
 use common::{driver_program, Driver};
 use daisy_core::context::WorkerContext;
 use nix::sys::resource::{getrusage, UsageWho};
@@ -47,64 +48,28 @@ const DAISY2_VERSION: &str = "2.0.0";
 const PUBLISHED: &str = "published (daisy authors' machine): daisy 2.0 about 30,000-40,000 blocks/s, daisy 1.x about 5,000";
 
 /// What to measure, from the command line.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, clap::Parser)]
 struct Settings {
+    #[arg(long, value_delimiter = ',', default_values_t = [10_000, 100_000])]
     blocks: Vec<u64>,
+    #[arg(long, value_delimiter = ',', default_values_t = [1, 2, 4, 8, 16])]
     workers: Vec<u32>,
     /// Blocks asked for per acquire; each is a separate row.
+    #[arg(long = "batch", value_delimiter = ',', default_values_t = [1])]
     batches: Vec<u32>,
     /// Runs per row; the fastest counts.
+    #[arg(long, default_value_t = 3)]
     runs: u32,
     /// Threads of the workers' tokio runtime; 0 (the default) runs them
     /// all on this thread, so that workers and driver get a core each
     /// of a 2-core machine instead of fighting over both.
+    #[arg(long, default_value_t = 0)]
     client_threads: usize,
     /// Blocks read one unit around what they write, with
     /// `read_write_conflict`: two conflict levels, so that many workers
     /// wait near the end of each (daisy 2.0 is then not measured).
+    #[arg(long, default_value_t = false, action = clap::ArgAction::Set)]
     conflict: bool,
-}
-
-impl Default for Settings {
-    fn default() -> Self {
-        Self {
-            blocks: vec![10_000, 100_000],
-            workers: vec![1, 2, 4, 8, 16],
-            batches: vec![1],
-            runs: 3,
-            client_threads: 0,
-            conflict: false,
-        }
-    }
-}
-
-/// Parses `--name value` pairs; Cargo's own `--bench` is ignored.
-fn parse_args(args: impl Iterator<Item = String>) -> Result<Settings, String> {
-    let mut settings = Settings::default();
-    let mut args = args.filter(|a| a != "--bench");
-    while let Some(name) = args.next() {
-        let value = args.next().ok_or(format!("{name} needs a value"))?;
-        match name.as_str() {
-            "--blocks" => settings.blocks = list(&value)?,
-            "--workers" => settings.workers = list(&value)?,
-            "--batch" => settings.batches = list(&value)?,
-            "--runs" => settings.runs = number(&value)?,
-            "--client-threads" => settings.client_threads = number(&value)?,
-            "--conflict" => settings.conflict = number(&value)?,
-            _ => return Err(format!("unknown option {name:?}")),
-        }
-    }
-    Ok(settings)
-}
-
-fn number<T: std::str::FromStr>(text: &str) -> Result<T, String> {
-    text.trim()
-        .parse()
-        .map_err(|_| format!("{text:?} is not a number"))
-}
-
-fn list<T: std::str::FromStr>(text: &str) -> Result<Vec<T>, String> {
-    text.split(',').map(number).collect()
 }
 
 /// One row of the table.
@@ -329,7 +294,7 @@ fn baseline(settings: &Settings) -> Vec<((u64, u32), f64)> {
     };
     let sizes: Vec<u64> = std::env::var(DAISY2_BLOCKS_ENV)
         .ok()
-        .and_then(|v| list(&v).ok())
+        .and_then(|v| v.split(',').map(|n| n.trim().parse().ok()).collect())
         .unwrap_or(vec![10_000]);
     let mut found = Vec::new();
     for &blocks in &sizes {
@@ -381,13 +346,8 @@ fn print_table(rows: &[Measurement], daisy2: &[((u64, u32), f64)]) {
 }
 
 fn main() {
-    let settings = match parse_args(std::env::args().skip(1)) {
-        Ok(settings) => settings,
-        Err(error) => {
-            eprintln!("throughput bench: {error}");
-            std::process::exit(2);
-        }
-    };
+    // Cargo passes `--bench`; everything else is ours.
+    let settings = Settings::parse_from(std::env::args().filter(|a| a != "--bench"));
     println!("driver: {}; {settings:?}", driver_program().display());
     let daisy2 = baseline(&settings);
     let runtime = client_runtime(settings.client_threads);

@@ -26,6 +26,7 @@
 //!     [-- --blocks 100000 --workers 4 --batch 1,64 --prefetch 0 --runs 3]
 //! ```
 
+use clap::Parser as _;
 use nix::sys::resource::{getrusage, UsageWho};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -44,56 +45,21 @@ const START_TIMEOUT: Duration = Duration::from_secs(60);
 const PROC_TICKS_PER_SECOND: f64 = 100.0;
 
 /// What to measure, from the command line.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, clap::Parser)]
 struct Settings {
+    #[arg(long, default_value_t = 100_000)]
     blocks: u64,
+    #[arg(long, default_value_t = 4)]
     workers: u32,
     /// `batch_size` of the task; one row each.
+    #[arg(long = "batch", value_delimiter = ',', default_values_t = [1, 64])]
     batches: Vec<u32>,
     /// `prefetch` of the task; one row each.
+    #[arg(long = "prefetch", value_delimiter = ',', default_values_t = [0])]
     prefetches: Vec<u32>,
     /// Runs per row; the one with the least worker CPU counts.
+    #[arg(long, default_value_t = 3)]
     runs: u32,
-}
-
-impl Default for Settings {
-    fn default() -> Self {
-        Self {
-            blocks: 100_000,
-            workers: 4,
-            batches: vec![1, 64],
-            prefetches: vec![0],
-            runs: 3,
-        }
-    }
-}
-
-/// Parses `--name value` pairs; Cargo's own `--bench` is ignored.
-fn parse_args(args: impl Iterator<Item = String>) -> Result<Settings, String> {
-    let mut settings = Settings::default();
-    let mut args = args.filter(|a| a != "--bench");
-    while let Some(name) = args.next() {
-        let value = args.next().ok_or(format!("{name} needs a value"))?;
-        match name.as_str() {
-            "--blocks" => settings.blocks = number(&value)?,
-            "--workers" => settings.workers = number(&value)?,
-            "--batch" => settings.batches = list(&value)?,
-            "--prefetch" => settings.prefetches = list(&value)?,
-            "--runs" => settings.runs = number(&value)?,
-            _ => return Err(format!("unknown option {name:?}")),
-        }
-    }
-    Ok(settings)
-}
-
-fn number<T: std::str::FromStr>(text: &str) -> Result<T, String> {
-    text.trim()
-        .parse()
-        .map_err(|_| format!("{text:?} is not a number"))
-}
-
-fn list<T: std::str::FromStr>(text: &str) -> Result<Vec<T>, String> {
-    text.split(',').map(number).collect()
 }
 
 /// One run's figures.
@@ -264,7 +230,7 @@ fn commands_cpu(cpu_dir: &Path, workers: u32) -> Result<f64, String> {
     for entry in std::fs::read_dir(cpu_dir).map_err(|e| e.to_string())? {
         let path = entry.map_err(|e| e.to_string())?.path();
         let text = std::fs::read_to_string(&path).map_err(|e| e.to_string())?;
-        let us: f64 = number(&text)?;
+        let us: f64 = (text.trim().parse()).map_err(|_| format!("{text:?} is not a number"))?;
         total += us * 1e-6;
         found += 1;
     }
@@ -405,13 +371,8 @@ fn run(settings: &Settings) -> Result<(), String> {
 }
 
 fn main() {
-    let settings = match parse_args(std::env::args().skip(1)) {
-        Ok(settings) => settings,
-        Err(error) => {
-            eprintln!("relay bench: {error}");
-            std::process::exit(2);
-        }
-    };
+    // Cargo passes `--bench`; everything else is ours.
+    let settings = Settings::parse_from(std::env::args().filter(|a| a != "--bench"));
     if let Err(error) = run(&settings) {
         eprintln!("relay bench: {error}");
         std::process::exit(1);
