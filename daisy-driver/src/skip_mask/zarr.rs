@@ -272,3 +272,89 @@ fn v2_array(dir: &Path, meta: &Value) -> Result<Array, String> {
         codecs,
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+    use std::io::Write;
+
+    fn write(dir: &Path, name: &str, bytes: &[u8]) {
+        let path = dir.join(name);
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        std::fs::write(path, bytes).unwrap();
+    }
+
+    fn gzip(bytes: &[u8]) -> Vec<u8> {
+        let mut encoder = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+        encoder.write_all(bytes).unwrap();
+        encoder.finish().unwrap()
+    }
+
+    fn zstd(bytes: &[u8]) -> Vec<u8> {
+        ruzstd::encoding::compress_to_vec(bytes, ruzstd::encoding::CompressionLevel::Fastest)
+    }
+
+    #[test]
+    fn a_chunked_zstd_v3_array_is_read_whole_with_missing_chunks_as_the_fill() {
+        let dir = tempfile::tempdir().unwrap();
+        let meta = json!({
+            "zarr_format": 3, "node_type": "array", "shape": [3, 4], "data_type": "bool",
+            "chunk_grid": {"name": "regular", "configuration": {"chunk_shape": [2, 3]}},
+            "chunk_key_encoding": {"name": "default"}, "fill_value": true,
+            "codecs": [{"name": "bytes"}, {"name": "zstd", "configuration": {"level": 0}}],
+        });
+        write(dir.path(), "zarr.json", meta.to_string().as_bytes());
+        write(dir.path(), "c/0/0", &zstd(&[1, 0, 0, 0, 1, 0]));
+        write(dir.path(), "c/0/1", &zstd(&[0, 9, 9, 1, 9, 9]));
+        write(dir.path(), "c/1/1", &zstd(&[0, 9, 9, 9, 9, 9]));
+        let (shape, cells) = read_bytes(dir.path()).unwrap();
+        assert_eq!(shape, [3, 4]);
+        assert_eq!(
+            cells,
+            [1, 0, 0, 0, 0, 1, 0, 1, 1, 1, 1, 0],
+            "row 2, columns 0-2: the fill"
+        );
+    }
+
+    #[test]
+    fn a_gzip_v2_array_with_slash_keys_is_read() {
+        let dir = tempfile::tempdir().unwrap();
+        let meta = json!({
+            "zarr_format": 2, "shape": [5], "chunks": [2], "dtype": "|u1", "order": "C",
+            "compressor": {"id": "gzip", "level": 1}, "filters": null, "fill_value": 0,
+            "dimension_separator": "/",
+        });
+        write(dir.path(), ".zarray", meta.to_string().as_bytes());
+        for (key, chunk) in [("0", [0, 1]), ("1", [1, 0]), ("2", [1, 7])] {
+            write(dir.path(), key, &gzip(&chunk));
+        }
+        assert_eq!(
+            read_bytes(dir.path()).unwrap(),
+            (vec![5], vec![0, 1, 1, 0, 1])
+        );
+    }
+
+    #[test]
+    fn blosc_and_wide_types_are_refused_with_how_to_save_a_mask() {
+        let dir = tempfile::tempdir().unwrap();
+        let meta = json!({
+            "zarr_format": 2, "shape": [5], "chunks": [5], "dtype": "|u1", "order": "C",
+            "compressor": {"id": "blosc", "cname": "lz4"}, "filters": null, "fill_value": 0,
+        });
+        write(dir.path(), ".zarray", meta.to_string().as_bytes());
+        let refusal = read_bytes(dir.path()).unwrap_err().to_string();
+        assert!(
+            refusal.contains("its compressor \"blosc\" is not supported; save the mask as a uint8"),
+            "{refusal}"
+        );
+        let meta =
+            json!({"zarr_format": 3, "node_type": "array", "shape": [5], "data_type": "float32"});
+        write(dir.path(), "zarr.json", meta.to_string().as_bytes());
+        let refusal = read_bytes(dir.path()).unwrap_err().to_string();
+        assert!(
+            refusal.contains("its data type \"float32\" is not bool, uint8 or int8"),
+            "{refusal}"
+        );
+    }
+}
