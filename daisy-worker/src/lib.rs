@@ -11,6 +11,8 @@
 //!   blocks (a block command, or a worker command restarted if it dies).
 //! - [`user_code`]: the two ways user code runs: a block command started
 //!   once per block, or a long-running worker command fed JSON lines.
+//! - [`cost`]: what a block cost (CPU, memory, IO, GPU), for tasks that
+//!   track resources.
 //! - [`embedded`]: user code that is a function of an interpreter
 //!   embedding this crate (the Python package), called in process.
 //! - `drain`: when the worker stops starting blocks (a stop signal, the
@@ -19,6 +21,7 @@
 //!
 //! The serial `daisy-driver run` uses [`user_code`] in process.
 mod batch_size;
+pub mod cost;
 pub mod cli;
 pub mod client;
 mod drain;

@@ -26,7 +26,7 @@ use crate::embedded::{self, BlockControl, EmbeddedCode, EmbeddedRan, Watchdog};
 use crate::user_code::{
     check_program, run_blocking, BlockCommand, BlockFailure, BlockLog, Outcome, Wait, WorkerCommand,
 };
-use daisy_core::protocol::{CodeKind, TaskCode, WireBlock};
+use daisy_core::protocol::{BlockCost, CodeKind, TaskCode, WireBlock};
 use std::collections::{BTreeMap, VecDeque};
 use std::future::Future;
 use std::path::Path;
@@ -35,12 +35,14 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::task::JoinError;
 
-/// A block that ran: how it went and how long it took.
+/// A block that ran: how it went, how long it took, and what else it
+/// cost if the task tracks resources.
 #[derive(Debug)]
 pub struct Ran {
     pub block_id: u64,
     pub outcome: Result<(), BlockFailure>,
     pub seconds: f64,
+    pub cost: Option<BlockCost>,
 }
 
 /// Runs one task's blocks, one at a time.
@@ -146,7 +148,8 @@ impl Runner {
         let runner = match code.kind {
             CodeKind::BlockCommand => Self::Block {
                 command: BlockCommand::new(&code.argv, code.env.clone(), timeout)
-                    .map_err(|e| e.to_string())?,
+                    .map_err(|e| e.to_string())?
+                    .with_resource_tracking(code.resource_tracking),
                 log,
             },
             CodeKind::WorkerCommand if code.argv.is_empty() => {
@@ -158,6 +161,7 @@ impl Runner {
                 env: code.env.clone(),
                 timeout,
                 depth: 1 + code.prefetch as usize,
+                resource_tracking: code.resource_tracking,
                 log,
                 process: None,
             })),
@@ -216,9 +220,12 @@ impl Runner {
                 .take_while(|_| drain.may_start_block())
                 .map(|block| {
                     let started = Instant::now();
-                    let outcome = command.run(block, log);
+                    let (outcome, cost) = command.run_costed(block, log);
                     drain.observe(started.elapsed());
-                    ran(block.block_id, outcome, started.elapsed())
+                    Ran {
+                        cost,
+                        ..ran(block.block_id, outcome, started.elapsed())
+                    }
                 })
                 .collect(),
             Self::Worker(worker) => run_blocking(worker.run_batch(blocks, drain, Wait::Blocking)),
@@ -304,6 +311,7 @@ fn ran(block_id: u64, outcome: Result<(), BlockFailure>, took: Duration) -> Ran 
         block_id,
         outcome,
         seconds: took.as_secs_f64(),
+        cost: None,
     }
 }
 
@@ -325,6 +333,7 @@ pub struct WorkerProcess {
     timeout: Option<Duration>,
     /// Blocks written to its stdin ahead of their answers: 1 + prefetch.
     depth: usize,
+    resource_tracking: bool,
     log: BlockLog,
     /// `None` before the first block and after [`Self::finish`].
     process: Option<WorkerCommand>,
@@ -344,6 +353,7 @@ impl WorkerProcess {
             let started = Instant::now();
             let outcomes: Vec<Outcome> = match self.running() {
                 Ok(process) => {
+                    process.begin_costs();
                     let ran = process.run_ahead_in(&mut todo, depth, timeout, &may_feed, wait);
                     ran.await
                 }
@@ -354,11 +364,10 @@ impl WorkerProcess {
             };
             let share = started.elapsed() / outcomes.len().max(1) as u32;
             drain.observe(share);
-            done.extend(
-                outcomes
-                    .into_iter()
-                    .map(|(id, outcome)| ran(id, outcome, share)),
-            );
+            done.extend(outcomes.into_iter().map(|(id, outcome)| Ran {
+                cost: self.process.as_mut().and_then(|p| p.take_cost(id)),
+                ..ran(id, outcome, share)
+            }));
         }
         done
     }
@@ -377,6 +386,7 @@ impl WorkerProcess {
 
     fn start(&self) -> Result<WorkerCommand, BlockFailure> {
         WorkerCommand::start(&self.task_id, &self.argv, &self.env, &self.log)
+            .map(|process| process.with_resource_tracking(self.resource_tracking))
             .map_err(|e| BlockFailure::new(format!("cannot start the worker command: {e}")))
     }
 

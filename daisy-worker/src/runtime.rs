@@ -290,6 +290,7 @@ impl Worker {
                 "timed out after {timeout:?} (the worker running it ended)"
             )),
             seconds: Some(timeout.as_secs_f64()),
+            cost: None,
         };
         let mut others: Vec<u64> = self.queued.iter().map(|b| b.block_id).collect();
         others.extend(
@@ -476,7 +477,7 @@ fn result(ran: Ran) -> BlockResult {
         block_id,
         outcome,
         seconds,
-        ..
+        cost,
     } = ran;
     let error = outcome.err().map(|failure| {
         tracing::warn!(block_id, "block failed: {failure}");
@@ -487,6 +488,7 @@ fn result(ran: Ran) -> BlockResult {
         ok: error.is_none(),
         error,
         seconds: Some(seconds),
+        cost,
     }
 }
 

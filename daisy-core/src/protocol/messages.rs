@@ -137,6 +137,11 @@ pub struct TaskCode {
     /// so it can read the next block while computing this one.
     #[serde(default)]
     pub prefetch: u32,
+    /// Whether the worker measures what each block cost and sends it with
+    /// the block's result ([`super::BlockCost`]); off when a driver does
+    /// not say.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub resource_tracking: bool,
     /// The function to call (`process_function` and `worker_function`
     /// kinds only).
     #[serde(default, skip_serializing_if = "Option::is_none")]

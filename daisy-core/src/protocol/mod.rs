@@ -28,7 +28,7 @@ pub use messages::{
     CodeKind, FromDriver, FunctionCode, FunctionSource, Hello, Message, Role, TaskCode, ToDriver,
     Welcome,
 };
-pub use user_code::{BlockResult, WireBlock, WireRoi};
+pub use user_code::{BlockCost, BlockResult, WireBlock, WireRoi};
 
 /// The protocol version this build speaks; a Hello with another version is
 /// rejected, naming both.

@@ -65,6 +65,36 @@ pub struct BlockResult {
     /// and walltime estimates); a worker command need not say.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub seconds: Option<f64>,
+    /// What the block cost besides time, when the task tracks resources
+    /// (`resource_tracking`); absent otherwise, and from workers that do
+    /// not measure.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cost: Option<BlockCost>,
+}
+
+/// What one block cost, as its worker measured it (docs/user-guide.md,
+/// "What each block cost" says what each figure covers). Names and units
+/// are those of daisy 2.0.0's per-block arrays.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct BlockCost {
+    /// User plus system CPU time.
+    #[serde(default)]
+    pub cpu_seconds: f64,
+    /// The largest resident set size.
+    #[serde(default)]
+    pub peak_rss_bytes: u64,
+    /// Bytes passed to `read`-like system calls (files, pipes, sockets).
+    #[serde(default)]
+    pub io_read_bytes: u64,
+    /// Bytes passed to `write`-like system calls.
+    #[serde(default)]
+    pub io_write_bytes: u64,
+    /// Mean utilisation of the GPUs the block used; absent without a GPU.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gpu_util_pct: Option<f32>,
+    /// The most GPU memory the block's processes held; absent without a GPU.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gpu_mem_bytes: Option<u64>,
 }
 
 #[cfg(test)]
@@ -99,6 +129,7 @@ mod tests {
                 ok: true,
                 error: None,
                 seconds: None,
+                cost: None,
             }
         );
         let failed: BlockResult =

@@ -7,13 +7,14 @@
 //! `DAISY_WRITE_ROI`. Exit 0 is success.
 
 use super::group::{self, describe, GroupChild, Waited};
-use super::{BlockFailure, BlockLog, OpenLog, DEFAULT_GRACE};
-use daisy_core::protocol::WireBlock;
+use super::{BlockFailure, BlockLog, OpenLog, StderrTail, DEFAULT_GRACE};
+use crate::cost::block_command_cost;
+use daisy_core::protocol::{BlockCost, WireBlock};
 use daisy_core::template::{CommandError, CommandTemplate};
 use serde::Serialize;
 use std::collections::BTreeMap;
 use std::process::Command;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// A command line to run once per block.
 #[derive(Debug, Clone)]
@@ -25,6 +26,8 @@ pub struct BlockCommand {
     timeout: Option<Duration>,
     /// Between SIGTERM and SIGKILL on timeout.
     grace: Duration,
+    /// Whether [`Self::run_costed`] measures what a block cost.
+    resource_tracking: bool,
 }
 
 impl BlockCommand {
@@ -40,6 +43,7 @@ impl BlockCommand {
             env,
             timeout,
             grace: DEFAULT_GRACE,
+            resource_tracking: false,
         })
     }
 
@@ -54,11 +58,44 @@ impl BlockCommand {
         self
     }
 
+    /// Measures what each block cost ([`crate::cost`]).
+    pub fn with_resource_tracking(mut self, on: bool) -> Self {
+        self.resource_tracking = on;
+        self
+    }
+
     /// Runs the command for `block`, appending its output to `log`, and
     /// waits for it (at most the timeout plus the grace period). The
     /// calling thread is the child's parent for PR_SET_PDEATHSIG, which is
     /// why the wait happens here rather than elsewhere.
     pub fn run(&self, block: &WireBlock, log: &BlockLog) -> Result<(), BlockFailure> {
+        self.run_costed(block, log).0
+    }
+
+    /// [`Self::run`], with what the block cost if the command tracks
+    /// resources and the block's process was started.
+    pub fn run_costed(
+        &self,
+        block: &WireBlock,
+        log: &BlockLog,
+    ) -> (Result<(), BlockFailure>, Option<BlockCost>) {
+        let started = Instant::now();
+        let (mut child, tail) = match self.spawn(block, log) {
+            Ok(spawned) => spawned,
+            Err(failure) => return (Err(failure), None),
+        };
+        let outcome = self.wait(&mut child, &tail);
+        let cost = (child.usage().filter(|_| self.resource_tracking))
+            .map(|usage| block_command_cost(usage, child.pid() as i32, started));
+        (outcome, cost)
+    }
+
+    /// The block's process, and where its stderr starts.
+    fn spawn(
+        &self,
+        block: &WireBlock,
+        log: &BlockLog,
+    ) -> Result<(GroupChild, StderrTail), BlockFailure> {
         let OpenLog {
             stdout,
             stderr,
@@ -67,13 +104,21 @@ impl BlockCommand {
         let mut cmd = self.command(block);
         cmd.stdout(stdout).stderr(stderr);
         let mut child = GroupChild::spawn(&mut cmd).map_err(to_failure)?;
+        if self.resource_tracking {
+            child.measure_io();
+        }
+        Ok((child, tail))
+    }
+
+    /// Waits for the block's process and reaps it.
+    fn wait(&self, child: &mut GroupChild, tail: &StderrTail) -> Result<(), BlockFailure> {
         match child.wait_for(self.timeout) {
             Ok(Waited::Exited(status)) if status.success() => Ok(()),
             Ok(Waited::Exited(status)) => {
-                Err(BlockFailure::with_tail(&describe(status), &tail).ended_with(status))
+                Err(BlockFailure::with_tail(&describe(status), tail).ended_with(status))
             }
             Ok(Waited::TimedOut(timeout)) => {
-                Err(group::on_timeout(&mut child, timeout, self.grace, &tail))
+                Err(group::on_timeout(child, timeout, self.grace, tail))
             }
             Err(e) => Err(BlockFailure::new(format!(
                 "cannot wait for the block command: {e}"

@@ -8,6 +8,7 @@
 //! cannot be reused, so the signal cannot reach an unrelated group.
 
 use super::{watcher, StderrTail, DEFAULT_GRACE, SECRET_ENV};
+use crate::cost::{self, Usage};
 use nix::errno::Errno;
 use nix::sys::prctl;
 use nix::sys::signal::{killpg, Signal};
@@ -130,6 +131,10 @@ pub(super) struct GroupChild {
     pgid: Pid,
     /// Set once the leader is reaped.
     status: Option<ExitStatus>,
+    /// Whether reaping reads the leader's IO counters too.
+    read_io: bool,
+    /// What the leader (and what it reaped) used, once it is reaped.
+    usage: Option<Usage>,
 }
 
 impl GroupChild {
@@ -144,7 +149,19 @@ impl GroupChild {
             child,
             pgid,
             status: None,
+            read_io: false,
+            usage: None,
         })
+    }
+
+    /// Reads the leader's IO counters as it is reaped ([`cost::reap`]).
+    pub(super) fn measure_io(&mut self) {
+        self.read_io = true;
+    }
+
+    /// What the leader used, once it is reaped.
+    pub(super) fn usage(&self) -> Option<&Usage> {
+        self.usage.as_ref()
     }
 
     pub(super) fn pid(&self) -> u32 {
@@ -205,9 +222,11 @@ impl GroupChild {
             let _ = watcher::announce(socket, b'-', self.pgid.as_raw());
         }
         let mut live = live_groups();
-        let status = self.child.wait()?;
+        // Reaped here rather than by `Child::wait`, which drops the usage.
+        let (status, usage) = cost::reap(self.pgid, self.read_io)?;
         live.remove(&self.pgid.as_raw());
         self.status = Some(status);
+        self.usage = Some(usage);
         Ok(status)
     }
 

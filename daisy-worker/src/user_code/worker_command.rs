@@ -20,7 +20,8 @@
 use super::group::{self, describe, GroupChild, SpawnError, Waited};
 use super::pipes::{run_blocking, Filled, Pipes, Wait};
 use super::{BlockFailure, BlockLog, LogError, OpenLog, StderrTail, DEFAULT_GRACE};
-use daisy_core::protocol::{BlockResult, WireBlock};
+use crate::cost::WorkerMeter;
+use daisy_core::protocol::{BlockCost, BlockResult, WireBlock};
 use std::collections::{BTreeMap, VecDeque};
 use std::fs::File;
 use std::io::{self, Write};
@@ -58,6 +59,8 @@ pub struct WorkerCommand {
     grace: Duration,
     /// Set when the process is gone or killed: why it can't take blocks.
     gone: Option<String>,
+    /// What each block cost, if the task tracks resources.
+    meter: WorkerMeter,
     _keeper: Keeper,
 }
 
@@ -97,6 +100,7 @@ impl WorkerCommand {
             tail,
             grace: DEFAULT_GRACE,
             gone: None,
+            meter: WorkerMeter::default(),
             _keeper: keeper,
         })
     }
@@ -105,6 +109,25 @@ impl WorkerCommand {
     pub fn with_grace(mut self, grace: Duration) -> Self {
         self.grace = grace;
         self
+    }
+
+    /// Measures what each block cost ([`crate::cost::WorkerMeter`]).
+    pub fn with_resource_tracking(mut self, on: bool) -> Self {
+        if on {
+            self.meter = WorkerMeter::tracking(lock(&self.child).pid());
+        }
+        self
+    }
+
+    /// Starts measuring anew: what the process does from now on is the
+    /// next answered block's.
+    pub fn begin_costs(&mut self) {
+        self.meter.begin();
+    }
+
+    /// What block `block_id` cost, once answered, if tracked.
+    pub fn take_cost(&mut self, block_id: u64) -> Option<BlockCost> {
+        self.meter.take(block_id)
     }
 
     /// Whether the process is still there to take blocks.
@@ -120,6 +143,7 @@ impl WorkerCommand {
         timeout: Option<Duration>,
     ) -> Result<(), BlockFailure> {
         self.ensure_running()?;
+        self.begin_costs();
         let mut todo = VecDeque::from([block.clone()]);
         let mut outcomes = self.run_ahead(&mut todo, 1, timeout, &|| true);
         outcomes.pop().map_or(Ok(()), |(_, outcome)| outcome)
@@ -211,6 +235,7 @@ impl WorkerCommand {
             let failure = match self.next_line(deadline, wait).await {
                 Next::Line(line) => match self.on_line(&line, sent) {
                     Some(result) => {
+                        self.meter.answered(result.block_id);
                         sent.retain(|&id| id != result.block_id);
                         return vec![(result.block_id, outcome(result))];
                     }

@@ -1,0 +1,136 @@
+//! What a block cost ([`BlockCost`]), measured when the task tracks
+//! resources (`resource_tracking`; docs/user-guide.md, "What each block
+//! cost").
+//!
+//! - A block command is its own process: [`reap`] reaps it with its
+//!   CPU time and peak resident set (`wait4`) and its IO counters
+//!   (`/proc/<pid>/io`, read just before the reap), and
+//!   [`block_command_cost`] makes the block's cost of them.
+//! - A worker command serves many blocks: [`WorkerMeter`] reads its
+//!   counters (`/proc/<pid>/stat`, `io`, `status`) as each answer
+//!   arrives, and charges each block what changed since the answer before
+//!   it (or since its batch started). Exact when one block is in flight;
+//!   with prefetch the blocks overlap, and each gets the window between
+//!   two answers, an approximation.
+//! - GPU figures come from [`gpu`], and only where a GPU is there.
+//!
+//! Wall time is not here: the runner times every block, tracked or not.
+
+pub mod gpu;
+pub mod proc_files;
+mod reap;
+
+pub use reap::{reap, Usage};
+
+use daisy_core::protocol::BlockCost;
+use proc_files::{read_cpu_seconds, read_io, read_peak_rss, reset_peak_rss, IoCounters};
+use std::collections::HashMap;
+use std::time::Instant;
+
+/// The cost of a block command from how its process group `group`, which
+/// started at `started`, was reaped.
+pub fn block_command_cost(usage: &Usage, group: i32, started: Instant) -> BlockCost {
+    let io = usage.io.unwrap_or_default();
+    with_gpu(
+        BlockCost {
+            cpu_seconds: usage.cpu_seconds,
+            peak_rss_bytes: usage.peak_rss_bytes,
+            io_read_bytes: io.read,
+            io_write_bytes: io.written,
+            ..BlockCost::default()
+        },
+        group,
+        started,
+    )
+}
+
+fn with_gpu(cost: BlockCost, group: i32, since: Instant) -> BlockCost {
+    match gpu::sampler() {
+        Some(sampler) => {
+            let gpu = sampler.cost_of(group, since);
+            BlockCost {
+                gpu_util_pct: Some(gpu.util_pct),
+                gpu_mem_bytes: Some(gpu.mem_bytes),
+                ..cost
+            }
+        }
+        None => cost,
+    }
+}
+
+/// The counters of a worker command when a window began.
+#[derive(Clone, Copy, Debug)]
+struct Reading {
+    at: Instant,
+    cpu_seconds: f64,
+    io: IoCounters,
+}
+
+impl Reading {
+    fn now(pid: i32) -> Option<Self> {
+        Some(Self {
+            at: Instant::now(),
+            cpu_seconds: read_cpu_seconds(pid).ok()?,
+            io: read_io(pid).ok()?,
+        })
+    }
+}
+
+/// Per-block costs of a worker command (its pid is its group's id), or
+/// nothing when the task does not track resources.
+#[derive(Debug, Default)]
+pub struct WorkerMeter {
+    /// `None`: not tracking.
+    pid: Option<i32>,
+    since: Option<Reading>,
+    /// Costs of blocks answered and not yet taken by the runner.
+    costs: HashMap<u64, BlockCost>,
+}
+
+impl WorkerMeter {
+    /// Measures the process `pid`, its window starting now.
+    pub fn tracking(pid: u32) -> Self {
+        let mut meter = Self {
+            pid: Some(pid as i32),
+            ..Self::default()
+        };
+        meter.begin();
+        meter
+    }
+
+    /// Starts a window now: a batch begins, and the time before it (the
+    /// process idle, or loading its model) is nobody's.
+    pub fn begin(&mut self) {
+        if let Some(pid) = self.pid {
+            let _ = reset_peak_rss(pid);
+            self.since = Reading::now(pid);
+        }
+    }
+
+    /// Block `block_id` was answered: it is charged the window that ends
+    /// now, and the next window begins.
+    pub fn answered(&mut self, block_id: u64) {
+        let (Some(pid), Some(since)) = (self.pid, self.since) else {
+            return;
+        };
+        let Some(now) = Reading::now(pid) else {
+            return;
+        };
+        let io = now.io.since(since.io);
+        let cost = BlockCost {
+            cpu_seconds: (now.cpu_seconds - since.cpu_seconds).max(0.0),
+            peak_rss_bytes: read_peak_rss(pid).unwrap_or(0),
+            io_read_bytes: io.read,
+            io_write_bytes: io.written,
+            ..BlockCost::default()
+        };
+        self.costs.insert(block_id, with_gpu(cost, pid, since.at));
+        let _ = reset_peak_rss(pid);
+        self.since = Some(now);
+    }
+
+    /// The cost of `block_id`, once it was answered.
+    pub fn take(&mut self, block_id: u64) -> Option<BlockCost> {
+        self.costs.remove(&block_id)
+    }
+}
