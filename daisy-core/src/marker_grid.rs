@@ -9,6 +9,7 @@
 //! grid index lies inside the grid shape; its cell is then the row-major
 //! (C order) position of that index.
 
+use crate::block::cantor_number;
 use crate::{Block, Coordinate, TaskSpec};
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -54,5 +55,43 @@ impl MarkerGrid {
             position = position * n + i;
         }
         usize::try_from(position).ok()
+    }
+
+    /// The spatial id of the block at `cell` (the inverse of
+    /// [`Self::index_of`]): the Cantor number of its grid index.
+    pub fn block_id_of(&self, cell: usize) -> u64 {
+        let mut rest = cell as u64;
+        let mut index = vec![0i64; self.shape.len()];
+        for (i, &n) in self.shape.iter().enumerate().rev() {
+            index[i] = (rest % n.max(1)) as i64;
+            rest /= n.max(1);
+        }
+        cantor_number(&Coordinate::new(&index))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{Roi, TaskIdx};
+
+    #[test]
+    fn a_cell_names_the_block_whose_cell_it_is() {
+        let total = Roi::from_slices(&[0, 0], &[40, 30]);
+        let spec = TaskSpec::new(
+            "t",
+            total,
+            Roi::from_slices(&[0, 0], &[10, 10]),
+            Roi::from_slices(&[0, 0], &[10, 10]),
+        );
+        let grid = MarkerGrid::of(&spec);
+        for x in (0..40).step_by(10) {
+            for y in (0..30).step_by(10) {
+                let roi = Roi::from_slices(&[x, y], &[10, 10]);
+                let block = Block::new(TaskIdx(0), &total, roi, roi);
+                let cell = grid.index_of(&block).unwrap();
+                assert_eq!(grid.block_id_of(cell), block.id.spatial);
+            }
+        }
     }
 }

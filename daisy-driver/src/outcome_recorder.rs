@@ -15,6 +15,7 @@
 //! and the run goes on ([`Journal`]). The scheduler, which decides whether a
 //! failed block is retried, stays with the caller: it passes the verdict in.
 
+use crate::done_marker::costs::StoredCost;
 use crate::done_marker::{DoneMarker, DoneMarkerError};
 use crate::done_tally::DoneTally;
 use crate::events::{unix_now, Event, EventLog};
@@ -23,15 +24,18 @@ use crate::pipeline::Pipeline;
 use crate::run_dir::RunDir;
 use anyhow::Context as _;
 use daisy_core::printable::printable;
+use daisy_core::protocol::BlockCost;
 use daisy_core::scheduler::Released;
 use daisy_core::Block;
 
-/// One run of a block: which worker ran it (none in a serial run) and
-/// for how long, as it was measured.
+/// One run of a block: which worker ran it (none in a serial run), for
+/// how long, and what else it cost (tasks tracking resources), as it was
+/// measured.
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
 pub struct Attempt {
     pub worker_id: Option<u64>,
     pub seconds: Option<f64>,
+    pub cost: Option<BlockCost>,
 }
 
 /// Runs of up to this many blocks log a `block_done` line per block.
@@ -103,10 +107,36 @@ impl OutcomeRecorder {
                 marker.mark_done_many(of_task)?;
             }
         }
+        self.record_costs(done);
         for (block, attempt) in done {
             self.record_done(block, *attempt);
         }
         Ok(())
+    }
+
+    /// Stores what the blocks of `done` that were measured cost, beside
+    /// their marks. The figures are for the user's diagnosis, not for
+    /// resuming: one that cannot be written is a warning.
+    fn record_costs(&mut self, done: &[(Block, Attempt)]) {
+        let costed: Vec<(&Block, StoredCost)> = (done.iter())
+            .filter_map(|(block, attempt)| {
+                let cost = attempt.cost.as_ref()?;
+                Some((block, StoredCost::new(attempt.seconds.unwrap_or(0.0), cost)))
+            })
+            .collect();
+        if costed.is_empty() {
+            return;
+        }
+        for (task, marker) in self.markers.iter_mut().enumerate() {
+            let of_task = costed
+                .iter()
+                .filter(|(block, _)| block.id.task.index() == task);
+            if let Err(error) = marker.record_costs(of_task.copied()) {
+                let error = anyhow::Error::new(error);
+                let task = &self.task_ids[task];
+                tracing::warn!("cannot store what blocks of task {task} cost: {error:#}");
+            }
+        }
     }
 
     fn record_done(&mut self, block: &Block, attempt: Attempt) {

@@ -14,6 +14,7 @@ use crate::retry::OnlyBlocks;
 use crate::run_dir::RunDir;
 use crate::summary::{RunEnd, RunSummary, TaskSummary};
 use anyhow::Context;
+use daisy_core::protocol::BlockCost;
 use daisy_core::protocol::WireBlock;
 use daisy_core::scheduler::Released;
 use daisy_core::serial::{self, BlockRunner, SerialEnd, Step};
@@ -104,7 +105,8 @@ impl<'a> TaskRunner<'a> {
         let code = match &config.command {
             UserCommand::PerBlock(argv) => UserCode::PerBlock(
                 BlockCommand::new(argv, config.env.clone(), config.timeout)
-                    .with_context(|| format!("task {id:?}: block_command"))?,
+                    .with_context(|| format!("task {id:?}: block_command"))?
+                    .with_resource_tracking(config.resource_tracking),
             ),
             UserCommand::Worker(_) => UserCode::Worker(None),
             UserCommand::Function { .. } => UserCode::Embedded(
@@ -119,28 +121,35 @@ impl<'a> TaskRunner<'a> {
         })
     }
 
-    /// Runs `block`; `None` if the embedding interpreter was interrupted
-    /// (Ctrl-C) and the block did not run.
-    fn run_block(&mut self, block: &WireBlock) -> Option<Result<(), BlockFailure>> {
+    /// Runs `block`, with what it cost if the task tracks resources;
+    /// `None` if the embedding interpreter was interrupted (Ctrl-C) and
+    /// the block did not run.
+    fn run_block(
+        &mut self,
+        block: &WireBlock,
+    ) -> Option<(Result<(), BlockFailure>, Option<BlockCost>)> {
         let config = self.config;
         Some(match &mut self.code {
             UserCode::Embedded(code) => {
                 let ran = code.run_batch(vec![block.clone()], &Unwatched).pop();
                 if let Some(reason) = code.cannot_serve() {
-                    return Some(Err(BlockFailure::new(reason)));
+                    return Some((Err(BlockFailure::new(reason)), None));
                 }
-                return ran.filter(|_| !code.interrupted()).map(|ran| ran.outcome);
+                return ran
+                    .filter(|_| !code.interrupted())
+                    .map(|ran| (ran.outcome, None));
             }
-            UserCode::PerBlock(command) => command.run(block, &self.log),
+            UserCode::PerBlock(command) => command.run_costed(block, &self.log),
             UserCode::Worker(process) => {
                 if !process.as_mut().is_some_and(WorkerCommand::is_running) {
                     match start_worker_command(config, &self.log) {
                         Ok(started) => *process = Some(started),
-                        Err(failure) => return Some(Err(failure)),
+                        Err(failure) => return Some((Err(failure), None)),
                     }
                 }
                 let process = process.as_mut().expect("started above");
-                process.run(block, config.timeout)
+                let outcome = process.run(block, config.timeout);
+                (outcome, process.take_cost(block.block_id))
             }
         })
     }
@@ -155,6 +164,7 @@ fn start_worker_command(
         unreachable!("only worker-command tasks start a worker command");
     };
     WorkerCommand::start(&config.spec.id, argv, &config.env, log)
+        .map(|process| process.with_resource_tracking(config.resource_tracking))
         .map_err(|e| BlockFailure::new(e.to_string()))
 }
 
@@ -168,6 +178,8 @@ struct SerialRunner<'a> {
     last_failure: Option<String>,
     /// How long the block just processed ran.
     last_seconds: f64,
+    /// What else it cost, if its task tracks resources.
+    last_cost: Option<BlockCost>,
     blocks_run: u64,
     attempts_failed: u64,
     last_progress: Instant,
@@ -187,6 +199,7 @@ impl<'a> SerialRunner<'a> {
             fatal: None,
             last_failure: None,
             last_seconds: 0.0,
+            last_cost: None,
             blocks_run: 0,
             attempts_failed: 0,
             last_progress: Instant::now(),
@@ -222,6 +235,7 @@ impl<'a> SerialRunner<'a> {
         Attempt {
             worker_id: None,
             seconds: Some(self.last_seconds),
+            cost: self.last_cost,
         }
     }
 
@@ -275,10 +289,11 @@ impl BlockRunner for SerialRunner<'_> {
         self.maybe_print_progress();
         let wire = WireBlock::new(self.task_id(block), block);
         let started = Instant::now();
-        let Some(ran) = self.tasks[block.id.task.index()].run_block(&wire) else {
+        let Some((ran, cost)) = self.tasks[block.id.task.index()].run_block(&wire) else {
             return Step::Stop;
         };
         self.last_seconds = started.elapsed().as_secs_f64();
+        self.last_cost = cost;
         let Err(failure) = ran else {
             return self.on_success(block);
         };

@@ -21,9 +21,9 @@
 //!
 //! The serial `daisy-driver run` uses [`user_code`] in process.
 mod batch_size;
-pub mod cost;
 pub mod cli;
 pub mod client;
+pub mod cost;
 mod drain;
 pub mod embedded;
 mod job_end;

@@ -1,6 +1,7 @@
 //! The arrays in a marker's group, as daisy 2.0.0 names and types them:
-//! `done` (uint8, 1 = the block finished) and `failures` (uint32, failed
-//! attempts of the block, never reset). Both have the block grid's shape.
+//! `done` (uint8, 1 = the block finished), `failures` (uint32, failed
+//! attempts of the block, never reset) and, for tasks tracking resources,
+//! what each block cost ([`COSTS`]). All have the block grid's shape.
 
 use super::chunk::{file_with_data, Chunk};
 use super::error::DoneMarkerError;
@@ -25,21 +26,41 @@ pub(super) const FAILURES: ArrayDef = ArrayDef {
     dtype: Dtype::U32,
 };
 
-/// The arrays daisy 2.0.0 adds with `resource_tracking=True`. Never
-/// written here; named so that `reset` knows them as part of a marker.
-pub(super) const DAISY_STAT_ARRAYS: [&str; 7] = [
-    "wall_seconds",
-    "cpu_seconds",
-    "peak_rss_bytes",
-    "io_read_bytes",
-    "io_write_bytes",
-    "gpu_util_pct",
-    "gpu_mem_bytes",
+/// The arrays of what each block cost, written for tasks that track
+/// resources, named and typed as daisy 2.0.0 writes them with
+/// `resource_tracking=True` (see [`super::costs`]), in this order.
+pub(super) const COSTS: [ArrayDef; 7] = [
+    float("wall_seconds"),
+    float("cpu_seconds"),
+    unsigned("peak_rss_bytes"),
+    unsigned("io_read_bytes"),
+    unsigned("io_write_bytes"),
+    float("gpu_util_pct"),
+    unsigned("gpu_mem_bytes"),
 ];
+
+const fn float(name: &'static str) -> ArrayDef {
+    ArrayDef {
+        name,
+        dtype: Dtype::F32,
+    }
+}
+
+const fn unsigned(name: &'static str) -> ArrayDef {
+    ArrayDef {
+        name,
+        dtype: Dtype::U64,
+    }
+}
 
 impl ArrayDef {
     fn node(&self, dir: &Path) -> PathBuf {
         dir.join(self.name)
+    }
+
+    /// Bytes per element.
+    pub fn width(&self) -> usize {
+        self.dtype.width()
     }
 
     /// Bytes in the chunk.

@@ -38,12 +38,12 @@ impl Layout {
         }
         let marker_grid = MarkerGrid::of(spec);
         let grid = marker_grid.shape().to_vec();
-        // u32 failure counts are the widest elements: their bytes must be
+        // u64 costs are the widest elements: their bytes must be
         // addressable too.
         let cells = grid
             .iter()
             .try_fold(1usize, |len, &n| len.checked_mul(usize::try_from(n).ok()?))
-            .filter(|cells| cells.checked_mul(4).is_some())
+            .filter(|cells| cells.checked_mul(8).is_some())
             .ok_or_else(|| geometry(format!("block grid {grid:?} is too large to address")))?;
         Ok(Self {
             marker_grid,
@@ -52,6 +52,11 @@ impl Layout {
             hash: task_hash(spec),
             legacy_hash: legacy_task_hash(spec),
         })
+    }
+
+    /// The spatial id of the block at element `cell`.
+    pub fn block_id_of(&self, cell: usize) -> u64 {
+        self.marker_grid.block_id_of(cell)
     }
 
     /// The element of `block`, if it is addressable.

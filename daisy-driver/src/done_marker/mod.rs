@@ -13,6 +13,8 @@
 //! <dir>/done/c/0/…/0          its only chunk: one byte per block, 1 = done
 //! <dir>/failures/zarr.json    uint32 array of the same shape
 //! <dir>/failures/c/0/…/0      failed attempts per block, little-endian
+//! <dir>/wall_seconds/…         what each block cost (tasks tracking
+//!  … gpu_mem_bytes/…           resources; see [`costs`])
 //! ```
 //!
 //! The submodules: [`layout`] (grid index of a block), [`hash`] (the task
@@ -38,6 +40,7 @@
 
 mod array;
 mod chunk;
+pub mod costs;
 mod error;
 mod group;
 mod hash;
@@ -48,8 +51,9 @@ mod zarr;
 pub use error::DoneMarkerError;
 pub use hash::task_hash;
 
-use array::{DAISY_STAT_ARRAYS, DONE, FAILURES};
+use array::{COSTS, DONE, FAILURES};
 use chunk::Chunk;
+use costs::{CostArrays, CostTable, StoredCost};
 use daisy_core::{Block, TaskSpec};
 use error::io_error;
 use group::Stored;
@@ -78,7 +82,8 @@ pub fn reset(dir: &Path) -> Result<(), DoneMarkerError> {
     for entry in entries {
         let name = entry.map_err(io_error(dir))?.file_name();
         let name = name.to_string_lossy();
-        if !known.iter().chain(&DAISY_STAT_ARRAYS).any(|k| name == *k) {
+        let costs = COSTS.iter().map(|array| array.name);
+        if !known.into_iter().chain(costs).any(|k| name == k) {
             return Err(DoneMarkerError::NotAMarker {
                 dir: dir.to_path_buf(),
                 name: name.into_owned(),
@@ -95,6 +100,7 @@ pub struct DoneMarker {
     layout: Layout,
     done_chunk: Chunk,
     failures: Chunk,
+    costs: CostArrays,
     writable: bool,
     /// A copy of the `done` chunk, so `is_done` costs no syscall. It
     /// stays equal to the file because this marker is its only writer.
@@ -166,6 +172,7 @@ impl DoneMarker {
             layout,
             done_chunk,
             failures,
+            costs: CostArrays::unopened(),
             writable,
             done,
             count,
@@ -208,6 +215,36 @@ impl DoneMarker {
             self.count += len as u64;
         }
         Ok(())
+    }
+
+    /// Stores what `costs`' blocks cost, one write per array and run of
+    /// neighbouring cells; creates the cost arrays the first time, keeps
+    /// what they hold. Blocks that are not addressable are left out.
+    pub fn record_costs<'b>(
+        &mut self,
+        costs: impl IntoIterator<Item = (&'b Block, StoredCost)>,
+    ) -> Result<(), DoneMarkerError> {
+        self.check_writable()?;
+        let mut cells: Vec<(usize, StoredCost)> = (costs.into_iter())
+            .filter_map(|(block, cost)| Some((self.layout.index_of(block)?, cost)))
+            .collect();
+        self.costs.write(&self.dir, &self.layout, &mut cells)
+    }
+
+    /// Every block's stored cost, or `None` if the task never tracked
+    /// resources.
+    pub fn read_costs(&self) -> Result<Option<CostTable>, DoneMarkerError> {
+        CostTable::read(&self.dir, &self.layout)
+    }
+
+    /// The spatial id of the block at `cell` of the arrays.
+    pub fn block_id_of(&self, cell: usize) -> u64 {
+        self.layout.block_id_of(cell)
+    }
+
+    /// Whether the block at `cell` is marked done.
+    pub fn is_cell_done(&self, cell: usize) -> bool {
+        self.done.get(cell).is_some_and(|&b| b != 0)
     }
 
     /// Counts one failed attempt of `block` (saturating), as daisy 2.0.0

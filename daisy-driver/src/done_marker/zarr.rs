@@ -26,6 +26,8 @@ pub(super) const ZARR_JSON_TMP: &str = ".zarr.json.tmp";
 pub(super) enum Dtype {
     U8,
     U32,
+    U64,
+    F32,
 }
 
 impl Dtype {
@@ -33,7 +35,17 @@ impl Dtype {
     pub fn width(self) -> usize {
         match self {
             Dtype::U8 => 1,
-            Dtype::U32 => 4,
+            Dtype::U32 | Dtype::F32 => 4,
+            Dtype::U64 => 8,
+        }
+    }
+
+    /// Zero in the element's own JSON type, as daisy 2.0.0 writes it
+    /// (`0.0` for floats, which a layout check must match exactly).
+    fn fill_value(self) -> Value {
+        match self {
+            Dtype::F32 => json!(0.0),
+            _ => json!(0),
         }
     }
 
@@ -41,6 +53,8 @@ impl Dtype {
         match self {
             Dtype::U8 => "uint8",
             Dtype::U32 => "uint32",
+            Dtype::U64 => "uint64",
+            Dtype::F32 => "float32",
         }
     }
 }
@@ -81,7 +95,7 @@ pub(super) fn array_metadata(grid: &[u64], dtype: Dtype) -> Value {
         },
         "codecs": [{ "configuration": { "endian": "little" }, "name": "bytes" }],
         "data_type": dtype.name(),
-        "fill_value": 0,
+        "fill_value": dtype.fill_value(),
         "node_type": "array",
         "shape": grid,
         "storage_transformers": [],

@@ -98,6 +98,9 @@ pub struct TaskConfig {
     pub batch_size: u32,
     /// Blocks a worker command is fed ahead of the one it works on.
     pub prefetch: u32,
+    /// Whether workers measure what each block cost (CPU, memory, IO,
+    /// GPU) and the driver stores it beside the done markers.
+    pub resource_tracking: bool,
     pub command: UserCommand,
     /// Extra environment variables for the user's command.
     pub env: BTreeMap<String, String>,
@@ -145,6 +148,7 @@ impl TaskConfig {
             timeout_s: self.timeout.map(|t| t.as_secs_f64()),
             batch_size: self.batch_size,
             prefetch: self.prefetch,
+            resource_tracking: self.resource_tracking,
             function,
         }
     }
@@ -426,6 +430,7 @@ pub(super) mod tests {
             idle_timeout: Some(Duration::from_secs(300)),
             batch_size: 8,
             prefetch: 2,
+            resource_tracking: false,
             command: UserCommand::Worker(vec!["python".into(), "predict.py".into()]),
             env: BTreeMap::from([("OMP_NUM_THREADS".to_string(), "4".to_string())]),
             worker_program: None,

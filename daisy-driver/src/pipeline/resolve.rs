@@ -28,7 +28,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-const PIPELINE_FIELDS: &[&str] = &["name", "resources", "launcher", "task"];
+const PIPELINE_FIELDS: &[&str] = &["name", "resources", "launcher", "resource_tracking", "task"];
 const LAUNCHER_FIELDS: &[&str] = &[
     "kind",
     "partition",
@@ -67,6 +67,7 @@ const TASK_FIELDS: &[&str] = &[
     "env",
     "launcher",
     "skip_mask",
+    "resource_tracking",
 ];
 const ROI_FIELDS: &[&str] = &["offset", "shape"];
 const FITS: [Fit; 3] = [Fit::Valid, Fit::Overhang, Fit::Shrink];
@@ -103,6 +104,7 @@ pub(super) fn pipeline(tree: &Value, lines: &Lines, path: &Path) -> Result<Pipel
         let run = Run {
             budget: &top.resources,
             launcher: &top.launcher,
+            resource_tracking: top.resource_tracking,
             path,
         };
         let lines = lines.key("task").item(i);
@@ -135,6 +137,8 @@ struct TopLevel<'t> {
     name: Option<String>,
     resources: Amounts,
     launcher: LauncherConfig,
+    /// Every task's `resource_tracking` unless it says otherwise.
+    resource_tracking: bool,
     tasks: Vec<&'t Table>,
 }
 
@@ -146,6 +150,7 @@ impl<'t> TopLevel<'t> {
             name: fields.required("name", |v| string(v).and_then(directory_name)),
             resources: fields.amounts("resources"),
             launcher: launcher(&mut fields, path),
+            resource_tracking: (fields.optional("resource_tracking", boolean)).unwrap_or(false),
             tasks: fields.required("task", task_tables).unwrap_or_default(),
         }
     }
@@ -230,6 +235,7 @@ fn launcher_options(
 struct Run<'a> {
     budget: &'a Amounts,
     launcher: &'a LauncherConfig,
+    resource_tracking: bool,
     path: &'a Path,
 }
 
@@ -340,6 +346,7 @@ struct Launch {
     idle_timeout: Option<Duration>,
     batch_size: u32,
     prefetch: u32,
+    resource_tracking: bool,
     command: UserCommand,
     env: BTreeMap<String, String>,
     worker_program: Option<Vec<String>>,
@@ -369,6 +376,8 @@ impl Launch {
             prefetch: fields
                 .optional("prefetch", |v| within(v, 0, MAX_PREFETCH))
                 .unwrap_or(0),
+            resource_tracking: (fields.optional("resource_tracking", boolean))
+                .unwrap_or(run.resource_tracking),
             launcher: task_launcher(fields, run),
             worker_program: fields.optional("worker_program", command_line),
             command,
@@ -393,6 +402,7 @@ impl Launch {
             idle_timeout: self.idle_timeout,
             batch_size: self.batch_size,
             prefetch: self.prefetch,
+            resource_tracking: self.resource_tracking,
             worker_program: self
                 .worker_program
                 .or_else(|| default_worker_program(&self.command)),

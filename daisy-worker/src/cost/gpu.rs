@@ -224,13 +224,29 @@ GPU-a0b1c2d3-e4f5-6789-abcd-ef0123456789, [Not Supported]
         let sample = |util: f32, mine: u64, other: u64| Sample {
             at: Instant::now(),
             util: BTreeMap::from([(gpu.clone(), util)]),
-            apps: vec![(7, gpu.clone(), mine), (7, gpu.clone(), 1), (8, gpu.clone(), other)],
+            apps: vec![
+                (7, gpu.clone(), mine),
+                (7, gpu.clone(), 1),
+                (8, gpu.clone(), other),
+            ],
         };
         let samples = [sample(80.0, 100, 5000), sample(40.0, 300, 5000)];
         let cost = cost_in(samples.iter(), 7);
-        assert_eq!(cost, GpuCost { util_pct: 60.0, mem_bytes: 301 });
+        assert_eq!(
+            cost,
+            GpuCost {
+                util_pct: 60.0,
+                mem_bytes: 301
+            }
+        );
         let absent = cost_in(samples.iter(), 9);
-        assert_eq!(absent, GpuCost { util_pct: 0.0, mem_bytes: 0 });
+        assert_eq!(
+            absent,
+            GpuCost {
+                util_pct: 0.0,
+                mem_bytes: 0
+            }
+        );
     }
 
     #[test]

@@ -127,6 +127,9 @@ mod tests {
         assert!(read_io(pid).unwrap().read > 0);
         assert!(read_cpu_seconds(pid).unwrap() >= 0.0);
         assert!(read_peak_rss(pid).unwrap() > 0);
-        assert_eq!(read_process_group(pid), Some(nix::unistd::getpgrp().as_raw()));
+        assert_eq!(
+            read_process_group(pid),
+            Some(nix::unistd::getpgrp().as_raw())
+        );
     }
 }

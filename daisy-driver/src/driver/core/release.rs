@@ -63,6 +63,7 @@ impl Core {
         let attempt = Attempt {
             worker_id: Some(slot.0),
             seconds: result.seconds,
+            cost: result.cost,
         };
         match result.ok {
             true => self.record_success(id, attempt),

@@ -47,6 +47,7 @@ impl Core {
             );
             tracing::warn!(block = id.spatial, "{error}");
             let attempt = Attempt {
+                cost: None,
                 worker_id: Some(slot.0),
                 seconds: None,
             };
