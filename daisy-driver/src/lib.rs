@@ -41,6 +41,7 @@
 pub mod budget;
 pub mod cli;
 pub mod connection;
+pub mod cost_summary;
 pub mod done_marker;
 pub mod done_tally;
 pub mod driver;

@@ -31,6 +31,7 @@ mod table;
 mod timeline;
 
 pub use png::{headless_args, PngError};
+pub use svg::human_seconds;
 
 use crate::pipeline::Pipeline;
 use crate::run_dir::RunDir;

@@ -85,6 +85,9 @@ pub struct TaskStatus {
     pub abandoned: Option<String>,
     /// The failed blocks, by block id.
     pub failed_blocks: Vec<FailedBlock>,
+    /// What its blocks cost, if it tracked resources (`resource_tracking`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub costs: Option<crate::cost_summary::TaskCosts>,
 }
 
 /// A block that failed for good in the last run.

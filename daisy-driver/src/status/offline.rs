@@ -9,6 +9,8 @@
 
 use super::block_by_id::block_by_id;
 use super::{FailedBlock, LastRun, RunEnding, TaskStatus, WorkerEnd, WorkerStatus};
+use crate::cost_summary::{self, TaskCosts};
+use crate::done_marker::costs::{CostTable, StoredCost};
 use crate::done_marker::DoneMarker;
 use crate::events::Event;
 use crate::pipeline::Pipeline;
@@ -101,6 +103,8 @@ pub fn read_last_run(run_dir: &RunDir) -> anyhow::Result<(LastRunEvents, Vec<Str
 pub struct Findings {
     graph: DependencyGraph,
     markers: Vec<Option<DoneMarker>>,
+    /// Per task, what its measured blocks cost (tasks tracking resources).
+    costs: Vec<Option<CostTable>>,
     /// Per task, the blocks its `skip_mask` removes.
     masked: Vec<u64>,
     /// Blocks that failed for good in the last run and are not done.
@@ -141,6 +145,20 @@ impl Findings {
         } else {
             BlockState::Remaining
         }
+    }
+
+    /// The measured blocks of `task`, by block id, and what each cost.
+    pub fn measured_blocks(&self, task: TaskIdx) -> Vec<(u64, StoredCost)> {
+        let marker = self.markers[task.index()].as_ref();
+        match (marker, &self.costs[task.index()]) {
+            (Some(marker), Some(table)) => cost_summary::measured_blocks(marker, table),
+            _ => Vec::new(),
+        }
+    }
+
+    /// What the block at marker `cell` of `task` cost, if it was measured.
+    pub fn cost_at(&self, task: TaskIdx, cell: usize) -> Option<StoredCost> {
+        self.costs[task.index()].as_ref()?.get(cell)
     }
 
     /// The numbers of `task`, as `status` shows them.
@@ -209,13 +227,16 @@ pub fn findings(
     let masked = (pipeline.tasks.iter())
         .map(|t| t.skip_mask.as_ref().map_or(0, |mask| mask.masked()))
         .collect();
+    let mut warnings = Vec::new();
+    let costs = read_costs(pipeline, &markers, &mut warnings);
     let mut findings = Findings {
         markers,
+        costs,
         masked,
         failed: (0..tasks).map(|_| BTreeMap::new()).collect(),
         orphaned: vec![HashSet::new(); tasks],
         abandoned: vec![None; tasks],
-        warnings: Vec::new(),
+        warnings,
         graph,
     };
     take_last_run(&mut findings, last_run);
@@ -223,6 +244,27 @@ pub fn findings(
     orphan_downstream(&mut findings, failed_blocks);
     orphan_abandoned_tasks(&mut findings);
     Ok(findings)
+}
+
+/// Each task's cost arrays; one that cannot be read is a warning (the
+/// figures are for diagnosis, the counts stand without them).
+fn read_costs(
+    pipeline: &Pipeline,
+    markers: &[Option<DoneMarker>],
+    warnings: &mut Vec<String>,
+) -> Vec<Option<CostTable>> {
+    let read = |(config, marker): (&crate::pipeline::TaskConfig, &Option<DoneMarker>)| {
+        match marker.as_ref()?.read_costs() {
+            Ok(table) => table,
+            Err(error) => {
+                let error = anyhow::Error::new(error);
+                let task = &config.spec.id;
+                warnings.push(format!("task {task:?}: cannot read what blocks cost: {error:#}"));
+                None
+            }
+        }
+    };
+    pipeline.tasks.iter().zip(markers).map(read).collect()
 }
 
 impl RunFold for LastRunEvents {
@@ -383,7 +425,9 @@ fn task_status(findings: &Findings, run_dir: &RunDir, task: TaskIdx) -> TaskStat
     let failed = failed_blocks.len() as u64;
     let orphaned = findings.orphaned[task.index()].len() as u64;
     let skipped = findings.masked[task.index()];
+    let costs: Option<TaskCosts> = cost_summary::summarise(&findings.measured_blocks(task));
     TaskStatus {
+        costs,
         remaining: total.saturating_sub(done + skipped + failed + orphaned),
         skipped,
         abandoned: findings.abandoned[task.index()].clone(),

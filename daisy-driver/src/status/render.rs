@@ -3,6 +3,7 @@
 //! running, its live view. Long lists are cut (`--json` has everything).
 
 use super::{LastRun, LiveStatus, RunState, RunStatus, TaskStatus, WorkerEnd, WorkerStatus};
+use crate::cost_summary::Unit;
 use std::fmt::Write as _;
 use std::time::{Duration, UNIX_EPOCH};
 
@@ -26,6 +27,9 @@ pub(super) fn render(status: &RunStatus) -> String {
     tasks_table(&mut out, &status.tasks);
     for task in &status.tasks {
         failed_blocks(&mut out, task);
+    }
+    for task in &status.tasks {
+        costs(&mut out, task);
     }
     if let Some(run) = &status.last_run {
         workers(&mut out, &run.workers);
@@ -129,6 +133,39 @@ fn failed_blocks(out: &mut String, task: &TaskStatus) {
         }
     }
     more(out, task.failed_blocks.len());
+}
+
+/// Per measure the median, 95th percentile and maximum (with its block),
+/// then the slowest blocks.
+fn costs(out: &mut String, task: &TaskStatus) {
+    let Some(costs) = &task.costs else {
+        return;
+    };
+    let _ = writeln!(
+        out,
+        "\nwhat blocks of task {:?} cost ({} measured):",
+        task.id, costs.measured
+    );
+    let _ = writeln!(
+        out,
+        "  {:<16} {:>10} {:>10} {:>10}  {}",
+        "measure", "median", "p95", "max", "max in block"
+    );
+    for m in &costs.measures {
+        let _ = writeln!(
+            out,
+            "  {:<16} {:>10} {:>10} {:>10}  {}",
+            m.measure,
+            m.unit.show(m.median),
+            m.unit.show(m.p95),
+            m.unit.show(m.max),
+            m.max_block_id
+        );
+    }
+    let slowest: Vec<String> = (costs.slowest.iter())
+        .map(|b| format!("{} ({})", b.block_id, Unit::Seconds.show(b.wall_seconds)))
+        .collect();
+    let _ = writeln!(out, "  slowest blocks: {}", slowest.join(", "));
 }
 
 fn more(out: &mut String, len: usize) {
