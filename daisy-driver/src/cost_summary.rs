@@ -95,14 +95,24 @@ pub struct Measure {
 
 /// Every measure, in the order shown.
 pub const MEASURES: [Measure; 7] = [
-    measure("wall_seconds", Unit::Seconds, |c| Some(c.wall_seconds as f64)),
+    measure("wall_seconds", Unit::Seconds, |c| {
+        Some(c.wall_seconds as f64)
+    }),
     measure("cpu_seconds", Unit::Seconds, |c| Some(c.cpu_seconds as f64)),
-    measure("peak_rss_bytes", Unit::Bytes, |c| Some(c.peak_rss_bytes as f64)),
-    measure("io_read_bytes", Unit::Bytes, |c| Some(c.io_read_bytes as f64)),
-    measure("io_write_bytes", Unit::Bytes, |c| Some(c.io_write_bytes as f64)),
+    measure("peak_rss_bytes", Unit::Bytes, |c| {
+        Some(c.peak_rss_bytes as f64)
+    }),
+    measure("io_read_bytes", Unit::Bytes, |c| {
+        Some(c.io_read_bytes as f64)
+    }),
+    measure("io_write_bytes", Unit::Bytes, |c| {
+        Some(c.io_write_bytes as f64)
+    }),
     Measure {
         optional: true,
-        ..measure("gpu_util_pct", Unit::Percent, |c| c.gpu_util_pct.map(f64::from))
+        ..measure("gpu_util_pct", Unit::Percent, |c| {
+            c.gpu_util_pct.map(f64::from)
+        })
     },
     Measure {
         optional: true,
@@ -112,11 +122,7 @@ pub const MEASURES: [Measure; 7] = [
     },
 ];
 
-const fn measure(
-    name: &'static str,
-    unit: Unit,
-    value: fn(&StoredCost) -> Option<f64>,
-) -> Measure {
+const fn measure(name: &'static str, unit: Unit, value: fn(&StoredCost) -> Option<f64>) -> Measure {
     Measure {
         name,
         unit,
@@ -140,7 +146,10 @@ pub fn summarise(blocks: &[(u64, StoredCost)]) -> Option<TaskCosts> {
     let measures = MEASURES.iter().filter_map(|m| summarise_measure(m, blocks));
     let mut by_wall: Vec<&(u64, StoredCost)> = blocks.iter().collect();
     by_wall.sort_by(|a, b| b.1.wall_seconds.total_cmp(&a.1.wall_seconds));
-    let slowest = by_wall.iter().take(SLOWEST_LISTED).map(|(id, c)| row(*id, c));
+    let slowest = by_wall
+        .iter()
+        .take(SLOWEST_LISTED)
+        .map(|(id, c)| row(*id, c));
     Some(TaskCosts {
         measured: blocks.len() as u64,
         measures: measures.collect(),
@@ -207,11 +216,20 @@ mod tests {
         let names: Vec<&str> = costs.measures.iter().map(|m| m.measure).collect();
         assert_eq!(
             names,
-            ["wall_seconds", "cpu_seconds", "peak_rss_bytes", "io_read_bytes", "io_write_bytes"],
+            [
+                "wall_seconds",
+                "cpu_seconds",
+                "peak_rss_bytes",
+                "io_read_bytes",
+                "io_write_bytes"
+            ],
             "no GPU columns without a GPU"
         );
         let wall = &costs.measures[0];
-        assert_eq!((wall.median, wall.p95, wall.max, wall.total), (11.0, 19.0, 20.0, 210.0));
+        assert_eq!(
+            (wall.median, wall.p95, wall.max, wall.total),
+            (11.0, 19.0, 20.0, 210.0)
+        );
         assert_eq!(wall.max_block_id, 119);
         assert_eq!(costs.measures[2].max_block_id, 100);
         let slowest: Vec<u64> = costs.slowest.iter().map(|b| b.block_id).collect();
@@ -224,7 +242,10 @@ mod tests {
         let blocks = [(1, cost(1.0, 1, Some(50.0))), (2, cost(1.0, 1, None))];
         let costs = summarise(&blocks).unwrap();
         let gpu = &costs.measures[5];
-        assert_eq!((gpu.measure, gpu.max, gpu.total), ("gpu_util_pct", 50.0, 50.0));
+        assert_eq!(
+            (gpu.measure, gpu.max, gpu.total),
+            ("gpu_util_pct", 50.0, 50.0)
+        );
         assert_eq!(costs.measures[6].max, 7.0);
     }
 

@@ -237,6 +237,11 @@ impl DoneMarker {
         CostTable::read(&self.dir, &self.layout)
     }
 
+    /// The cell of `block` in the arrays, if it is addressable.
+    pub fn cell_of(&self, block: &Block) -> Option<usize> {
+        self.layout.index_of(block)
+    }
+
     /// The spatial id of the block at `cell` of the arrays.
     pub fn block_id_of(&self, cell: usize) -> u64 {
         self.layout.block_id_of(cell)

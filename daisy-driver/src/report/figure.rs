@@ -27,6 +27,7 @@ pub fn figure(drawings: &Drawings) -> Chart {
     }
     y = flow(&drawings.histograms, y, &mut placed);
     y = flow(&drawings.slices, y, &mut placed);
+    y = flow(&drawings.costs, y, &mut placed);
     let mut svg = Svg::new(WIDTH, y);
     let page = Rect {
         x: 0.0,

@@ -44,6 +44,10 @@ pub fn page(drawings: &Drawings) -> String {
     if !slices.is_empty() {
         section(&mut html, "Done markers", &slices);
     }
+    let costs: String = drawings.costs.iter().map(|c| c.svg.as_str()).collect();
+    if !costs.is_empty() {
+        section(&mut html, "What blocks cost", &costs);
+    }
     html.push_str("</body></html>\n");
     html
 }

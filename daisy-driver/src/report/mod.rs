@@ -21,6 +21,7 @@
 //! - [`png`]: the figure rendered to PNG by headless Chromium.
 
 mod charts;
+mod costs;
 mod figure;
 mod html;
 mod model;
@@ -53,6 +54,10 @@ pub enum ReportFormat {
     /// That picture as PNG, rendered by headless Chromium (found on PATH,
     /// or set DAISY_CHROMIUM).
     Png,
+    /// The numbers behind the pictures, per task: block counts and, for
+    /// tasks that tracked resources, what blocks cost (summary and
+    /// distributions).
+    Json,
 }
 
 impl ReportFormat {
@@ -61,6 +66,7 @@ impl ReportFormat {
             ReportFormat::Html => "html",
             ReportFormat::Svg => "svg",
             ReportFormat::Png => "png",
+            ReportFormat::Json => "json",
         }
     }
 }
@@ -109,6 +115,7 @@ pub fn write(
         ReportFormat::Html => write_file(output, &html::page(&drawings))?,
         ReportFormat::Svg => write_file(output, &figure::figure(&drawings).svg)?,
         ReportFormat::Png => png::render_svg(&figure::figure(&drawings), output)?,
+        ReportFormat::Json => write_file(output, &json(&drawings))?,
     }
     Ok(Written {
         path: output.to_path_buf(),
@@ -127,6 +134,30 @@ struct Drawings {
     throughput: Chart,
     histograms: Vec<Chart>,
     slices: Vec<Chart>,
+    /// What blocks cost (tasks that tracked resources).
+    costs: Vec<Chart>,
+    /// Each task's numbers, for `--format json`.
+    tasks: Vec<TaskNumbers>,
+}
+
+/// A task in `report --format json`.
+#[derive(Debug, serde::Serialize)]
+struct TaskNumbers {
+    #[serde(flatten)]
+    status: TaskStatus,
+    /// Per measure, blocks per bin (tasks that tracked resources).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    cost_distributions: Vec<costs::Distribution>,
+}
+
+fn json(drawings: &Drawings) -> String {
+    let report = serde_json::json!({
+        "title": drawings.title,
+        "facts": drawings.facts,
+        "warnings": drawings.warnings,
+        "tasks": drawings.tasks,
+    });
+    format!("{report:#}\n")
 }
 
 fn draw(run_dir: &RunDir) -> Result<Drawings, ReportError> {
@@ -147,10 +178,11 @@ fn draw(run_dir: &RunDir) -> Result<Drawings, ReportError> {
     let earlier_runs = history.runs.saturating_sub(1);
     let (builder, last_run) = history.last_run.unwrap_or_else(new_run);
     let model = builder.finish(earlier_runs);
-    let (statuses, slices) = match &pipeline {
+    let (tasks, slices, costs) = match &pipeline {
         Some(pipeline) => done_markers(pipeline, run_dir, &last_run, &mut warnings),
-        None => (Vec::new(), Vec::new()),
+        None => Default::default(),
     };
+    let statuses: Vec<&TaskStatus> = tasks.iter().map(|t| &t.status).collect();
     let table = table::rows(&model, &statuses);
     Ok(Drawings {
         title: format!("daisy run report: {}", model.pipeline),
@@ -160,6 +192,8 @@ fn draw(run_dir: &RunDir) -> Result<Drawings, ReportError> {
         throughput: charts::render_throughput(&model),
         histograms: charts::render_histograms(&model),
         slices,
+        costs,
+        tasks,
         warnings,
     })
 }
@@ -177,29 +211,34 @@ fn events_file(run_dir: &RunDir) -> Result<PathBuf, ReportError> {
 }
 
 /// Each task's block counts and done-marker picture, as `status` finds
-/// them; none (and a warning) if the markers cannot be read.
+/// them, and the pictures of what its blocks cost; none (and a warning)
+/// if the markers cannot be read.
 fn done_markers(
     pipeline: &Pipeline,
     run_dir: &RunDir,
     last_run: &LastRunEvents,
     warnings: &mut Vec<String>,
-) -> (Vec<TaskStatus>, Vec<Chart>) {
+) -> (Vec<TaskNumbers>, Vec<Chart>, Vec<Chart>) {
     let findings = match findings(pipeline, run_dir, last_run) {
         Ok(findings) => findings,
         Err(error) => {
             warnings.push(format!("no done-marker pictures: {error:#}"));
-            return (Vec::new(), Vec::new());
+            return Default::default();
         }
     };
     warnings.extend(findings.warnings().iter().cloned());
-    let tasks = findings.graph().task_indices();
-    tasks
-        .map(|task| {
-            let status = findings.task_status(run_dir, task);
-            let picture = slice::render(&findings, &status, task);
-            (status, picture)
-        })
-        .unzip()
+    let (mut tasks, mut slices, mut costs) = (Vec::new(), Vec::new(), Vec::new());
+    for task in findings.graph().task_indices() {
+        let status = findings.task_status(run_dir, task);
+        slices.push(slice::render(&findings, &status, task));
+        let cost_distributions = costs::distributions(&findings, task);
+        costs.extend(costs::render(&findings, task, &cost_distributions));
+        tasks.push(TaskNumbers {
+            status,
+            cost_distributions,
+        });
+    }
+    (tasks, slices, costs)
 }
 
 /// Most skipped lines named one by one; a badly damaged file gets a count.

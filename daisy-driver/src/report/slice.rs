@@ -12,7 +12,7 @@
 use super::svg::{self, Chart, Rect, Svg};
 use crate::status::{BlockState, Findings, TaskStatus};
 use daisy_core::geometry::BlockGrid;
-use daisy_core::{Coordinate, TaskIdx};
+use daisy_core::{Block, Coordinate, DependencyGraph, TaskIdx};
 
 /// Most cells per side; more blocks are downsampled.
 pub const MAX_CELLS: i64 = 256;
@@ -22,9 +22,9 @@ const MIN_CELL_PX: f64 = 2.0;
 const MAX_CELL_PX: f64 = 24.0;
 /// Above this many cells, equal neighbours in a row are drawn as one.
 const MERGE_ABOVE_CELLS: i64 = 4096;
-const MARGIN: f64 = 10.0;
+pub const MARGIN: f64 = 10.0;
 const HEADER_HEIGHT: f64 = 40.0;
-const LEGEND_HEIGHT: f64 = 26.0;
+pub const LEGEND_HEIGHT: f64 = 26.0;
 
 pub fn state_colour(state: BlockState) -> &'static str {
     match state {
@@ -99,16 +99,23 @@ impl SlicePlan {
         (rows, cols)
     }
 
-    /// The most urgent state among the cell's blocks, or `None` if the fit
-    /// rule leaves no block there; with the block's id if it is alone.
-    fn cell_state(&self, grid: &BlockGrid, states: &Findings, row: i64, col: i64) -> Cell {
+    /// The highest level among the cell's blocks (the most urgent
+    /// state, the longest run time), or `None` if no block there has one;
+    /// with the block's id if it is alone.
+    fn cell_level<L: Copy + Ord>(
+        &self,
+        grid: &BlockGrid,
+        shading: &Shading<L>,
+        row: i64,
+        col: i64,
+    ) -> Cell<L> {
         let ((r0, r1), (c0, c1)) = self.cell_blocks(row, col);
         let mut cell = Cell::default();
         for r in r0..r1 {
             for c in c0..c1 {
                 let position = self.grid_index(r, c) * grid.write_shape;
                 if let Some(block) = grid.block_at(position) {
-                    cell.state = cell.state.max(Some(states.state(&block)));
+                    cell.level = cell.level.max((shading.level)(&block));
                     cell.blocks += 1;
                     cell.block_id = block.id.spatial;
                 }
@@ -122,24 +129,65 @@ fn div_ceil(a: i64, b: i64) -> i64 {
     (a + b - 1) / b.max(1)
 }
 
-#[derive(Clone, Copy, Debug, Default, PartialEq)]
-struct Cell {
-    state: Option<BlockState>,
+#[derive(Clone, Copy, Debug, PartialEq)]
+struct Cell<L> {
+    level: Option<L>,
     blocks: u64,
     /// The id of the (last) block in the cell.
     block_id: u64,
 }
 
+impl<L> Default for Cell<L> {
+    fn default() -> Self {
+        Self {
+            level: None,
+            blocks: 0,
+            block_id: 0,
+        }
+    }
+}
+
 /// Equal cells side by side in one row of the picture.
-struct CellRun {
+struct CellRun<L> {
     row: i64,
     cols: (i64, i64),
-    cell: Cell,
+    cell: Cell<L>,
+}
+
+/// What a picture shows of each block: a level (ordered: where a cell
+/// stands for several blocks it shows the highest), and each level's
+/// colour and name.
+pub struct Shading<'a, L> {
+    pub level: &'a dyn Fn(&Block) -> Option<L>,
+    pub colour: &'a dyn Fn(L) -> &'static str,
+    pub label: &'a dyn Fn(L) -> String,
+    /// What a cell of several blocks shows: "the most urgent state".
+    pub cell_shows: &'a str,
 }
 
 /// The slice picture of task `task`, whose numbers are `status`.
 pub fn render(states: &Findings, status: &TaskStatus, task: TaskIdx) -> Chart {
-    let graph = states.graph();
+    let shading = Shading {
+        level: &|block| Some(states.state(block)),
+        colour: &|state| state_colour(state),
+        label: &|state| state.label().to_string(),
+        cell_shows: "the most urgent state",
+    };
+    let title = states.graph().task(task).id.clone();
+    let mut chart = draw(states.graph(), task, &title, &shading);
+    let y = chart.height() - 8.0;
+    draw_legend(&mut chart, status, y);
+    chart.finish()
+}
+
+/// The picture of `task`'s blocks as `shading` shows them, its legend
+/// (at the bottom, [`LEGEND_HEIGHT`]) left to the caller.
+pub fn draw<L: Copy + Ord>(
+    graph: &DependencyGraph,
+    task: TaskIdx,
+    title: &str,
+    shading: &Shading<L>,
+) -> Svg {
     let grid = graph.task_graph(task).grid();
     let plan = SlicePlan::new(grid.total_write.shape().div_ceil(&grid.write_shape));
     let (cell_rows, cell_cols) = (plan.cell_rows(), plan.cell_cols());
@@ -149,14 +197,23 @@ pub fn render(states: &Findings, status: &TaskStatus, task: TaskIdx) -> Chart {
     let width = (2.0 * MARGIN + cell_cols as f64 * cell_px).max(380.0);
     let height = HEADER_HEIGHT + cell_rows as f64 * cell_px + LEGEND_HEIGHT;
     let mut chart = Svg::new(width, height);
-    let id = &graph.task(task).id;
-    chart.text(MARGIN, 14.0, "start", &format!("{id}: {}", describe(&plan)));
-    chart.text(MARGIN, 30.0, "start", &downsampling_note(&plan));
+    chart.text(
+        MARGIN,
+        14.0,
+        "start",
+        &format!("{title}: {}", describe(&plan)),
+    );
+    chart.text(
+        MARGIN,
+        30.0,
+        "start",
+        &downsampling_note(&plan, shading.cell_shows),
+    );
     chart.group("done-slice");
     let merge = cell_rows * cell_cols > MERGE_ABOVE_CELLS;
     for row in 0..cell_rows {
-        for run in row_runs(&plan, grid, states, row, merge) {
-            let Some(state) = run.cell.state else {
+        for run in row_runs(&plan, grid, shading, row, merge) {
+            let Some(level) = run.cell.level else {
                 continue;
             };
             let rect = Rect {
@@ -165,28 +222,27 @@ pub fn render(states: &Findings, status: &TaskStatus, task: TaskIdx) -> Chart {
                 width: (run.cols.1 - run.cols.0) as f64 * cell_px,
                 height: cell_px,
             };
-            let title = run_title(&plan, &run, state);
-            chart.rect(rect, state_colour(state), Some(&title));
+            let title = run_title(&plan, &run, &(shading.label)(level));
+            chart.rect(rect, (shading.colour)(level), Some(&title));
         }
     }
     chart.end_group();
-    draw_legend(&mut chart, status, height - 8.0);
-    chart.finish()
+    chart
 }
 
 /// The cells of one picture row, equal neighbours merged if `merge`.
-fn row_runs(
+fn row_runs<L: Copy + Ord>(
     plan: &SlicePlan,
     grid: &BlockGrid,
-    states: &Findings,
+    shading: &Shading<L>,
     row: i64,
     merge: bool,
-) -> Vec<CellRun> {
-    let mut runs: Vec<CellRun> = Vec::new();
+) -> Vec<CellRun<L>> {
+    let mut runs: Vec<CellRun<L>> = Vec::new();
     for col in 0..plan.cell_cols() {
-        let cell = plan.cell_state(grid, states, row, col);
+        let cell = plan.cell_level(grid, shading, row, col);
         match runs.last_mut() {
-            Some(last) if merge && last.cell.state == cell.state => {
+            Some(last) if merge && last.cell.level == cell.level => {
                 last.cols.1 = col + 1;
                 last.cell.blocks += cell.blocks;
             }
@@ -200,17 +256,13 @@ fn row_runs(
     runs
 }
 
-fn run_title(plan: &SlicePlan, run: &CellRun, state: BlockState) -> String {
+fn run_title<L>(plan: &SlicePlan, run: &CellRun<L>, label: &str) -> String {
     let (rows, _) = plan.cell_blocks(run.row, run.cols.0);
     let (_, (c0, _)) = plan.cell_blocks(run.row, run.cols.0);
     let (_, (_, c1)) = plan.cell_blocks(run.row, run.cols.1 - 1);
     if run.cell.blocks == 1 {
         let index = plan.grid_index(rows.0, c0);
-        return format!(
-            "block {}: {} (grid index {index})",
-            run.cell.block_id,
-            state.label()
-        );
+        return format!("block {}: {label} (grid index {index})", run.cell.block_id);
     }
     format!(
         "{} blocks in rows {}–{}, columns {}–{}: {}",
@@ -220,9 +272,9 @@ fn run_title(plan: &SlicePlan, run: &CellRun, state: BlockState) -> String {
         c0,
         c1 - 1,
         if run.cell.blocks > 1 && plan.row_step * plan.col_step > 1 {
-            format!("at least one {}", state.label())
+            format!("at least one {label}")
         } else {
-            state.label().to_string()
+            label.to_string()
         }
     )
 }
@@ -241,12 +293,12 @@ fn describe(plan: &SlicePlan) -> String {
     text
 }
 
-fn downsampling_note(plan: &SlicePlan) -> String {
+fn downsampling_note(plan: &SlicePlan, cell_shows: &str) -> String {
     if plan.row_step * plan.col_step == 1 {
         "one cell per block".to_string()
     } else {
         format!(
-            "one cell per {} × {} blocks, showing the most urgent state",
+            "one cell per {} × {} blocks, showing {cell_shows}",
             plan.row_step, plan.col_step
         )
     }

@@ -173,6 +173,10 @@ impl Svg {
         }
     }
 
+    pub fn height(&self) -> f64 {
+        self.height
+    }
+
     pub fn finish(mut self) -> Chart {
         self.out.push_str("</svg>");
         Chart {

@@ -31,11 +31,17 @@ pub const HEADERS: [&str; 10] = crate::summary::COLUMNS;
 
 /// The rows of `model`'s tasks; `statuses` (found by task id) fill in
 /// what unfinished tasks' events lack.
-pub fn rows(model: &RunModel, statuses: &[TaskStatus]) -> Vec<SummaryRow> {
+pub fn rows(model: &RunModel, statuses: &[&TaskStatus]) -> Vec<SummaryRow> {
     model
         .tasks
         .iter()
-        .map(|task| row(model, task, statuses.iter().find(|s| s.id == task.id)))
+        .map(|task| {
+            row(
+                model,
+                task,
+                statuses.iter().find(|s| s.id == task.id).copied(),
+            )
+        })
         .collect()
 }
 

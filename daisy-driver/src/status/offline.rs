@@ -156,9 +156,11 @@ impl Findings {
         }
     }
 
-    /// What the block at marker `cell` of `task` cost, if it was measured.
-    pub fn cost_at(&self, task: TaskIdx, cell: usize) -> Option<StoredCost> {
-        self.costs[task.index()].as_ref()?.get(cell)
+    /// What `block` cost, if it was measured.
+    pub fn block_cost(&self, block: &Block) -> Option<StoredCost> {
+        let task = block.id.task.index();
+        let cell = self.markers[task].as_ref()?.cell_of(block)?;
+        self.costs[task].as_ref()?.get(cell)
     }
 
     /// The numbers of `task`, as `status` shows them.
@@ -253,15 +255,18 @@ fn read_costs(
     markers: &[Option<DoneMarker>],
     warnings: &mut Vec<String>,
 ) -> Vec<Option<CostTable>> {
-    let read = |(config, marker): (&crate::pipeline::TaskConfig, &Option<DoneMarker>)| {
-        match marker.as_ref()?.read_costs() {
-            Ok(table) => table,
-            Err(error) => {
-                let error = anyhow::Error::new(error);
-                let task = &config.spec.id;
-                warnings.push(format!("task {task:?}: cannot read what blocks cost: {error:#}"));
-                None
-            }
+    let read = |(config, marker): (&crate::pipeline::TaskConfig, &Option<DoneMarker>)| match marker
+        .as_ref()?
+        .read_costs()
+    {
+        Ok(table) => table,
+        Err(error) => {
+            let error = anyhow::Error::new(error);
+            let task = &config.spec.id;
+            warnings.push(format!(
+                "task {task:?}: cannot read what blocks cost: {error:#}"
+            ));
+            None
         }
     };
     pipeline.tasks.iter().zip(markers).map(read).collect()
