@@ -288,6 +288,7 @@ mod tests {
         Attempt {
             worker_id,
             seconds: Some(0.5),
+            cost: None,
         }
     }
 

@@ -134,6 +134,7 @@ async fn hand_out_and_expect_success(conn: &mut PeerConn, id: u64) {
         ok: true,
         error: None,
         seconds: Some(_),
+        cost: None,
     }] = results[..]
     else {
         panic!("expected one successful, timed result: {results:?}");

@@ -55,6 +55,7 @@ fn ok(block_id: u64) -> BlockResult {
         ok: true,
         error: None,
         seconds: None,
+        cost: None,
     }
 }
 

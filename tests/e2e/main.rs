@@ -4,6 +4,7 @@
 mod batching;
 mod chaos;
 mod cluster;
+mod costs;
 mod daisy2_compat;
 mod distributed;
 mod failures;

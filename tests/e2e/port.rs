@@ -247,6 +247,7 @@ fn succeeded(block_id: u64) -> BlockResult {
         ok: true,
         error: None,
         seconds: None,
+        cost: None,
     }
 }
 
@@ -256,6 +257,7 @@ fn failed(block_id: u64, error: String) -> BlockResult {
         ok: false,
         error: Some(error),
         seconds: None,
+        cost: None,
     }
 }
 

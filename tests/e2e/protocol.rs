@@ -121,6 +121,7 @@ fn bad_input_is_refused_with_a_reason_and_the_run_completes() {
             ok: true,
             error: None,
             seconds: None,
+            cost: None,
         }],
     };
     send(&mut worker, &release(999));
@@ -266,6 +267,7 @@ block_command = ["true"]
             ok: true,
             error: None,
             seconds: Some(2.0),
+            cost: None,
         }],
     };
     send(&mut worker, &done(first));

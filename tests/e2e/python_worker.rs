@@ -175,12 +175,14 @@ fn messages() -> Vec<(Vec<u8>, &'static str)> {
                 ok: false,
                 error: Some("no luck".into()),
                 seconds: None,
+                cost: None,
             },
             BlockResult {
                 block_id: 1 << 40,
                 ok: true,
                 error: None,
                 seconds: None,
+                cost: None,
             },
         ],
     };
@@ -197,6 +199,7 @@ fn messages() -> Vec<(Vec<u8>, &'static str)> {
             batch_size: 1,
             prefetch: 0,
             function: None,
+            resource_tracking: false,
         }),
     });
     let blocks = FromDriver::Blocks {

@@ -381,6 +381,23 @@ pub fn failure_counts(run_dir: &Path, task: &str) -> BTreeMap<u64, u32> {
         .collect()
 }
 
+/// What the done marker of `task` in `run_dir` stores of each measured
+/// block's cost, by block id (empty if the task never tracked resources).
+pub fn stored_costs(
+    run_dir: &Path,
+    task: &str,
+) -> BTreeMap<u64, daisy_driver::done_marker::costs::StoredCost> {
+    let (marker, blocks) = open_marker(run_dir, task);
+    let marker = marker.expect("a done marker");
+    let Some(table) = marker.read_costs().expect("readable cost arrays") else {
+        return BTreeMap::new();
+    };
+    let cost = |block: &Block| table.get(marker.cell_of(block)?);
+    (blocks.iter())
+        .filter_map(|block| Some((block.id.spatial, cost(block)?)))
+        .collect()
+}
+
 /// The done marker of `task` in `run_dir` (read-only) and the task's
 /// blocks, from the pipeline the run recorded.
 fn open_marker(run_dir: &Path, task: &str) -> (Option<DoneMarker>, Vec<Block>) {

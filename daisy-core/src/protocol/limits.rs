@@ -99,6 +99,7 @@ mod tests {
                 ok: false,
                 error: Some("x".repeat(100_000)),
                 seconds: None,
+                cost: None,
             }],
         };
         let ToDriver::ReleaseBlocks { results } = release.with_texts_cut() else {

@@ -415,6 +415,7 @@ mod tests {
                 source: FunctionSource::Pickle("/runs/p.pickle".into()),
                 search_path: vec!["/src".into()],
             }),
+            resource_tracking: false,
         };
         let bytes = rmp_serde::to_vec_named(&code).unwrap();
         let value: serde_json::Value = rmp_serde::from_slice(&bytes).unwrap();

@@ -117,6 +117,7 @@ pub async fn noop_worker(
                 ok: true,
                 error: None,
                 seconds,
+                cost: None,
             })
             .collect();
         client.release(results).await.map_err(|e| e.to_string())?;

@@ -238,6 +238,7 @@ async fn close_writes_what_is_queued_then_ends_the_connection() {
         ok: false,
         error: Some("exit status 1".into()),
         seconds: None,
+        cost: None,
     };
     client.release(vec![result.clone()]).await.unwrap();
     client.draining("SIGTERM".into(), false).await.unwrap();

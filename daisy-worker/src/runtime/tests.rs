@@ -111,6 +111,7 @@ fn ok(block_id: u64) -> BlockResult {
         ok: true,
         error: None,
         seconds: None,
+        cost: None,
     }
 }
 
@@ -120,6 +121,7 @@ fn failed(block_id: u64, error: &str) -> BlockResult {
         ok: false,
         error: Some(error.into()),
         seconds: None,
+        cost: None,
     }
 }
 

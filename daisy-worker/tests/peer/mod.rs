@@ -142,6 +142,7 @@ pub fn block_command(argv: &[&str]) -> TaskCode {
         batch_size: 1,
         prefetch: 0,
         function: None,
+        resource_tracking: false,
     }
 }
 

@@ -126,6 +126,7 @@ impl Run {
             ok,
             error: (!ok).then(|| "boom".to_string()),
             seconds: Some(0.1),
+            cost: None,
         };
         let results = vec![result];
         self.message(conn_n, ToDriver::ReleaseBlocks { results })
