@@ -33,7 +33,7 @@ const ALL_BLOCKS: [u64; 12] = [0, 1, 2, 3, 4, 5, 7, 8, 9, 12, 13, 18];
 /// each block appends its id to, the block ids to fail (comma separated).
 /// Prints the blocks its store records as failed before it runs.
 const DAISY_SCRIPT: &str = r#"
-import sys
+import os, sys
 import daisy
 
 tracking, log, fail = sys.argv[1], sys.argv[2], sys.argv[3]
@@ -57,6 +57,7 @@ task = daisy.Task(
     max_retries=0,
     max_workers=1,
     tracking_path=tracking,
+    resource_tracking=os.environ.get("TRACK_RESOURCES") == "1",
 )
 failed = sorted(b.block_id[1] for b in task.failed_blocks())
 print("FAILED_BEFORE", ",".join(map(str, failed)), flush=True)
@@ -114,6 +115,16 @@ block_command = ["sh", "-c", "echo {{block_id}} >> ours.txt; {fail}"]
 /// `fail`: what its store recorded as failed before, and the block ids it
 /// ran (a line per attempt).
 fn run_daisy(dir: &TestDir, python: &PathBuf, fail: &[u64]) -> (Vec<u64>, Vec<u64>) {
+    run_daisy_tracking(dir, python, fail, false)
+}
+
+/// [`run_daisy`], with daisy's `resource_tracking` as `track` says.
+fn run_daisy_tracking(
+    dir: &TestDir,
+    python: &PathBuf,
+    fail: &[u64],
+    track: bool,
+) -> (Vec<u64>, Vec<u64>) {
     dir.write("daisy_task.py", DAISY_SCRIPT);
     let fail: Vec<String> = fail.iter().map(u64::to_string).collect();
     let tracking = dir.join("daisy_run/compat/done/work");
@@ -125,6 +136,7 @@ fn run_daisy(dir: &TestDir, python: &PathBuf, fail: &[u64]) -> (Vec<u64>, Vec<u6
         .arg(&tracking)
         .arg(&log)
         .arg(fail.join(","))
+        .env("TRACK_RESOURCES", if track { "1" } else { "0" })
         .current_dir(dir.path());
     let output = run(&mut command);
     let stdout = String::from_utf8_lossy(&output.stdout);
@@ -212,4 +224,27 @@ fn blocks_our_driver_marked_done_are_skipped_by_daisy_2_0_0() {
     let _ = std::fs::remove_file(dir.join("ours.txt"));
     run_ok(&mut dir.driver(&["run", "compat.toml"]));
     assert_eq!(dir.read("ours.txt"), "", "nothing is left for us either");
+}
+
+#[test]
+fn costs_daisy_2_0_0_stored_and_ours_share_its_arrays() {
+    let python = daisy2_python();
+    let dir = TestDir::new();
+    run_daisy_tracking(&dir, &python, &[3, 7], true);
+    let tracking = format!("{}\nresource_tracking = true", pipeline(&[], 2));
+    dir.write("compat.toml", &tracking);
+    run_ok(&mut dir.driver(&["run", "compat.toml"]));
+    assert_eq!(ids(&dir.read("ours.txt")), [3, 7]);
+    let costs = stored_costs(&dir.join("daisy_run/compat"), "work");
+    assert_eq!(
+        costs.keys().copied().collect::<BTreeSet<u64>>(),
+        set(&ALL_BLOCKS),
+        "daisy's 10 blocks and our 2 in the same arrays"
+    );
+    assert!(costs
+        .values()
+        .all(|c| c.wall_seconds > 0.0 && c.peak_rss_bytes > 0));
+    let json = run_ok(&mut dir.driver(&["status", "--json", "daisy_run/compat"]));
+    let status: Value = serde_json::from_str(&json).unwrap();
+    assert_eq!(status["tasks"][0]["costs"]["measured"], 12, "{status:#}");
 }

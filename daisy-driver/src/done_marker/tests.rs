@@ -2,6 +2,7 @@
 //! against daisy 2.0.0's, resume, failure counts, the earlier layout,
 //! damaged markers and crash safety.
 
+use super::costs::StoredCost;
 use super::*;
 use daisy_core::geometry::{BlockGrid, GridWalk};
 use daisy_core::{BlockId, Coordinate, Fit, Roi, TaskIdx};
@@ -804,4 +805,131 @@ fn a_batch_of_marks_lands_like_one_mark_each() {
     let reopened = DoneMarker::open(&dir, &spec).unwrap();
     assert!(blocks.iter().all(|b| reopened.is_done(b)));
     assert_eq!(chunk_bytes(&dir, 2).iter().filter(|&&b| b == 1).count(), 4);
+}
+
+fn cost(wall: f32, rss: u64) -> StoredCost {
+    StoredCost {
+        wall_seconds: wall,
+        cpu_seconds: wall / 2.0,
+        peak_rss_bytes: rss,
+        io_read_bytes: 3,
+        io_write_bytes: 4,
+        gpu_util_pct: None,
+        gpu_mem_bytes: 0,
+    }
+}
+
+/// The stored cost of each block of `spec`, by grid index, as `status`
+/// reads it (read-only).
+fn stored_costs(dir: &Path, spec: &TaskSpec) -> Vec<Option<StoredCost>> {
+    let marker = DoneMarker::open_existing(dir, spec).unwrap().unwrap();
+    let table = marker.read_costs().unwrap().expect("cost arrays");
+    (0..table.cells()).map(|cell| table.get(cell)).collect()
+}
+
+#[test]
+fn costs_are_stored_per_block_and_read_back() {
+    let (_tmp, dir) = marker_dir();
+    let spec = simple_task(&[40, 30], &[10, 10]);
+    let mut marker = DoneMarker::open(&dir, &spec).unwrap();
+    assert!(marker.read_costs().unwrap().is_none(), "none before a cost");
+    let gpu = StoredCost {
+        gpu_util_pct: Some(75.0),
+        gpu_mem_bytes: 1 << 30,
+        ..cost(3.0, 9)
+    };
+    let (a, b, c) = (
+        block(&spec, &[0, 1]),
+        block(&spec, &[0, 2]),
+        block(&spec, &[3, 2]),
+    );
+    marker
+        .record_costs([(&a, cost(1.5, 7)), (&c, gpu), (&b, cost(2.5, 8))])
+        .unwrap();
+    let costs = stored_costs(&dir, &spec);
+    assert_eq!(costs[1], Some(cost(1.5, 7)));
+    assert_eq!(costs[2], Some(cost(2.5, 8)));
+    assert_eq!(costs[11], Some(gpu));
+    assert_eq!(
+        costs.iter().flatten().count(),
+        3,
+        "the others are not measured"
+    );
+    let wall = fs::read(chunk_of(&dir, "wall_seconds", 2)).unwrap();
+    assert_eq!(wall.len(), 12 * 4, "float32 per block");
+    assert_eq!(wall[4..8], 1.5f32.to_le_bytes());
+    let util = fs::read(chunk_of(&dir, "gpu_util_pct", 2)).unwrap();
+    assert!(
+        f32::from_le_bytes(util[4..8].try_into().unwrap()).is_nan(),
+        "no GPU: NaN"
+    );
+    let rss = fs::read(chunk_of(&dir, "peak_rss_bytes", 2)).unwrap();
+    assert_eq!((rss.len(), &rss[8..16]), (12 * 8, &7u64.to_le_bytes()[..]));
+}
+
+#[test]
+fn cost_arrays_have_daisy_2_0_0s_metadata() {
+    let (_tmp, dir) = marker_dir();
+    let spec = simple_task(&[40, 30], &[10, 10]);
+    let mut marker = DoneMarker::open(&dir, &spec).unwrap();
+    marker
+        .record_costs([(&block(&spec, &[0, 0]), cost(1.0, 1))])
+        .unwrap();
+    let read = |name: &str| fs::read_to_string(dir.join(name).join("zarr.json")).unwrap();
+    let float = DAISY_DONE_JSON
+        .replace("\"uint8\"", "\"float32\"")
+        .replace("\"fill_value\": 0,", "\"fill_value\": 0.0,");
+    let unsigned = DAISY_DONE_JSON.replace("\"uint8\"", "\"uint64\"");
+    for name in ["wall_seconds", "cpu_seconds", "gpu_util_pct"] {
+        assert_eq!(read(name), float, "{name}");
+    }
+    for name in [
+        "peak_rss_bytes",
+        "io_read_bytes",
+        "io_write_bytes",
+        "gpu_mem_bytes",
+    ] {
+        assert_eq!(read(name), unsigned, "{name}");
+    }
+}
+
+#[test]
+fn a_reopened_marker_keeps_the_costs_stored_before() {
+    let (_tmp, dir) = marker_dir();
+    let spec = simple_task(&[40, 30], &[10, 10]);
+    let first = block(&spec, &[1, 1]);
+    DoneMarker::open(&dir, &spec)
+        .unwrap()
+        .record_costs([(&first, cost(1.0, 1))])
+        .unwrap();
+    let mut again = DoneMarker::open(&dir, &spec).unwrap();
+    again
+        .record_costs([(&block(&spec, &[2, 2]), cost(2.0, 2))])
+        .unwrap();
+    let costs = stored_costs(&dir, &spec);
+    assert_eq!(
+        (costs[4], costs[8]),
+        (Some(cost(1.0, 1)), Some(cost(2.0, 2)))
+    );
+}
+
+#[test]
+fn a_cost_array_of_another_type_is_refused_naming_it() {
+    let (_tmp, dir) = marker_dir();
+    let spec = simple_task(&[40, 30], &[10, 10]);
+    let mut marker = DoneMarker::open(&dir, &spec).unwrap();
+    marker
+        .record_costs([(&block(&spec, &[0, 0]), cost(1.0, 1))])
+        .unwrap();
+    let path = dir.join("wall_seconds/zarr.json");
+    let text = fs::read_to_string(&path)
+        .unwrap()
+        .replace("float32", "float64");
+    fs::write(&path, text).unwrap();
+    let marker = DoneMarker::open_existing(&dir, &spec).unwrap().unwrap();
+    let error = marker.read_costs().unwrap_err().to_string();
+    assert!(
+        error.contains("wall_seconds/zarr.json") && error.contains("data_type"),
+        "{error}"
+    );
 }
