@@ -459,6 +459,28 @@ pub(super) mod tests {
     }
 
     #[test]
+    fn resource_tracking_is_off_unless_the_pipeline_or_the_task_turns_it_on() {
+        let text = |top: &str| {
+            let tasks = task("plain", "") + &task("own", "resource_tracking = false");
+            format!("name = \"m\"\n{top}\n{tasks}")
+        };
+        let tracking = |text: &str| {
+            let pipeline = Pipeline::from_str(text, Path::new("m.toml")).unwrap();
+            let tasks = pipeline.tasks.iter();
+            tasks
+                .map(|t| t.task_code().resource_tracking)
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(tracking(&text("")), [false, false]);
+        assert_eq!(tracking(&text("resource_tracking = true")), [true, false]);
+        let problems = problems(&text("resource_tracking = \"yes\""));
+        assert_has(
+            &problems,
+            r#"resource_tracking = "yes" is not true or false"#,
+        );
+    }
+
+    #[test]
     fn a_task_launcher_checks_its_kind_and_options_by_name() {
         let text = format!(
             "name = \"m\"\n{}",

@@ -199,6 +199,29 @@ mod tests {
     }
 
     #[test]
+    fn a_tracked_block_costs_what_it_and_the_children_it_waited_for_used() {
+        let dir = tempfile::tempdir().unwrap();
+        let script = "python3 -c 'data = b\"x\" * 30_000_000' && head -c 2000000 /dev/zero > out";
+        let command = sh(&format!("cd {} && {script}", dir.path().display()));
+        let (outcome, cost) = command
+            .clone()
+            .with_resource_tracking(true)
+            .run_costed(&block(1), &log(dir.path()));
+        outcome.unwrap();
+        let cost = cost.expect("tracked");
+        assert!(cost.peak_rss_bytes >= 30_000_000, "{cost:?}");
+        assert!(cost.io_write_bytes >= 2_000_000, "{cost:?}");
+        assert!(cost.cpu_seconds > 0.0, "{cost:?}");
+        assert_eq!(
+            (cost.gpu_util_pct, cost.gpu_mem_bytes),
+            (None, None),
+            "no GPU here"
+        );
+        let (_, untracked) = command.run_costed(&block(2), &log(dir.path()));
+        assert_eq!(untracked, None);
+    }
+
+    #[test]
     fn literal_braces_reach_the_command() {
         let dir = tempfile::tempdir().unwrap();
         let out = dir.path().join("out");

@@ -518,6 +518,37 @@ for line in sys.stdin:
     }
 
     #[test]
+    fn a_tracked_worker_command_costs_each_block_what_changed_while_it_ran() {
+        let dir = tempfile::tempdir().unwrap();
+        // Block 1 holds 40 MB and writes 1 MB; block 2 does neither.
+        let script = r#"
+import json, sys
+for line in sys.stdin:
+    i = json.loads(line)["block_id"]
+    if i == 1:
+        data = b"x" * 40_000_000
+        sys.stderr.write("y" * 1_000_000)
+        del data
+    print(json.dumps({"block_id": i, "ok": True}))
+"#;
+        let mut worker = start(dir.path(), script).with_resource_tracking(true);
+        assert_eq!(worker.run(&block(1), PATIENCE), Ok(()));
+        assert_eq!(worker.run(&block(2), PATIENCE), Ok(()));
+        let (first, second) = (worker.take_cost(1).unwrap(), worker.take_cost(2).unwrap());
+        assert!(first.peak_rss_bytes >= 40_000_000, "{first:?}");
+        assert!(first.io_write_bytes >= 1_000_000, "{first:?}");
+        assert!(
+            second.peak_rss_bytes < 40_000_000,
+            "its own peak: {second:?}"
+        );
+        assert!(second.io_write_bytes < 1_000_000, "{second:?}");
+        assert_eq!(worker.take_cost(1), None, "taken once");
+        let mut untracked = start(dir.path(), script);
+        assert_eq!(untracked.run(&block(2), PATIENCE), Ok(()));
+        assert_eq!(untracked.take_cost(2), None);
+    }
+
+    #[test]
     fn a_result_for_another_block_is_ignored() {
         let dir = tempfile::tempdir().unwrap();
         let script = r#"
