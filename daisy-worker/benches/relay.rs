@@ -23,7 +23,8 @@
 //!
 //! ```text
 //! cargo bench -p daisy-worker --bench relay \
-//!     [-- --blocks 100000 --workers 4 --batch 1,64 --prefetch 0 --runs 3]
+//!     [-- --blocks 100000 --workers 4 --batch 1,64 --prefetch 0 --runs 3 \
+//!         --resource-tracking false,true]
 //! ```
 
 use clap::Parser as _;
@@ -57,6 +58,9 @@ struct Settings {
     /// `prefetch` of the task; one row each.
     #[arg(long = "prefetch", value_delimiter = ',', default_values_t = [0])]
     prefetches: Vec<u32>,
+    /// `resource_tracking` of the task (what each block cost); one row each.
+    #[arg(long = "resource-tracking", value_delimiter = ',', default_values_t = [false])]
+    trackings: Vec<bool>,
     /// Runs per row; the one with the least worker CPU counts.
     #[arg(long, default_value_t = 3)]
     runs: u32,
@@ -85,6 +89,7 @@ impl Measurement {
 struct Row {
     batch: u32,
     prefetch: u32,
+    tracking: bool,
 }
 
 /// The echo command, compiled into `dir`.
@@ -135,11 +140,13 @@ read_write_conflict = false
 max_workers = 0
 batch_size = {batch}
 prefetch = {prefetch}
+resource_tracking = {tracking}
 command = [{echo:?}]
 env = {{ {ECHO_CPU_ENV} = {cpu_dir:?} }}
 "#,
         batch = row.batch,
         prefetch = row.prefetch,
+        tracking = row.tracking,
     )
 }
 
@@ -299,11 +306,12 @@ fn measure_once(
 
 fn print_header() {
     println!(
-        "{:>8} {:>7} {:>5} {:>8} {:>7} {:>9} {:>14} {:>15} {:>13} | {:>13}",
+        "{:>8} {:>7} {:>5} {:>8} {:>5} {:>7} {:>9} {:>14} {:>15} {:>13} | {:>13}",
         "blocks",
         "workers",
         "batch",
         "prefetch",
+        "costs",
         "worker",
         "blocks/s",
         "relay us/blk",
@@ -318,11 +326,12 @@ fn print_row(settings: &Settings, row: Row, name: &str, m: Measurement, base: Op
     let relay = Measurement::per_block(m.workers_cpu, blocks);
     let ratio = base.map_or("-".to_string(), |b| format!("{:.2}x", relay / b));
     println!(
-        "{:>8} {:>7} {:>5} {:>8} {:>7} {:>9.0} {:>14.2} {:>15.2} {:>13.2} | {:>13}",
+        "{:>8} {:>7} {:>5} {:>8} {:>5} {:>7} {:>9.0} {:>14.2} {:>15.2} {:>13.2} | {:>13}",
         blocks,
         settings.workers,
         row.batch,
         row.prefetch,
+        if row.tracking { "on" } else { "off" },
         name,
         blocks as f64 / m.seconds,
         relay,
@@ -344,7 +353,17 @@ fn run(settings: &Settings) -> Result<(), String> {
     println!("driver: {}; {settings:?}", driver.display());
     let rows: Vec<Row> = (settings.batches.iter())
         .flat_map(|&batch| {
-            (settings.prefetches.iter()).map(move |&prefetch| Row { batch, prefetch })
+            settings
+                .prefetches
+                .iter()
+                .map(move |&prefetch| (batch, prefetch))
+        })
+        .flat_map(|(batch, prefetch)| {
+            (settings.trackings.iter()).map(move |&tracking| Row {
+                batch,
+                prefetch,
+                tracking,
+            })
         })
         .collect();
     print_header();
