@@ -23,7 +23,7 @@ mod reap;
 pub use reap::{reap, Usage};
 
 use daisy_core::protocol::BlockCost;
-use proc_files::{read_cpu_seconds, read_io, read_peak_rss, reset_peak_rss, IoCounters};
+use proc_files::{IoCounters, ProcFiles};
 use std::collections::HashMap;
 use std::time::Instant;
 
@@ -67,11 +67,11 @@ struct Reading {
 }
 
 impl Reading {
-    fn now(pid: i32) -> Option<Self> {
+    fn now(files: &ProcFiles) -> Option<Self> {
         Some(Self {
             at: Instant::now(),
-            cpu_seconds: read_cpu_seconds(pid).ok()?,
-            io: read_io(pid).ok()?,
+            cpu_seconds: files.cpu_seconds().ok()?,
+            io: files.io().ok()?,
         })
     }
 }
@@ -80,8 +80,9 @@ impl Reading {
 /// nothing when the task does not track resources.
 #[derive(Debug, Default)]
 pub struct WorkerMeter {
-    /// `None`: not tracking.
-    pid: Option<i32>,
+    /// The process's group id (its pid) and counter files; `None`: not
+    /// tracking (or its files could not be opened).
+    process: Option<(i32, ProcFiles)>,
     since: Option<Reading>,
     /// Costs of blocks answered and not yet taken by the runner.
     costs: HashMap<u64, BlockCost>,
@@ -90,8 +91,12 @@ pub struct WorkerMeter {
 impl WorkerMeter {
     /// Measures the process `pid`, its window starting now.
     pub fn tracking(pid: u32) -> Self {
+        let pid = pid as i32;
+        let files = ProcFiles::open(pid).inspect_err(|e| {
+            tracing::warn!("cannot read the worker command's counters, no costs: {e}");
+        });
         let mut meter = Self {
-            pid: Some(pid as i32),
+            process: files.ok().map(|files| (pid, files)),
             ..Self::default()
         };
         meter.begin();
@@ -101,31 +106,31 @@ impl WorkerMeter {
     /// Starts a window now: a batch begins, and the time before it (the
     /// process idle, or loading its model) is nobody's.
     pub fn begin(&mut self) {
-        if let Some(pid) = self.pid {
-            let _ = reset_peak_rss(pid);
-            self.since = Reading::now(pid);
+        if let Some((_, files)) = &self.process {
+            files.reset_peak_rss();
+            self.since = Reading::now(files);
         }
     }
 
     /// Block `block_id` was answered: it is charged the window that ends
     /// now, and the next window begins.
     pub fn answered(&mut self, block_id: u64) {
-        let (Some(pid), Some(since)) = (self.pid, self.since) else {
+        let (Some((pid, files)), Some(since)) = (&self.process, self.since) else {
             return;
         };
-        let Some(now) = Reading::now(pid) else {
+        let Some(now) = Reading::now(files) else {
             return;
         };
         let io = now.io.since(since.io);
         let cost = BlockCost {
             cpu_seconds: (now.cpu_seconds - since.cpu_seconds).max(0.0),
-            peak_rss_bytes: read_peak_rss(pid).unwrap_or(0),
+            peak_rss_bytes: files.peak_rss().unwrap_or(0),
             io_read_bytes: io.read,
             io_write_bytes: io.written,
             ..BlockCost::default()
         };
-        self.costs.insert(block_id, with_gpu(cost, pid, since.at));
-        let _ = reset_peak_rss(pid);
+        files.reset_peak_rss();
+        self.costs.insert(block_id, with_gpu(cost, *pid, since.at));
         self.since = Some(now);
     }
 

@@ -3,8 +3,9 @@
 //! `status` (the resident set's high-water mark), parsed from their
 //! documented text formats (proc(5)).
 
-use std::fs;
+use std::fs::{self, File, OpenOptions};
 use std::io;
+use std::os::unix::fs::FileExt;
 
 /// Bytes a process passed to `read`-like and `write`-like system calls
 /// (`rchar` and `wchar`): files, pipes and sockets alike, whether or not
@@ -39,12 +40,76 @@ fn parse_io(text: &str) -> Option<IoCounters> {
     })
 }
 
-/// User plus system CPU seconds of the process and of the children it
-/// reaped (`utime + stime + cutime + cstime`).
-pub fn read_cpu_seconds(pid: i32) -> io::Result<f64> {
-    let text = fs::read_to_string(format!("/proc/{pid}/stat"))?;
-    let ticks = parse_cpu_ticks(&text).ok_or_else(|| unreadable("stat", &text))?;
-    Ok(ticks as f64 / ticks_per_second())
+/// The counter files of one long-running process, kept open: each
+/// reading is then one `pread` per file, not an open, a read and a close
+/// (a worker command is read twice per block).
+#[derive(Debug)]
+pub struct ProcFiles {
+    stat: File,
+    io: File,
+    status: File,
+    /// `None` where the kernel or the permissions refuse it.
+    clear_refs: Option<File>,
+}
+
+impl ProcFiles {
+    pub fn open(pid: i32) -> io::Result<Self> {
+        let open = |name: &str| File::open(format!("/proc/{pid}/{name}"));
+        let clear_refs = OpenOptions::new()
+            .write(true)
+            .open(format!("/proc/{pid}/clear_refs"));
+        Ok(Self {
+            stat: open("stat")?,
+            io: open("io")?,
+            status: open("status")?,
+            clear_refs: clear_refs.ok(),
+        })
+    }
+
+    /// User plus system CPU seconds of the process and of the children it
+    /// reaped (`utime + stime + cutime + cstime`).
+    pub fn cpu_seconds(&self) -> io::Result<f64> {
+        let text = read_whole(&self.stat)?;
+        let ticks = parse_cpu_ticks(&text).ok_or_else(|| unreadable("stat", &text))?;
+        Ok(ticks as f64 / ticks_per_second())
+    }
+
+    pub fn io(&self) -> io::Result<IoCounters> {
+        let text = read_whole(&self.io)?;
+        parse_io(&text).ok_or_else(|| unreadable("io", &text))
+    }
+
+    /// The largest resident set the process has had (`VmHWM`), in bytes;
+    /// since the last [`Self::reset_peak_rss`] if that worked.
+    pub fn peak_rss(&self) -> io::Result<u64> {
+        let text = read_whole(&self.status)?;
+        let kib = field(&text, "VmHWM:").ok_or_else(|| unreadable("status", &text))?;
+        Ok(kib * 1024)
+    }
+
+    /// Starts the process's high-water mark over from its current
+    /// resident set (`clear_refs` value 5, Linux 4.0 and later).
+    pub fn reset_peak_rss(&self) {
+        if let Some(file) = &self.clear_refs {
+            let _ = file.write_at(b"5", 0);
+        }
+    }
+}
+
+/// A `/proc` file from its start, generated afresh by the kernel.
+fn read_whole(file: &File) -> io::Result<String> {
+    let mut buf = vec![0; 4096];
+    let mut len = 0;
+    loop {
+        let n = file.read_at(&mut buf[len..], len as u64)?;
+        len += n;
+        if n == 0 || len < buf.len() {
+            break;
+        }
+        buf.resize(buf.len() * 2, 0);
+    }
+    buf.truncate(len);
+    String::from_utf8(buf).map_err(io::Error::other)
 }
 
 /// Fields 14 to 17 of `stat`, counted after the parenthesised command
@@ -62,20 +127,6 @@ pub fn read_process_group(pid: i32) -> Option<i32> {
     let text = fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
     let after_name = text.rsplit_once(')')?.1;
     after_name.split_whitespace().nth(2)?.parse().ok()
-}
-
-/// The largest resident set the process has had (`VmHWM`), in bytes;
-/// since the last [`reset_peak_rss`] if that worked.
-pub fn read_peak_rss(pid: i32) -> io::Result<u64> {
-    let text = fs::read_to_string(format!("/proc/{pid}/status"))?;
-    let kib = field(&text, "VmHWM:").ok_or_else(|| unreadable("status", &text))?;
-    Ok(kib * 1024)
-}
-
-/// Starts the process's high-water mark over from its current resident
-/// set (`clear_refs` value 5, Linux 4.0 and later).
-pub fn reset_peak_rss(pid: i32) -> io::Result<()> {
-    fs::write(format!("/proc/{pid}/clear_refs"), "5")
 }
 
 /// The number after `name` on the line that starts with it.
@@ -125,8 +176,12 @@ mod tests {
     fn this_process_has_counters() {
         let pid = std::process::id() as i32;
         assert!(read_io(pid).unwrap().read > 0);
-        assert!(read_cpu_seconds(pid).unwrap() >= 0.0);
-        assert!(read_peak_rss(pid).unwrap() > 0);
+        let files = ProcFiles::open(pid).unwrap();
+        let before = files.io().unwrap();
+        std::fs::read("/proc/self/status").unwrap();
+        assert!(files.io().unwrap().read > before.read, "read afresh");
+        assert!(files.cpu_seconds().unwrap() >= 0.0);
+        assert!(files.peak_rss().unwrap() > 0);
         assert_eq!(
             read_process_group(pid),
             Some(nix::unistd::getpgrp().as_raw())
