@@ -19,8 +19,10 @@ use daisy_core::protocol::WireBlock;
 use daisy_core::scheduler::Released;
 use daisy_core::serial::{self, BlockRunner, SerialEnd, Step};
 use daisy_core::{Block, BlockOutcome, Scheduler, TaskIdx};
-use daisy_worker::embedded::{self, EmbeddedCode, Unwatched};
+use daisy_worker::cost::WorkerMeter;
+use daisy_worker::embedded::{self, BlockControl, EmbeddedCode, Metered, Unwatched};
 use daisy_worker::user_code::{BlockCommand, BlockFailure, BlockLog, WorkerCommand};
+use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 /// How often a progress line is printed.
@@ -89,8 +91,9 @@ enum UserCode {
     /// Started on the first block, restarted if it dies.
     Worker(Option<WorkerCommand>),
     /// A function of the interpreter this driver is embedded in (the
-    /// Python package's serial run), called in this process.
-    Embedded(Box<dyn EmbeddedCode>),
+    /// Python package's serial run), called in this process; measured if
+    /// the task tracks resources.
+    Embedded(Box<dyn EmbeddedCode>, Option<Mutex<(WorkerMeter, usize)>>),
 }
 
 struct TaskRunner<'a> {
@@ -112,6 +115,7 @@ impl<'a> TaskRunner<'a> {
             UserCommand::Function { .. } => UserCode::Embedded(
                 embedded::code_for(id, &config.task_code())
                     .map_err(|reason| anyhow::anyhow!("task {id:?}: {reason}"))?,
+                config.resource_tracking.then(embedded::own_meter),
             ),
         };
         Ok(Self {
@@ -130,14 +134,20 @@ impl<'a> TaskRunner<'a> {
     ) -> Option<(Result<(), BlockFailure>, Option<BlockCost>)> {
         let config = self.config;
         Some(match &mut self.code {
-            UserCode::Embedded(code) => {
-                let ran = code.run_batch(vec![block.clone()], &Unwatched).pop();
+            UserCode::Embedded(code, meter) => {
+                let metered = meter.as_ref().map(|meter| Metered::new(&Unwatched, meter));
+                let control: &dyn BlockControl = match &metered {
+                    Some(metered) => metered,
+                    None => &Unwatched,
+                };
+                let ran = code.run_batch(vec![block.clone()], control).pop();
                 if let Some(reason) = code.cannot_serve() {
                     return Some((Err(BlockFailure::new(reason)), None));
                 }
+                let cost = metered.and_then(|m| m.take(block.block_id));
                 return ran
                     .filter(|_| !code.interrupted())
-                    .map(|ran| (ran.outcome, None));
+                    .map(|ran| (ran.outcome, cost));
             }
             UserCode::PerBlock(command) => command.run_costed(block, &self.log),
             UserCode::Worker(process) => {
@@ -259,7 +269,7 @@ impl<'a> SerialRunner<'a> {
         for (i, task) in self.tasks.iter_mut().enumerate() {
             match std::mem::replace(&mut task.code, UserCode::Worker(None)) {
                 UserCode::Worker(Some(process)) => drop(process.finish()),
-                UserCode::Embedded(mut code) => code.finish(),
+                UserCode::Embedded(mut code, _) => code.finish(),
                 _ => {}
             }
             let counters = scheduler.counters(TaskIdx(i as u32));

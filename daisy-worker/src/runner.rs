@@ -21,8 +21,9 @@
 //! waited for by the runtime itself, so relaying a block to it and its
 //! answer back costs no thread hop ([`SharedRunner::start_batch`]).
 
+use crate::cost::WorkerMeter;
 use crate::drain::Drain;
-use crate::embedded::{self, BlockControl, EmbeddedCode, EmbeddedRan, Watchdog};
+use crate::embedded::{self, BlockControl, EmbeddedCode, EmbeddedRan, Metered, Watchdog};
 use crate::user_code::{
     check_program, run_blocking, BlockCommand, BlockFailure, BlockLog, Outcome, Wait, WorkerCommand,
 };
@@ -31,7 +32,7 @@ use std::collections::{BTreeMap, VecDeque};
 use std::future::Future;
 use std::path::Path;
 use std::pin::Pin;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use tokio::task::JoinError;
 
@@ -71,6 +72,8 @@ pub struct Embedded {
     watchdog: Option<Watchdog>,
     /// Taken by the runtime: the first block past the timeout.
     overdue: Option<tokio::sync::oneshot::Receiver<u64>>,
+    /// The worker's own counters, if the task tracks resources.
+    meter: Option<Mutex<(WorkerMeter, usize)>>,
 }
 
 impl Embedded {
@@ -82,15 +85,21 @@ impl Embedded {
             code: embedded::code_for(task_id, code)?,
             watchdog,
             overdue,
+            meter: code.resource_tracking.then(embedded::own_meter),
         })
     }
 
     fn run_batch(&mut self, blocks: Vec<WireBlock>, drain: &Drain) -> Vec<Ran> {
-        let control = Watched {
+        let watched = Watched {
             drain,
             watchdog: self.watchdog.as_ref(),
         };
-        let ran = self.code.run_batch(blocks, &control);
+        let metered = (self.meter.as_ref()).map(|meter| Metered::new(&watched, meter));
+        let control: &dyn BlockControl = match &metered {
+            Some(metered) => metered,
+            None => &watched,
+        };
+        let ran = self.code.run_batch(blocks, control);
         ran.into_iter()
             .map(
                 |EmbeddedRan {
@@ -99,7 +108,10 @@ impl Embedded {
                      took,
                  }| {
                     drain.observe(took);
-                    self::ran(block_id, outcome, took)
+                    Ran {
+                        cost: metered.as_ref().and_then(|m| m.take(block_id)),
+                        ..self::ran(block_id, outcome, took)
+                    }
                 },
             )
             .collect()

@@ -12,6 +12,8 @@
 //!   it (or since its batch started). Exact when one block is in flight;
 //!   with prefetch the blocks overlap, and each gets the window between
 //!   two answers, an approximation.
+//! - In-process code (a Python function) is measured the same way, on the
+//!   worker's own process (`crate::embedded::Metered`).
 //! - GPU figures come from [`gpu`], and only where a GPU is there.
 //!
 //! Wall time is not here: the runner times every block, tracked or not.
@@ -76,12 +78,13 @@ impl Reading {
     }
 }
 
-/// Per-block costs of a worker command (its pid is its group's id), or
-/// nothing when the task does not track resources.
+/// Per-block costs of a long-running process (a worker command, or the
+/// worker itself running in-process code), or nothing when the task does
+/// not track resources.
 #[derive(Debug, Default)]
 pub struct WorkerMeter {
-    /// The process's group id (its pid) and counter files; `None`: not
-    /// tracking (or its files could not be opened).
+    /// The process's group id and counter files; `None`: not tracking
+    /// (or its files could not be opened).
     process: Option<(i32, ProcFiles)>,
     since: Option<Reading>,
     /// Costs of blocks answered and not yet taken by the runner.
@@ -89,14 +92,14 @@ pub struct WorkerMeter {
 }
 
 impl WorkerMeter {
-    /// Measures the process `pid`, its window starting now.
-    pub fn tracking(pid: u32) -> Self {
-        let pid = pid as i32;
-        let files = ProcFiles::open(pid).inspect_err(|e| {
-            tracing::warn!("cannot read the worker command's counters, no costs: {e}");
+    /// Measures the process `pid` of process group `group`, its window
+    /// starting now.
+    pub fn tracking(pid: u32, group: i32) -> Self {
+        let files = ProcFiles::open(pid as i32).inspect_err(|e| {
+            tracing::warn!("cannot read the counters of process {pid}, no costs: {e}");
         });
         let mut meter = Self {
-            process: files.ok().map(|files| (pid, files)),
+            process: files.ok().map(|files| (group, files)),
             ..Self::default()
         };
         meter.begin();
@@ -115,7 +118,7 @@ impl WorkerMeter {
     /// Block `block_id` was answered: it is charged the window that ends
     /// now, and the next window begins.
     pub fn answered(&mut self, block_id: u64) {
-        let (Some((pid, files)), Some(since)) = (&self.process, self.since) else {
+        let (Some((group, files)), Some(since)) = (&self.process, self.since) else {
             return;
         };
         let Some(now) = Reading::now(files) else {
@@ -130,7 +133,8 @@ impl WorkerMeter {
             ..BlockCost::default()
         };
         files.reset_peak_rss();
-        self.costs.insert(block_id, with_gpu(cost, *pid, since.at));
+        self.costs
+            .insert(block_id, with_gpu(cost, *group, since.at));
         self.since = Some(now);
     }
 

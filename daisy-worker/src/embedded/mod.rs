@@ -17,8 +17,10 @@
 //! worker reports that block failed, hands back the rest and ends (its
 //! process, and the stuck call with it), and the driver starts another.
 
+mod metered;
 mod watchdog;
 
+pub use metered::{own_meter, Metered};
 pub use watchdog::Watchdog;
 
 use crate::user_code::BlockFailure;

@@ -114,7 +114,9 @@ impl WorkerCommand {
     /// Measures what each block cost ([`crate::cost::WorkerMeter`]).
     pub fn with_resource_tracking(mut self, on: bool) -> Self {
         if on {
-            self.meter = WorkerMeter::tracking(lock(&self.child).pid());
+            // The process leads its own group (`user_command`).
+            let pid = lock(&self.child).pid();
+            self.meter = WorkerMeter::tracking(pid, pid as i32);
         }
         self
     }
