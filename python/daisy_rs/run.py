@@ -132,6 +132,7 @@ def run_blockwise(
     run_dir=None,
     launcher=None,
     name=None,
+    resource_tracking=False,
 ):
     """Runs ``tasks`` (a task, a list of tasks, or a `Pipeline`) to the
     end. Returns True only if every block completed or was done before;
@@ -140,7 +141,9 @@ def run_blockwise(
     This engine's own arguments: ``run_dir`` (default
     ``./daisy_run/<name>``, ``name`` defaulting to the task ids),
     ``launcher`` (the pipeline's ``[launcher]`` table, e.g.
-    ``{"kind": "sbatch", "partition": "gpu"}``; default local processes).
+    ``{"kind": "sbatch", "partition": "gpu"}``; default local processes),
+    ``resource_tracking`` (measure what each block costs, for every task;
+    ``Task(resource_tracking=True)`` for one).
     """
     if not block_tracking:
         raise ValueError(
@@ -152,7 +155,8 @@ def run_blockwise(
     name = name or _default_name(pipeline)
     run_dir = Path(run_dir or os.environ.get("DAISY_RUN_DIR") or Path("daisy_run") / name).absolute()
     try:
-        status = _run(pipeline, name, run_dir, resources, launcher, host, multiprocessing, summary)
+        top = {"resources": resources, "launcher": launcher, "resource_tracking": resource_tracking}
+        status = _run(pipeline, name, run_dir, top, host, multiprocessing, summary)
     finally:
         _code.forget_in_process()  # a serial run's functions, and what they hold
     if return_states:
@@ -160,10 +164,11 @@ def run_blockwise(
     return status == 0
 
 
-def _run(pipeline, name, run_dir, resources, launcher, host, multiprocessing, summary):
-    """Writes the pipeline file and runs the driver on it; its exit
-    status, unless it was interrupted or did not run."""
-    spec, payloads = _pipeline_file(pipeline, name, resources, launcher, run_dir, not multiprocessing)
+def _run(pipeline, name, run_dir, top, host, multiprocessing, summary):
+    """Writes the pipeline file (``top``: its top-level fields) and runs
+    the driver on it; its exit status, unless it was interrupted or did
+    not run."""
+    spec, payloads = _pipeline_file(pipeline, name, top, run_dir, not multiprocessing)
     text = json.dumps(spec, indent=1, default=_unwritable)
     file = run_dir / "python" / f"pipeline-{_digest(text.encode())}.json"
     payloads[file] = text.encode()
@@ -238,7 +243,7 @@ def _stop(driver):
         driver.wait()
 
 
-def _pipeline_file(pipeline, name, resources, launcher, run_dir, in_process):
+def _pipeline_file(pipeline, name, top, run_dir, in_process):
     """The pipeline as the driver reads it, and the pickles it names."""
     payloads = {}
     task_tables = []
@@ -260,10 +265,12 @@ def _pipeline_file(pipeline, name, resources, launcher, run_dir, in_process):
             payloads.update(files)
         task_tables.append(table)
     spec = {"name": name, "task": task_tables}
-    if resources:
-        spec["resources"] = {key: _whole(value) for key, value in resources.items()}
-    if launcher:
-        spec["launcher"] = dict(launcher)
+    if top["resources"]:
+        spec["resources"] = {key: _whole(value) for key, value in top["resources"].items()}
+    if top["launcher"]:
+        spec["launcher"] = dict(top["launcher"])
+    if top["resource_tracking"]:
+        spec["resource_tracking"] = True
     return spec, payloads
 
 
@@ -300,6 +307,8 @@ def _task_table(task, pipeline):
     table["requires"] = {key: _whole(value) for key, value in table["requires"].items()}
     if task.launcher:
         table["launcher"] = task.launcher
+    if task.resource_tracking:
+        table["resource_tracking"] = True
     return table
 
 

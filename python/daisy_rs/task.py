@@ -23,15 +23,13 @@ _DIFFERS = {
     "in daisy 2.0's layout: done/<task>/",
     "tracking_path": "done markers live in the run directory (run_blockwise(run_dir=...)), "
     "in daisy 2.0's layout: done/<task>/",
-    "resource_tracking": "per-block CPU/memory measurements are not recorded yet; "
-    "`status` and `report` show each block's run time",
 }
 
 
 class Task:
     """One blockwise task: daisy 2.0's signature, positions included
-    (``done_marker_path`` and ``resource_tracking`` are refused unless
-    left at their defaults), then keyword-only daisy 1.x's
+    (``done_marker_path`` is refused unless left at its default), then
+    keyword-only daisy 1.x's
     ``upstream_tasks`` and ``num_workers`` and this engine's own fields.
 
     ``process_function`` takes a block, or nothing: a function without
@@ -72,10 +70,7 @@ class Task:
         **unsupported,
     ):
         _refuse_unsupported(task_id, unsupported)
-        given = {
-            "done_marker_path": done_marker_path,
-            "resource_tracking": resource_tracking or None,
-        }
+        given = {"done_marker_path": done_marker_path}
         _refuse_unsupported(task_id, {k: v for k, v in given.items() if v is not None})
         if num_workers is not None and max_workers is not None:
             raise TypeError("pass either max_workers or num_workers (daisy 1.x), not both")
@@ -97,6 +92,10 @@ class Task:
         self.requires = dict(requires or {})
         self.max_worker_restarts = max_worker_restarts
         self.skip_mask = skip_mask
+        #: Measure what each block costs (docs/user-guide.md, "What each
+        #: block cost"); ``run_blockwise(resource_tracking=True)`` turns it
+        #: on for every task.
+        self.resource_tracking = bool(resource_tracking)
         self.batch_size = batch_size
         self.prefetch = prefetch
         self.retry_backoff = retry_backoff

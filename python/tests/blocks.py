@@ -27,6 +27,14 @@ def noop(block):
     pass
 
 
+def hold_memory(block):
+    """Holds 40 MB for a moment and writes a 1 MB file."""
+    data = b"x" * 40_000_000
+    out_dir().mkdir(parents=True, exist_ok=True)
+    (out_dir() / f"big-{block.block_id[1]}").write_bytes(b"y" * 1_000_000)
+    del data
+
+
 def slow_touch(block):
     touch(block)
     time.sleep(0.3)

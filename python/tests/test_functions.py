@@ -3,6 +3,7 @@ Python workers: every block runs, blocks carry daisy's ids and ROIs,
 failures are retried and then orphan what depends on them, and problems
 are refused before anything starts."""
 
+import json
 import threading
 
 import pytest
@@ -195,8 +196,32 @@ def test_names_daisy_has_and_this_engine_does_not_say_so(workdir):
             daisy.Roi((0,), (1,)),
             daisy.Roi((0,), (1,)),
             process_function="blocks:touch",
-            resource_tracking=True,
+            done_marker_path="elsewhere",
         )
+
+
+@pytest.mark.parametrize("multiprocessing", [True, False])
+@pytest.mark.parametrize("on_task", [True, False])
+def test_what_each_function_block_cost_reaches_status(workdir, multiprocessing, on_task):
+    import subprocess
+    import sys
+
+    task = grid_task("hold", "blocks:hold_memory", max_workers=1, resource_tracking=on_task)
+    assert daisy.run_blockwise(
+        [task], run_dir="run", multiprocessing=multiprocessing, resource_tracking=not on_task
+    )
+    status = subprocess.run(
+        [sys.executable, "-m", "daisy_rs.driver", "status", "--json", "run"],
+        capture_output=True,
+        check=True,
+        text=True,
+    )
+    costs = json.loads(status.stdout)["tasks"][0]["costs"]
+    assert costs["measured"] == 9
+    measures = {m["measure"]: m for m in costs["measures"]}
+    assert measures["peak_rss_bytes"]["max"] >= 40e6
+    assert measures["io_write_bytes"]["median"] >= 1e6
+    assert not any(name.startswith("gpu") for name in measures)
 
 
 def test_a_block_past_its_timeout_fails_and_its_worker_is_replaced(workdir):
