@@ -208,3 +208,41 @@ fn without_resource_tracking_no_cost_is_stored_or_shown() {
     let text = run_ok(&mut dir.driver(&["status", "daisy_run/c"]));
     assert!(!text.contains("cost"), "{text}");
 }
+
+/// A stand-in for `nvidia-smi` answering the two queries the worker makes
+/// in their documented CSV format: one GPU at 60 %, and 2048 MiB held by
+/// each process whose command line names `gpu-block`.
+const FAKE_NVIDIA_SMI: &str = r#"#!/bin/sh
+case "$1" in
+--query-compute-apps=*)
+    for pid in $(pgrep -f gpu-block); do echo "$pid, GPU-0f1e2d3c-fake, 2048"; done ;;
+--query-gpu=*)
+    echo "GPU-0f1e2d3c-fake, 60" ;;
+*) exit 2 ;;
+esac
+"#;
+
+#[test]
+fn gpu_figures_come_from_nvidia_smi_where_it_finds_a_gpu() {
+    let dir = TestDir::new();
+    std::fs::create_dir(dir.join("bin")).unwrap();
+    let fake = dir.write("bin/nvidia-smi", FAKE_NVIDIA_SMI);
+    std::fs::set_permissions(&fake, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    // Each block lasts long enough for samples (one a second) to see it.
+    let code = r#"block_command = ["sh", "-c", "sleep 2.5 # gpu-block"]"#;
+    dir.write("p.toml", &pipeline("resource_tracking = true", code));
+    let path = format!(
+        "{}:{}",
+        dir.join("bin").display(),
+        std::env::var("PATH").unwrap()
+    );
+    run_ok(dir.driver(&["run", "p.toml"]).env("PATH", path));
+    let measures = measures(&dir);
+    assert_eq!(measures["gpu_util_pct"]["median"], 60.0, "{measures:?}");
+    assert_eq!(measures["gpu_mem_bytes"]["max"], 2048.0 * 1024.0 * 1024.0);
+    let text = run_ok(&mut dir.driver(&["status", "daisy_run/c"]));
+    assert!(
+        text.contains("gpu_util_pct") && text.contains("60 %"),
+        "{text}"
+    );
+}

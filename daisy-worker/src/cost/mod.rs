@@ -46,6 +46,12 @@ pub fn block_command_cost(usage: &Usage, group: i32, started: Instant) -> BlockC
     )
 }
 
+/// Starts sampling the GPUs, if there are any, before the first block
+/// runs (a block is found in the samples taken while it ran).
+pub fn start_gpu_sampling() {
+    gpu::sampler();
+}
+
 fn with_gpu(cost: BlockCost, group: i32, since: Instant) -> BlockCost {
     match gpu::sampler() {
         Some(sampler) => {
@@ -98,6 +104,7 @@ impl WorkerMeter {
         let files = ProcFiles::open(pid as i32).inspect_err(|e| {
             tracing::warn!("cannot read the counters of process {pid}, no costs: {e}");
         });
+        start_gpu_sampling();
         let mut meter = Self {
             process: files.ok().map(|files| (group, files)),
             ..Self::default()

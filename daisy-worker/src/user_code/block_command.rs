@@ -60,6 +60,9 @@ impl BlockCommand {
 
     /// Measures what each block cost ([`crate::cost`]).
     pub fn with_resource_tracking(mut self, on: bool) -> Self {
+        if on {
+            crate::cost::start_gpu_sampling();
+        }
         self.resource_tracking = on;
         self
     }
