@@ -206,7 +206,9 @@ def test_what_each_function_block_cost_reaches_status(workdir, multiprocessing, 
     import subprocess
     import sys
 
-    task = grid_task("hold", "blocks:hold_memory", max_workers=1, resource_tracking=on_task)
+    from blocks import hold_memory
+
+    task = grid_task("hold", hold_memory, max_workers=1, resource_tracking=on_task)
     assert daisy.run_blockwise(
         [task], run_dir="run", multiprocessing=multiprocessing, resource_tracking=not on_task
     )
