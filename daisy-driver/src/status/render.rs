@@ -148,8 +148,8 @@ fn costs(out: &mut String, task: &TaskStatus) {
     );
     let _ = writeln!(
         out,
-        "  {:<16} {:>10} {:>10} {:>10}  {}",
-        "measure", "median", "p95", "max", "max in block"
+        "  {:<16} {:>10} {:>10} {:>10}  max in block",
+        "measure", "median", "p95", "max"
     );
     for m in &costs.measures {
         let _ = writeln!(
