@@ -219,13 +219,14 @@ fn done_markers(
     last_run: &LastRunEvents,
     warnings: &mut Vec<String>,
 ) -> (Vec<TaskNumbers>, Vec<Chart>, Vec<Chart>) {
-    let findings = match findings(pipeline, run_dir, last_run) {
+    let mut findings = match findings(pipeline, run_dir, last_run) {
         Ok(findings) => findings,
         Err(error) => {
             warnings.push(format!("no done-marker pictures: {error:#}"));
             return Default::default();
         }
     };
+    findings.read_costs();
     warnings.extend(findings.warnings().iter().cloned());
     let (mut tasks, mut slices, mut costs) = (Vec::new(), Vec::new(), Vec::new());
     for task in findings.graph().task_indices() {

@@ -147,7 +147,28 @@ impl Findings {
         }
     }
 
-    /// The measured blocks of `task`, by block id, and what each cost.
+    /// Reads what blocks cost, for `status` and `report` (`run
+    /// --retry-failed` has no use for it). A task whose cost arrays cannot
+    /// be read is a warning: the figures are for diagnosis, the counts
+    /// stand without them.
+    pub fn read_costs(&mut self) {
+        for (task, marker) in self.markers.iter().enumerate() {
+            let Some(marker) = marker else { continue };
+            match marker.read_costs() {
+                Ok(table) => self.costs[task] = table,
+                Err(error) => {
+                    let id = &self.graph.task(TaskIdx(task as u32)).id;
+                    let error = anyhow::Error::new(error);
+                    (self.warnings).push(format!(
+                        "task {id:?}: cannot read what blocks cost: {error:#}"
+                    ));
+                }
+            }
+        }
+    }
+
+    /// The measured blocks of `task`, by block id, and what each cost
+    /// (none before [`Self::read_costs`]).
     pub fn measured_blocks(&self, task: TaskIdx) -> Vec<(u64, StoredCost)> {
         let marker = self.markers[task.index()].as_ref();
         match (marker, &self.costs[task.index()]) {
@@ -179,7 +200,8 @@ pub(super) fn analyse(
     run_dir: &RunDir,
     last_run: &LastRunEvents,
 ) -> anyhow::Result<Analysis> {
-    let findings = findings(pipeline, run_dir, last_run)?;
+    let mut findings = findings(pipeline, run_dir, last_run)?;
+    findings.read_costs();
     let tasks = findings
         .graph
         .task_indices()
@@ -229,16 +251,14 @@ pub fn findings(
     let masked = (pipeline.tasks.iter())
         .map(|t| t.skip_mask.as_ref().map_or(0, |mask| mask.masked()))
         .collect();
-    let mut warnings = Vec::new();
-    let costs = read_costs(pipeline, &markers, &mut warnings);
     let mut findings = Findings {
         markers,
-        costs,
+        costs: vec![None; tasks],
         masked,
         failed: (0..tasks).map(|_| BTreeMap::new()).collect(),
         orphaned: vec![HashSet::new(); tasks],
         abandoned: vec![None; tasks],
-        warnings,
+        warnings: Vec::new(),
         graph,
     };
     take_last_run(&mut findings, last_run);
@@ -246,30 +266,6 @@ pub fn findings(
     orphan_downstream(&mut findings, failed_blocks);
     orphan_abandoned_tasks(&mut findings);
     Ok(findings)
-}
-
-/// Each task's cost arrays; one that cannot be read is a warning (the
-/// figures are for diagnosis, the counts stand without them).
-fn read_costs(
-    pipeline: &Pipeline,
-    markers: &[Option<DoneMarker>],
-    warnings: &mut Vec<String>,
-) -> Vec<Option<CostTable>> {
-    let read = |(config, marker): (&crate::pipeline::TaskConfig, &Option<DoneMarker>)| match marker
-        .as_ref()?
-        .read_costs()
-    {
-        Ok(table) => table,
-        Err(error) => {
-            let error = anyhow::Error::new(error);
-            let task = &config.spec.id;
-            warnings.push(format!(
-                "task {task:?}: cannot read what blocks cost: {error:#}"
-            ));
-            None
-        }
-    };
-    pipeline.tasks.iter().zip(markers).map(read).collect()
 }
 
 impl RunFold for LastRunEvents {
