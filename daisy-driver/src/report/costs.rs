@@ -3,7 +3,7 @@
 //! block's run time, so slow regions of a volume stand out.
 
 use super::slice::{self, Shading, LEGEND_HEIGHT, MARGIN};
-use super::svg::{tick_label, Chart, Rect, Svg, AXIS};
+use super::svg::{human_seconds, tick_label, Chart, Rect, Svg, AXIS};
 use crate::cost_summary::{Measure, Unit, MEASURES};
 use crate::done_marker::costs::StoredCost;
 use crate::status::Findings;
@@ -40,7 +40,7 @@ fn run_time_picture(findings: &Findings, task: TaskIdx, longest: f64) -> Chart {
     let step = longest / HEAT.len() as f64;
     let show = |level: usize| {
         let (from, to) = (step * (level - 1) as f64, step * level as f64);
-        format!("run {} – {}", human(from), human(to))
+        format!("run {} – {}", human_seconds(from), human_seconds(to))
     };
     let shading = Shading {
         level: &|block| {
@@ -53,6 +53,12 @@ fn run_time_picture(findings: &Findings, task: TaskIdx, longest: f64) -> Chart {
     };
     let title = format!("{}, run time per block", findings.graph().task(task).id);
     let mut chart = slice::draw(findings.graph(), task, &title, &shading);
+    draw_heat_legend(&mut chart, &show, longest);
+    chart.finish()
+}
+
+/// A swatch per heat level, named by `show` on hover, and the range.
+fn draw_heat_legend(chart: &mut Svg, show: &dyn Fn(usize) -> String, longest: f64) {
     let y = chart.height() - LEGEND_HEIGHT + 10.0;
     for (i, colour) in HEAT.iter().enumerate() {
         let swatch = Rect {
@@ -63,18 +69,9 @@ fn run_time_picture(findings: &Findings, task: TaskIdx, longest: f64) -> Chart {
         };
         chart.rect(swatch, colour, Some(&show(i + 1)));
     }
-    let legend = format!("0 – {} (blank: not measured)", human(longest));
-    chart.text(
-        MARGIN + 14.0 * HEAT.len() as f64 + 6.0,
-        y + 9.0,
-        "start",
-        &legend,
-    );
-    chart.finish()
-}
-
-fn human(seconds: f64) -> String {
-    super::svg::human_seconds(seconds)
+    let x = MARGIN + 14.0 * HEAT.len() as f64 + 6.0;
+    let legend = format!("0 – {} (blank: not measured)", human_seconds(longest));
+    chart.text(x, y + 9.0, "start", &legend);
 }
 
 /// How one measure's values are distributed over a task's measured
@@ -152,4 +149,26 @@ fn histogram(task: &str, distribution: &Distribution) -> Chart {
     chart.text(left + plot_width, base + 14.0, "end", &unit.show(largest));
     chart.text(left - 4.0, top + 8.0, "end", &tick_label(tallest));
     chart.finish()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn run_times_take_one_of_eight_levels_up_to_the_longest() {
+        assert_eq!(level(0.0, 2.0), 1);
+        assert_eq!(level(0.2, 2.0), 1);
+        assert_eq!(level(1.1, 2.0), 5);
+        assert_eq!(level(2.0, 2.0), 8);
+    }
+
+    #[test]
+    fn a_distribution_counts_every_value_in_equal_bins_from_zero() {
+        let values: Vec<f64> = (1..=40).map(f64::from).collect();
+        let distribution = Distribution::of(&MEASURES[0], &values);
+        assert_eq!(distribution.bin_width, 2.0);
+        assert_eq!(distribution.counts.iter().sum::<u64>(), 40);
+        assert_eq!((distribution.counts[0], distribution.counts[19]), (1, 3));
+    }
 }
