@@ -138,6 +138,41 @@ mod tests {
     }
 
     #[test]
+    fn a_cost_travels_with_its_result_and_missing_figures_read_as_absent() {
+        let result = BlockResult {
+            block_id: 7,
+            ok: true,
+            error: None,
+            seconds: Some(1.5),
+            cost: Some(BlockCost {
+                cpu_seconds: 1.25,
+                peak_rss_bytes: 50_000_000,
+                io_read_bytes: 1,
+                io_write_bytes: 2,
+                gpu_util_pct: None,
+                gpu_mem_bytes: None,
+            }),
+        };
+        let bytes = rmp_serde::to_vec_named(&result).unwrap();
+        assert_eq!(
+            rmp_serde::from_slice::<BlockResult>(&bytes).unwrap(),
+            result
+        );
+        let json = serde_json::to_string(&result.cost).unwrap();
+        assert!(!json.contains("gpu"), "no GPU, no GPU field: {json}");
+        let partial: BlockResult =
+            serde_json::from_str(r#"{"block_id": 7, "ok": true, "cost": {"cpu_seconds": 2}}"#)
+                .unwrap();
+        let cost = partial.cost.unwrap();
+        assert_eq!(
+            (cost.cpu_seconds, cost.peak_rss_bytes, cost.gpu_mem_bytes),
+            (2.0, 0, None)
+        );
+        let old: BlockResult = serde_json::from_str(r#"{"block_id": 7, "ok": true}"#).unwrap();
+        assert_eq!(old.cost, None, "an older worker sends none");
+    }
+
+    #[test]
     fn mismatched_wire_rois_are_refused() {
         let roi = WireRoi {
             offset: vec![0, 0],
