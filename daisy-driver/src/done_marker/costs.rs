@@ -70,16 +70,16 @@ impl StoredCost {
     }
 }
 
-/// The open cost arrays of a writable marker (created on first use).
-pub(super) struct CostArrays {
-    chunks: Option<Vec<Chunk>>,
+/// The cost arrays of a writable marker: created on first use; once they
+/// cannot be opened (another program's arrays of another type), left
+/// alone for the rest of the run, so the error is reported once.
+pub(super) enum CostArrays {
+    Unopened,
+    Open(Vec<Chunk>),
+    Refused,
 }
 
 impl CostArrays {
-    pub fn unopened() -> Self {
-        Self { chunks: None }
-    }
-
     /// Stores `costs` (cell, figures), one write per array and run of
     /// neighbouring cells.
     pub fn write(
@@ -91,9 +91,13 @@ impl CostArrays {
         if costs.is_empty() {
             return Ok(());
         }
-        let chunks = match &mut self.chunks {
-            Some(chunks) => chunks,
-            None => self.chunks.insert(open_all(dir, layout, true)?),
+        if let Self::Unopened = self {
+            // Refused unless the next line opens them: the error is returned once.
+            *self = Self::Refused;
+            *self = Self::Open(open_all(dir, layout, true)?);
+        }
+        let Self::Open(chunks) = self else {
+            return Ok(());
         };
         costs.sort_unstable_by_key(|(cell, _)| *cell);
         for run in costs.chunk_by(|a, b| a.0 + 1 == b.0) {

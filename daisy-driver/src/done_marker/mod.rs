@@ -172,7 +172,7 @@ impl DoneMarker {
             layout,
             done_chunk,
             failures,
-            costs: CostArrays::unopened(),
+            costs: CostArrays::Unopened,
             writable,
             done,
             count,
