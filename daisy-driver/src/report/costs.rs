@@ -17,6 +17,11 @@ const HEAT: [&str; 8] = [
 const BINS: usize = 20;
 const WIDTH: f64 = 270.0;
 const HEIGHT: f64 = 150.0;
+/// A histogram's plot area, inside its title and axis labels.
+const PLOT_LEFT: f64 = 34.0;
+const PLOT_TOP: f64 = 22.0;
+const PLOT_WIDTH: f64 = WIDTH - PLOT_LEFT - 10.0;
+const PLOT_HEIGHT: f64 = HEIGHT - PLOT_TOP - 28.0;
 
 /// The task's cost pictures: its run-time picture, then a histogram per
 /// one of its `distributions`; none if no block was measured.
@@ -114,41 +119,49 @@ pub fn distributions(findings: &Findings, task: TaskIdx) -> Vec<Distribution> {
 
 /// The bars of a distribution of `task`'s blocks.
 fn histogram(task: &str, distribution: &Distribution) -> Chart {
-    let (left, top, bottom) = (34.0, 22.0, 28.0);
-    let (plot_width, plot_height) = (WIDTH - left - 10.0, HEIGHT - top - bottom);
-    let Distribution {
-        measure,
-        unit,
-        bin_width,
-        ref counts,
-    } = *distribution;
-    let largest = bin_width * BINS as f64;
-    let tallest = counts.iter().copied().max().unwrap_or(1).max(1) as f64;
+    let tallest = distribution
+        .counts
+        .iter()
+        .copied()
+        .max()
+        .unwrap_or(1)
+        .max(1) as f64;
     let mut chart = Svg::new(WIDTH, HEIGHT);
-    chart.text(left, 14.0, "start", &format!("{task}: {measure}"));
-    let bar = plot_width / BINS as f64;
-    for (bin, &count) in counts.iter().enumerate().filter(|(_, &n)| n > 0) {
+    let title = format!("{task}: {}", distribution.measure);
+    chart.text(PLOT_LEFT, 14.0, "start", &title);
+    draw_bars(&mut chart, distribution, tallest);
+    let (base, unit) = (PLOT_TOP + PLOT_HEIGHT, distribution.unit);
+    let right = PLOT_LEFT + PLOT_WIDTH;
+    chart.line((PLOT_LEFT, base), (right, base), AXIS);
+    chart.text(PLOT_LEFT, base + 14.0, "start", &unit.show(0.0));
+    let largest = distribution.bin_width * BINS as f64;
+    chart.text(right, base + 14.0, "end", &unit.show(largest));
+    chart.text(PLOT_LEFT - 4.0, PLOT_TOP + 8.0, "end", &tick_label(tallest));
+    chart.finish()
+}
+
+/// A bar per bin that has blocks, `tallest` blocks reaching the top.
+fn draw_bars(chart: &mut Svg, distribution: &Distribution, tallest: f64) {
+    let (unit, bin_width) = (distribution.unit, distribution.bin_width);
+    let bar = PLOT_WIDTH / BINS as f64;
+    for (bin, &count) in distribution
+        .counts
+        .iter()
+        .enumerate()
+        .filter(|(_, &n)| n > 0)
+    {
         let from = bin as f64 * bin_width;
-        let height = plot_height * count as f64 / tallest;
+        let height = PLOT_HEIGHT * count as f64 / tallest;
         let rect = Rect {
-            x: left + bin as f64 * bar + 0.5,
-            y: top + plot_height - height,
+            x: PLOT_LEFT + bin as f64 * bar + 0.5,
+            y: PLOT_TOP + PLOT_HEIGHT - height,
             width: (bar - 1.0).max(0.5),
             height,
         };
-        let title = format!(
-            "{} – {}: {count} blocks",
-            unit.show(from),
-            unit.show(from + bin_width)
-        );
+        let to = unit.show(from + bin_width);
+        let title = format!("{} – {to}: {count} blocks", unit.show(from));
         chart.rect(rect, "#4a7ab5", Some(&title));
     }
-    let base = top + plot_height;
-    chart.line((left, base), (left + plot_width, base), AXIS);
-    chart.text(left, base + 14.0, "start", &unit.show(0.0));
-    chart.text(left + plot_width, base + 14.0, "end", &unit.show(largest));
-    chart.text(left - 4.0, top + 8.0, "end", &tick_label(tallest));
-    chart.finish()
 }
 
 #[cfg(test)]
