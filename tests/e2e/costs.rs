@@ -200,6 +200,8 @@ fn without_resource_tracking_no_cost_is_stored_or_shown() {
     let dir = TestDir::new();
     dir.write("hungry.py", HUNGRY);
     dir.write("p.toml", &pipeline("", &block_command()));
+    let plan = run_ok(&mut dir.driver(&["plan", "--json", "p.toml"]));
+    assert!(plan.contains("\"resource_tracking\": false"), "{plan}");
     run_ok(&mut dir.driver(&["run", "p.toml"]));
     assert!(!dir.join("daisy_run/c/done/t/wall_seconds").exists());
     let status = run_ok(&mut dir.driver(&["status", "--json", "daisy_run/c"]));

@@ -78,6 +78,8 @@ pub struct TaskPlan {
     pub batch_size: u32,
     /// Blocks a worker command is fed ahead of the one it works on.
     pub prefetch: u32,
+    /// Whether what each block costs is measured and stored.
+    pub resource_tracking: bool,
     pub command_kind: &'static str,
     pub command: Vec<String>,
 }
@@ -223,6 +225,7 @@ fn task_plan(pipeline: &Pipeline, graph: &DependencyGraph, task: TaskIdx, done: 
         workers: workers_under_budget(config, &pipeline.resources),
         batch_size: config.batch_size,
         prefetch: config.prefetch,
+        resource_tracking: config.resource_tracking,
         command_kind,
         command,
     }

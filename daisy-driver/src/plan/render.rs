@@ -228,6 +228,9 @@ impl TaskPlan {
             "  batches      {} blocks per request, prefetch {}",
             self.batch_size, self.prefetch
         );
+        if self.resource_tracking {
+            let _ = writeln!(out, "  costs        measured per block (resource_tracking)");
+        }
         let _ = writeln!(
             out,
             "  command      {} command: {}",
