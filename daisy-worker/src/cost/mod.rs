@@ -86,12 +86,15 @@ impl Reading {
 
 /// Per-block costs of a long-running process (a worker command, or the
 /// worker itself running in-process code), or nothing when the task does
-/// not track resources.
+/// not track resources (then it is one pointer wide).
 #[derive(Debug, Default)]
-pub struct WorkerMeter {
-    /// The process's group id and counter files; `None`: not tracking
-    /// (or its files could not be opened).
-    process: Option<(i32, ProcFiles)>,
+pub struct WorkerMeter(Option<Box<Tracking>>);
+
+/// A process measured, and what its answered blocks cost.
+#[derive(Debug)]
+struct Tracking {
+    group: i32,
+    files: ProcFiles,
     since: Option<Reading>,
     /// Costs of blocks answered and not yet taken by the runner.
     costs: HashMap<u64, BlockCost>,
@@ -99,16 +102,20 @@ pub struct WorkerMeter {
 
 impl WorkerMeter {
     /// Measures the process `pid` of process group `group`, its window
-    /// starting now.
+    /// starting now (nothing, with a warning, if its counters cannot be
+    /// read).
     pub fn tracking(pid: u32, group: i32) -> Self {
         let files = ProcFiles::open(pid as i32).inspect_err(|e| {
             tracing::warn!("cannot read the counters of process {pid}, no costs: {e}");
         });
         start_gpu_sampling();
-        let mut meter = Self {
-            process: files.ok().map(|files| (group, files)),
-            ..Self::default()
-        };
+        let tracking = files.ok().map(|files| Tracking {
+            group,
+            files,
+            since: None,
+            costs: HashMap::new(),
+        });
+        let mut meter = Self(tracking.map(Box::new));
         meter.begin();
         meter
     }
@@ -116,37 +123,42 @@ impl WorkerMeter {
     /// Starts a window now: a batch begins, and the time before it (the
     /// process idle, or loading its model) is nobody's.
     pub fn begin(&mut self) {
-        if let Some((_, files)) = &self.process {
-            files.reset_peak_rss();
-            self.since = Reading::now(files);
+        if let Some(tracking) = &mut self.0 {
+            tracking.files.reset_peak_rss();
+            tracking.since = Reading::now(&tracking.files);
         }
     }
 
     /// Block `block_id` was answered: it is charged the window that ends
     /// now, and the next window begins.
     pub fn answered(&mut self, block_id: u64) {
-        let (Some((group, files)), Some(since)) = (&self.process, self.since) else {
-            return;
-        };
-        let Some(now) = Reading::now(files) else {
+        if let Some(tracking) = &mut self.0 {
+            tracking.answered(block_id);
+        }
+    }
+
+    /// The cost of `block_id`, once it was answered.
+    pub fn take(&mut self, block_id: u64) -> Option<BlockCost> {
+        self.0.as_mut()?.costs.remove(&block_id)
+    }
+}
+
+impl Tracking {
+    fn answered(&mut self, block_id: u64) {
+        let (Some(since), Some(now)) = (self.since, Reading::now(&self.files)) else {
             return;
         };
         let io = now.io.since(since.io);
         let cost = BlockCost {
             cpu_seconds: (now.cpu_seconds - since.cpu_seconds).max(0.0),
-            peak_rss_bytes: files.peak_rss().unwrap_or(0),
+            peak_rss_bytes: self.files.peak_rss().unwrap_or(0),
             io_read_bytes: io.read,
             io_write_bytes: io.written,
             ..BlockCost::default()
         };
-        files.reset_peak_rss();
-        self.costs
-            .insert(block_id, with_gpu(cost, *group, since.at));
+        self.files.reset_peak_rss();
+        let cost = with_gpu(cost, self.group, since.at);
+        self.costs.insert(block_id, cost);
         self.since = Some(now);
-    }
-
-    /// The cost of `block_id`, once it was answered.
-    pub fn take(&mut self, block_id: u64) -> Option<BlockCost> {
-        self.costs.remove(&block_id)
     }
 }
