@@ -11,7 +11,7 @@
 //!   arrives, and charges each block what changed since the answer before
 //!   it (or since its batch started). Exact when one block is in flight;
 //!   with prefetch the blocks overlap, and each gets the window between
-//!   two answers, an approximation.
+//!   two answers, an approximation. Its CPU time comes in 10 ms ticks.
 //! - In-process code (a Python function) is measured the same way, on the
 //!   worker's own process (`crate::embedded::Metered`).
 //! - GPU figures come from [`gpu`], and only where a GPU is there.
