@@ -9,7 +9,7 @@
 //! in the background and killed with the group at the block's end is
 //! reaped by someone else (init) and not counted.
 
-use super::proc_files::{read_io, IoCounters};
+use super::proc_files::{read_io, timeval_seconds, IoCounters};
 use nix::errno::Errno;
 use nix::sys::wait::{waitid, Id, WaitPidFlag};
 use nix::unistd::Pid;
@@ -40,7 +40,7 @@ pub fn reap(pid: Pid, read_io_first: bool) -> io::Result<(ExitStatus, Usage)> {
     };
     let (status, rusage) = wait4(pid)?;
     let usage = Usage {
-        cpu_seconds: seconds(rusage.ru_utime) + seconds(rusage.ru_stime),
+        cpu_seconds: timeval_seconds(rusage.ru_utime) + timeval_seconds(rusage.ru_stime),
         // Linux counts ru_maxrss in KiB.
         peak_rss_bytes: (rusage.ru_maxrss.max(0) as u64) * 1024,
         io,
@@ -72,8 +72,4 @@ fn wait4(pid: Pid) -> io::Result<(ExitStatus, libc::rusage)> {
             _ => return Ok((ExitStatus::from_raw(status), rusage)),
         }
     }
-}
-
-fn seconds(time: libc::timeval) -> f64 {
-    time.tv_sec as f64 + time.tv_usec as f64 / 1e6
 }
