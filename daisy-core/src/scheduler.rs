@@ -6,14 +6,16 @@
 //! `release`) and act on what it returns, so daisy 2.0's semantics are
 //! tested here without any I/O.
 //!
-//! Memory grows with the frontier, not the block count:
+//! Memory is a few bits per block, never a whole block:
 //! - root blocks are enumerated lazily from the graph;
-//! - the **surface** holds succeeded blocks that still have downstream
-//!   blocks waiting, with the number of those not yet resolved; a block
-//!   leaves it when all its downstream blocks completed or died;
-//! - the **dead** set holds blocks that failed for good or were
-//!   orphaned, so no block is ever counted twice. It grows with failures
-//!   only.
+//! - the ready queue holds blocks by their cell index (8 bytes; the
+//!   block, 304 bytes, is built again when it is handed out);
+//! - per task, a bit per **completed** block (run or skipped) and per
+//!   **dead** block (failed for good, orphaned or left), in [`CellSet`]s:
+//!   a block is ready when all its upstream blocks are completed, and no
+//!   block is ever counted twice. With conflict levels a level's worth of
+//!   blocks waits at once (an eighth of a 3-D task): as ids in a hash
+//!   map that was ~50 bytes per block of the task, as bits it is 1.
 //!
 //! A failed block that may be retried goes to the back of its task's
 //! ready queue, behind every block already ready and every root block not
@@ -25,7 +27,7 @@
 //! counts as pending (neither ready nor processing), so the run is
 //! neither done nor stalled while it waits.
 //!
-//! A block becomes ready when all its upstream blocks are on the surface;
+//! A block becomes ready when all its upstream blocks completed;
 //! at the start, level-0 blocks of root tasks are ready, and so are the
 //! blocks of other tasks that wait for nothing (see
 //! [`DependencyGraph::blocks_without_upstream`]).
@@ -33,10 +35,12 @@
 //! A run may be **restricted** to some blocks ([`Scheduler::run_only`],
 //! for `run --retry-failed`): a ready block outside them that is not done
 //! is **left** instead of handed out, and so is everything downstream of
-//! it, transitively; left blocks join the dead set (it then grows with
-//! them too) and count as `left`, neither failed nor orphaned.
+//! it, transitively; left blocks are dead and count as `left`, neither
+//! failed nor orphaned.
 
 use crate::block::{Block, BlockId, TaskIdx};
+use crate::cell_set::CellSet;
+use crate::geometry::BlockGrid;
 use crate::graph::{DependencyGraph, LevelBlocks};
 use serde::{Deserialize, Serialize};
 use std::cmp::Reverse;
@@ -116,13 +120,18 @@ struct TaskQueue {
     counters: TaskCounters,
     /// Level-0 blocks of a root task not yet handed out.
     roots: Option<LevelBlocks>,
-    /// Blocks made ready by their upstream, and retries, in FIFO order.
-    ready: VecDeque<Block>,
+    /// Blocks made ready by their upstream, and retries, in FIFO order,
+    /// by cell index.
+    ready: VecDeque<u64>,
     /// A ready block looked at by `has_runnable` and not handed out yet;
     /// it comes first.
     peeked: Option<Block>,
     /// Failures so far of blocks that failed and may still be retried.
     retries: HashMap<BlockId, u32>,
+    /// Blocks that succeeded (in this run or an earlier one).
+    completed: CellSet,
+    /// Blocks failed for good, orphaned or left.
+    dead: CellSet,
     /// Given up on: nothing is handed out or made ready any more.
     abandoned: bool,
 }
@@ -134,7 +143,10 @@ impl TaskQueue {
         let task_graph = graph.task_graph(task);
         let root = graph.is_root(task) && task_graph.num_levels() > 0;
         let roots = root.then(|| task_graph.level_blocks(0));
-        let seeds = VecDeque::from(graph.blocks_without_upstream(task));
+        let grid = task_graph.grid();
+        let seeds: VecDeque<u64> = (graph.blocks_without_upstream(task).iter())
+            .map(|block| grid.cell_index_of(block))
+            .collect();
         let num_roots = if root {
             task_graph.num_level_blocks(0)
         } else {
@@ -150,6 +162,8 @@ impl TaskQueue {
             ready: seeds,
             peeked: None,
             retries: HashMap::new(),
+            completed: CellSet::default(),
+            dead: CellSet::default(),
             abandoned: false,
         }
     }
@@ -168,8 +182,6 @@ struct DelayedRetry {
 pub struct Scheduler {
     graph: Arc<DependencyGraph>,
     tasks: Vec<TaskQueue>,
-    surface: HashMap<BlockId, u32>,
-    dead: HashSet<BlockId>,
     in_flight: HashMap<BlockId, Block>,
     /// Retries waiting for their backoff delay, earliest due first.
     delayed: BinaryHeap<Reverse<DelayedRetry>>,
@@ -192,8 +204,6 @@ impl Scheduler {
         Self {
             graph,
             tasks,
-            surface: HashMap::new(),
-            dead: HashSet::new(),
             in_flight: HashMap::new(),
             delayed: BinaryHeap::new(),
             delayed_blocks: HashMap::new(),
@@ -328,7 +338,8 @@ impl Scheduler {
                 Some(root) => root,
                 None => {
                     queue.roots = None;
-                    queue.ready.pop_front()?
+                    let grid = self.graph.task_graph(task).grid();
+                    grid.block_at_cell_index(queue.ready.pop_front()?)?
                 }
             },
         };
@@ -470,12 +481,28 @@ impl Scheduler {
     }
 
     fn push_ready(&mut self, block: Block) {
+        let cell = self.grid(&block).cell_index_of(&block);
         let queue = &mut self.tasks[block.id.task.index()];
         if queue.abandoned {
             return;
         }
-        queue.ready.push_back(block);
+        queue.ready.push_back(cell);
         queue.counters.ready += 1;
+    }
+
+    /// The grid of `block`'s task, which keys its per-block state.
+    fn grid(&self, block: &Block) -> &BlockGrid {
+        self.graph.task_graph(block.id.task).grid()
+    }
+
+    fn is_completed(&self, block: &Block) -> bool {
+        let cell = self.grid(block).cell_index_of(block);
+        self.tasks[block.id.task.index()].completed.contains(cell)
+    }
+
+    fn is_dead(&self, block: &Block) -> bool {
+        let cell = self.grid(block).cell_index_of(block);
+        self.tasks[block.id.task.index()].dead.contains(cell)
     }
 
     fn on_failure(&mut self, block: Block, now: Option<Instant>) -> Released {
@@ -504,29 +531,15 @@ impl Scheduler {
     /// Marks a completed block (run or skipped) and returns how many
     /// blocks became ready.
     fn on_success(&mut self, block: &Block) -> usize {
+        let cell = self.grid(block).cell_index_of(block);
         let queue = &mut self.tasks[block.id.task.index()];
         queue.counters.completed += 1;
         queue.retries.remove(&block.id);
-        for up in self.graph.upstream(block) {
-            self.resolve_one_downstream_of(up.id);
-        }
-        let downstream: Vec<Block> = self
-            .graph
-            .downstream(block)
-            .into_iter()
-            .filter(|d| !self.dead.contains(&d.id))
-            .collect();
-        if downstream.is_empty() {
-            return 0;
-        }
-        self.surface.insert(block.id, downstream.len() as u32);
+        queue.completed.insert(cell);
         let mut unlocked = 0;
-        for down in downstream {
-            let ready = self
-                .graph
-                .upstream(&down)
-                .iter()
-                .all(|up| self.surface.contains_key(&up.id));
+        for down in self.graph.downstream(block) {
+            let ready = !self.is_dead(&down)
+                && (self.graph.upstream(&down).iter()).all(|up| self.is_completed(up));
             if ready {
                 self.push_ready(down);
                 unlocked += 1;
@@ -535,25 +548,11 @@ impl Scheduler {
         unlocked
     }
 
-    /// One downstream block of the surface block `up` completed or died.
-    fn resolve_one_downstream_of(&mut self, up: BlockId) {
-        if let Some(waiting) = self.surface.get_mut(&up) {
-            *waiting -= 1;
-            if *waiting == 0 {
-                self.surface.remove(&up);
-            }
-        }
-    }
-
-    /// Marks a block dead (failed for good or orphaned).
+    /// Marks a block dead (failed for good, orphaned or left); false if
+    /// it was already.
     fn bury(&mut self, block: &Block) -> bool {
-        if !self.dead.insert(block.id) {
-            return false;
-        }
-        for up in self.graph.upstream(block) {
-            self.resolve_one_downstream_of(up.id);
-        }
-        true
+        let cell = self.grid(block).cell_index_of(block);
+        self.tasks[block.id.task.index()].dead.insert(cell)
     }
 
     /// Orphans everything downstream of `failed`, transitively.
