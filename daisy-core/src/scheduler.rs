@@ -32,6 +32,14 @@
 //! blocks of other tasks that wait for nothing (see
 //! [`DependencyGraph::blocks_without_upstream`]).
 //!
+//! Skipping is bounded per call if the caller wants
+//! ([`Scheduler::limit_skips_per_call`]): a resumed run of 10⁸ blocks may
+//! find tens of millions of done blocks ahead of the first one to run,
+//! about a minute of skipping that a driver must not spend without
+//! answering its workers. A call that reaches the limit stops, answers
+//! "nothing" and leaves the task **catching up**; the caller serves
+//! others, then calls [`Scheduler::has_runnable`] again to go on.
+//!
 //! A run may be **restricted** to some blocks ([`Scheduler::run_only`],
 //! for `run --retry-failed`): a ready block outside them that is not done
 //! is **left** instead of handed out, and so is everything downstream of
@@ -134,6 +142,9 @@ struct TaskQueue {
     dead: CellSet,
     /// Given up on: nothing is handed out or made ready any more.
     abandoned: bool,
+    /// The last call stopped skipping at the limit with blocks still
+    /// ready: more done blocks may come before a runnable one.
+    catching_up: bool,
 }
 
 impl TaskQueue {
@@ -165,6 +176,7 @@ impl TaskQueue {
             completed: CellSet::default(),
             dead: CellSet::default(),
             abandoned: false,
+            catching_up: false,
         }
     }
 }
@@ -193,6 +205,8 @@ pub struct Scheduler {
     /// [`Scheduler::run_only`]), and how many of them each task has.
     only: Option<Arc<HashSet<BlockId>>>,
     only_per_task: Vec<u64>,
+    /// The most blocks one call skips (see [`Scheduler::limit_skips_per_call`]).
+    most_skips: u64,
 }
 
 impl Scheduler {
@@ -210,7 +224,21 @@ impl Scheduler {
             delayed_seq: 0,
             only: None,
             only_per_task: Vec::new(),
+            most_skips: u64::MAX,
         }
+    }
+
+    /// Makes `acquire` and `has_runnable` skip at most `most` blocks (done
+    /// before, or left outside a restriction) per call; without a limit
+    /// they skip until they find a block to run.
+    pub fn limit_skips_per_call(&mut self, most: u64) {
+        self.most_skips = most.max(1);
+    }
+
+    /// True if the last call for `task` stopped skipping at the limit
+    /// with blocks still ready: `has_runnable` goes on from there.
+    pub fn is_catching_up(&self, task: TaskIdx) -> bool {
+        self.tasks[task.index()].catching_up
     }
 
     /// Restricts the run to `blocks` (call it before handing anything
@@ -304,13 +332,15 @@ impl Scheduler {
     }
 
     /// The next ready block of `task` that needs running, skipping blocks
-    /// done in an earlier run and leaving those outside a restriction.
+    /// done in an earlier run and leaving those outside a restriction, up
+    /// to the limit of skips per call.
     fn next_runnable(
         &mut self,
         task: TaskIdx,
         is_done: &mut dyn FnMut(&Block) -> bool,
     ) -> Option<Block> {
-        loop {
+        self.tasks[task.index()].catching_up = false;
+        for _ in 0..self.most_skips {
             let block = self.next_ready(task)?;
             if is_done(&block) {
                 self.tasks[task.index()].counters.skipped += 1;
@@ -325,6 +355,9 @@ impl Scheduler {
                 return Some(block);
             }
         }
+        let queue = &mut self.tasks[task.index()];
+        queue.catching_up = queue.counters.ready > 0;
+        None
     }
 
     fn next_ready(&mut self, task: TaskIdx) -> Option<Block> {
@@ -434,6 +467,7 @@ impl Scheduler {
                 continue;
             }
             queue.abandoned = true;
+            queue.catching_up = false;
             queue.roots = None;
             queue.peeked = None;
             queue.ready.clear();

@@ -177,9 +177,13 @@ fn drive(dir: &Path, settings: &Settings, kill_at: Option<u64>) -> Result<(Seen,
     let seen = Arc::new(Seen::default());
     let start = Instant::now();
     let outcomes = runtime.block_on(work(context, settings, &seen, kill_at, &mut driver))?;
+    let failed = outcomes.iter().find_map(|o| o.as_ref().err());
+    if failed.is_some() {
+        // Workers that gave up leave a driver waiting for them.
+        let _ = driver.child.kill();
+    }
     let status = driver.child.wait().map_err(|e| e.to_string())?;
     let seconds = start.elapsed().as_secs_f64();
-    let failed = outcomes.iter().find_map(|o| o.as_ref().err());
     if kill_at.is_none() && (!status.success() || failed.is_some()) {
         let log = std::fs::read_to_string(dir.join("driver.err")).unwrap_or_default();
         return Err(format!("driver {status}, worker {failed:?}\n{log}"));
