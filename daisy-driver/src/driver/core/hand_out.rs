@@ -107,16 +107,16 @@ impl Core {
     }
 
     /// Skips another turn's worth of done blocks in each task catching
-    /// up, then serves the parked workers and starts the workers that
-    /// what was found calls for.
+    /// up, then starts the workers that what was found calls for and
+    /// serves the waiting ones (last: starting skips too).
     pub(super) fn on_catch_up(&mut self, done_before: DoneBefore) {
         for task in self.scheduler.graph().clone().task_indices() {
             if self.scheduler.is_catching_up(task) {
                 self.scheduler.has_runnable(task, &mut |b| done_before(b));
             }
         }
-        self.serve_parked(done_before);
         self.start_workers(done_before);
+        self.serve_parked(done_before);
     }
 
     /// Serves the parked workers of each task that has something for

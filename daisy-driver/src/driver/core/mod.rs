@@ -323,7 +323,9 @@ impl Core {
         self.release_idle_workers();
         self.abandon_hopeless_tasks(done_before);
         self.start_workers(done_before);
-        self.note_finished_tasks();
+        // Counting the workers a task wants skips blocks done before: it
+        // may have found one for a worker that waits.
+        self.serve_parked(done_before);
         self.say_unsaid_refusals();
     }
 

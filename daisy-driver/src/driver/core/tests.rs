@@ -716,3 +716,21 @@ fn a_resumed_run_skips_done_blocks_a_turn_at_a_time_between_other_inputs() {
     let c = run.core.scheduler.counters(TaskIdx(0));
     assert_eq!((c.skipped, c.processing, c.ready), (DONE_BELOW, 4, 6));
 }
+
+#[test]
+fn a_worker_waiting_while_done_blocks_are_skipped_is_served_by_whatever_finds_its_block() {
+    let mut run = Run::new("", &[task("t", DONE_BELOW as u32 + 10, "max_workers = 0")]);
+    run.done_before = |b| b.id.spatial < DONE_BELOW;
+    run.hello(1, "t", None).unwrap();
+    assert!(blocks_to(&run.acquire(1, 4), 1).is_empty(), "it waits");
+    // Ticks skip too (to count the workers a task wants); the one that
+    // gets to the first block to run must hand it to the waiting worker.
+    let mut sent = Vec::new();
+    for _ in 0..2 * DONE_BELOW / hand_out::SKIPS_PER_TURN {
+        sent = blocks_to(&run.tick(), 1);
+        if !sent.is_empty() {
+            break;
+        }
+    }
+    assert_eq!(sent, [0, 1, 2, 3].map(|i| DONE_BELOW + i));
+}
