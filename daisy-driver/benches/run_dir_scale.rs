@@ -48,6 +48,7 @@ use std::process::Command;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
+use tokio::task::JoinHandle;
 
 /// Seconds each no-op block reports to have run.
 const BLOCK_SECONDS: f64 = 0.0005;
@@ -206,7 +207,8 @@ async fn work(
         .map(|client| tokio::spawn(noting_worker(client, settings.batch, seen.clone())))
         .collect();
     if let Some(kill_at) = kill_at {
-        while seen.released.load(Relaxed) < kill_at {
+        let working = |workers: &[_]| workers.iter().any(|w: &JoinHandle<_>| !w.is_finished());
+        while seen.released.load(Relaxed) < kill_at && working(&workers) {
             tokio::time::sleep(KILL_POLL).await;
         }
         driver
