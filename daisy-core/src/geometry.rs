@@ -164,6 +164,33 @@ impl BlockGrid {
         self.cell_end
     }
 
+    /// The row-major position of a block of this task among the grid's
+    /// cells (last dimension fastest): a dense key for per-block state,
+    /// 8 bytes where the block is 304. Below the task's block count, which
+    /// the geometry check keeps within u64.
+    #[inline]
+    pub fn cell_index_of(&self, block: &Block) -> u64 {
+        let (cell, _) = self.cell_size.div_rem(self.position_of(block));
+        (0..cell.dims()).fold(0, |index, d| {
+            index * self.cell_end[d] as u64 + cell[d].max(0) as u64
+        })
+    }
+
+    /// The block at row-major cell position `index` (the inverse of
+    /// [`Self::cell_index_of`]); `None` past the last cell.
+    pub fn block_at_cell_index(&self, mut index: u64) -> Option<Block> {
+        let mut cell = self.cell_end;
+        for d in (0..cell.dims()).rev() {
+            let n = cell[d].max(1) as u64;
+            cell.set(d, (index % n) as i64);
+            index /= n;
+        }
+        if index > 0 {
+            return None;
+        }
+        self.block_in_cell(cell)
+    }
+
     /// Blocks whose write region, as far as other tasks see it (clipped to
     /// the total write region), overlaps `region`, in row-major order.
     pub fn blocks_writing(&self, region: &Roi) -> Vec<Block> {
@@ -422,6 +449,31 @@ mod tests {
         assert!(BlockGrid::new(TaskIdx(0), &spec)
             .block_at([8].into())
             .is_none());
+    }
+
+    #[test]
+    fn cell_indices_number_the_blocks_row_major_and_back() {
+        for fit in [Fit::Valid, Fit::Overhang, Fit::Shrink] {
+            let spec = TaskSpec {
+                fit,
+                ..TaskSpec::new(
+                    "t",
+                    Roi::from_slices(&[-3, 5], &[14, 11]),
+                    Roi::from_slices(&[0, 0], &[5, 4]),
+                    Roi::from_slices(&[1, 1], &[3, 2]),
+                )
+            };
+            let grid = BlockGrid::new(TaskIdx(0), &spec);
+            let cells = grid.cells();
+            let blocks: Vec<Block> = GridWalk::new(Coordinate::zeros(2), cells)
+                .map(|j| grid.block_in_cell(j).unwrap())
+                .collect();
+            for (index, block) in blocks.iter().enumerate() {
+                assert_eq!(grid.cell_index_of(block), index as u64, "{fit:?}");
+                assert_eq!(grid.block_at_cell_index(index as u64), Some(*block));
+            }
+            assert_eq!(grid.block_at_cell_index(blocks.len() as u64), None);
+        }
     }
 
     #[test]

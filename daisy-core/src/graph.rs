@@ -15,7 +15,8 @@
 //!
 //! Nothing here stores blocks: they are computed from their position, so
 //! enumeration is lazy and a graph over a billion blocks costs a few
-//! hundred bytes. The scheduler keeps only the frontier.
+//! hundred bytes. The scheduler keeps a few bits per block, and ready
+//! blocks by their cell index.
 
 use crate::block::{Block, TaskIdx};
 use crate::coordinate::Coordinate;

@@ -11,16 +11,18 @@
 //! - [`coordinate`], [`roi`]: n-dimensional geometry with floor division.
 //! - [`divisor`]: division by a fixed coordinate, by multiplication.
 //! - [`block`]: `Block`, `BlockId`, `TaskIdx`, Cantor ids.
+//! - [`cell_set`]: a set of a task's blocks at a bit per block.
 //! - [`task`]: `TaskSpec`, `Fit`.
 //! - [`geometry`]: where a task's blocks sit (`BlockGrid`), geometry checks.
 //! - [`graph`]: levels, conflicts, upstream/downstream (`DependencyGraph`).
 //! - [`protocol`]: the wire protocol: messages, framing, handshake.
 //! - [`context`]: `DAISY_CONTEXT`, how a worker finds its driver.
-//! - [`scheduler`]: the ready surface, retries, orphans, counters.
+//! - [`scheduler`]: ready blocks, retries, orphans, counters.
 //! - [`serial`]: run a pipeline in-process, one block at a time.
 //! - [`template`]: `{placeholders}` in block commands, checked and filled in.
 
 pub mod block;
+pub mod cell_set;
 pub mod context;
 pub mod coordinate;
 pub mod divisor;

@@ -6,14 +6,16 @@
 //! `release`) and act on what it returns, so daisy 2.0's semantics are
 //! tested here without any I/O.
 //!
-//! Memory grows with the frontier, not the block count:
+//! Memory is a few bits per block, never a whole block:
 //! - root blocks are enumerated lazily from the graph;
-//! - the **surface** holds succeeded blocks that still have downstream
-//!   blocks waiting, with the number of those not yet resolved; a block
-//!   leaves it when all its downstream blocks completed or died;
-//! - the **dead** set holds blocks that failed for good or were
-//!   orphaned, so no block is ever counted twice. It grows with failures
-//!   only.
+//! - the ready queue holds blocks by their cell index (8 bytes; the
+//!   block, 304 bytes, is built again when it is handed out);
+//! - per task, a bit per **completed** block (run or skipped) and per
+//!   **dead** block (failed for good, orphaned or left), in [`CellSet`]s:
+//!   a block is ready when all its upstream blocks are completed, and no
+//!   block is ever counted twice. With conflict levels a level's worth of
+//!   blocks waits at once (an eighth of a 3-D task): as ids in a hash
+//!   map that was ~50 bytes per block of the task, as bits it is 1.
 //!
 //! A failed block that may be retried goes to the back of its task's
 //! ready queue, behind every block already ready and every root block not
@@ -25,18 +27,28 @@
 //! counts as pending (neither ready nor processing), so the run is
 //! neither done nor stalled while it waits.
 //!
-//! A block becomes ready when all its upstream blocks are on the surface;
+//! A block becomes ready when all its upstream blocks completed;
 //! at the start, level-0 blocks of root tasks are ready, and so are the
 //! blocks of other tasks that wait for nothing (see
 //! [`DependencyGraph::blocks_without_upstream`]).
 //!
+//! Skipping is bounded per call if the caller wants
+//! ([`Scheduler::limit_skips_per_call`]): a resumed run of 10⁸ blocks may
+//! find tens of millions of done blocks ahead of the first one to run,
+//! about a minute of skipping that a driver must not spend without
+//! answering its workers. A call that reaches the limit stops, answers
+//! "nothing" and leaves the task **catching up**; the caller serves
+//! others, then calls [`Scheduler::has_runnable`] again to go on.
+//!
 //! A run may be **restricted** to some blocks ([`Scheduler::run_only`],
 //! for `run --retry-failed`): a ready block outside them that is not done
 //! is **left** instead of handed out, and so is everything downstream of
-//! it, transitively; left blocks join the dead set (it then grows with
-//! them too) and count as `left`, neither failed nor orphaned.
+//! it, transitively; left blocks are dead and count as `left`, neither
+//! failed nor orphaned.
 
 use crate::block::{Block, BlockId, TaskIdx};
+use crate::cell_set::CellSet;
+use crate::geometry::BlockGrid;
 use crate::graph::{DependencyGraph, LevelBlocks};
 use serde::{Deserialize, Serialize};
 use std::cmp::Reverse;
@@ -116,15 +128,23 @@ struct TaskQueue {
     counters: TaskCounters,
     /// Level-0 blocks of a root task not yet handed out.
     roots: Option<LevelBlocks>,
-    /// Blocks made ready by their upstream, and retries, in FIFO order.
-    ready: VecDeque<Block>,
+    /// Blocks made ready by their upstream, and retries, in FIFO order,
+    /// by cell index.
+    ready: VecDeque<u64>,
     /// A ready block looked at by `has_runnable` and not handed out yet;
     /// it comes first.
     peeked: Option<Block>,
     /// Failures so far of blocks that failed and may still be retried.
     retries: HashMap<BlockId, u32>,
+    /// Blocks that succeeded (in this run or an earlier one).
+    completed: CellSet,
+    /// Blocks failed for good, orphaned or left.
+    dead: CellSet,
     /// Given up on: nothing is handed out or made ready any more.
     abandoned: bool,
+    /// The last call stopped skipping at the limit with blocks still
+    /// ready: more done blocks may come before a runnable one.
+    catching_up: bool,
 }
 
 impl TaskQueue {
@@ -134,7 +154,10 @@ impl TaskQueue {
         let task_graph = graph.task_graph(task);
         let root = graph.is_root(task) && task_graph.num_levels() > 0;
         let roots = root.then(|| task_graph.level_blocks(0));
-        let seeds = VecDeque::from(graph.blocks_without_upstream(task));
+        let grid = task_graph.grid();
+        let seeds: VecDeque<u64> = (graph.blocks_without_upstream(task).iter())
+            .map(|block| grid.cell_index_of(block))
+            .collect();
         let num_roots = if root {
             task_graph.num_level_blocks(0)
         } else {
@@ -150,7 +173,10 @@ impl TaskQueue {
             ready: seeds,
             peeked: None,
             retries: HashMap::new(),
+            completed: CellSet::default(),
+            dead: CellSet::default(),
             abandoned: false,
+            catching_up: false,
         }
     }
 }
@@ -168,8 +194,6 @@ struct DelayedRetry {
 pub struct Scheduler {
     graph: Arc<DependencyGraph>,
     tasks: Vec<TaskQueue>,
-    surface: HashMap<BlockId, u32>,
-    dead: HashSet<BlockId>,
     in_flight: HashMap<BlockId, Block>,
     /// Retries waiting for their backoff delay, earliest due first.
     delayed: BinaryHeap<Reverse<DelayedRetry>>,
@@ -181,6 +205,8 @@ pub struct Scheduler {
     /// [`Scheduler::run_only`]), and how many of them each task has.
     only: Option<Arc<HashSet<BlockId>>>,
     only_per_task: Vec<u64>,
+    /// The most blocks one call skips (see [`Scheduler::limit_skips_per_call`]).
+    most_skips: u64,
 }
 
 impl Scheduler {
@@ -192,15 +218,27 @@ impl Scheduler {
         Self {
             graph,
             tasks,
-            surface: HashMap::new(),
-            dead: HashSet::new(),
             in_flight: HashMap::new(),
             delayed: BinaryHeap::new(),
             delayed_blocks: HashMap::new(),
             delayed_seq: 0,
             only: None,
             only_per_task: Vec::new(),
+            most_skips: u64::MAX,
         }
+    }
+
+    /// Makes `acquire` and `has_runnable` skip at most `most` blocks (done
+    /// before, or left outside a restriction) per call; without a limit
+    /// they skip until they find a block to run.
+    pub fn limit_skips_per_call(&mut self, most: u64) {
+        self.most_skips = most.max(1);
+    }
+
+    /// True if the last call for `task` stopped skipping at the limit
+    /// with blocks still ready: `has_runnable` goes on from there.
+    pub fn is_catching_up(&self, task: TaskIdx) -> bool {
+        self.tasks[task.index()].catching_up
     }
 
     /// Restricts the run to `blocks` (call it before handing anything
@@ -294,13 +332,15 @@ impl Scheduler {
     }
 
     /// The next ready block of `task` that needs running, skipping blocks
-    /// done in an earlier run and leaving those outside a restriction.
+    /// done in an earlier run and leaving those outside a restriction, up
+    /// to the limit of skips per call.
     fn next_runnable(
         &mut self,
         task: TaskIdx,
         is_done: &mut dyn FnMut(&Block) -> bool,
     ) -> Option<Block> {
-        loop {
+        self.tasks[task.index()].catching_up = false;
+        for _ in 0..self.most_skips {
             let block = self.next_ready(task)?;
             if is_done(&block) {
                 self.tasks[task.index()].counters.skipped += 1;
@@ -315,6 +355,9 @@ impl Scheduler {
                 return Some(block);
             }
         }
+        let queue = &mut self.tasks[task.index()];
+        queue.catching_up = queue.counters.ready > 0;
+        None
     }
 
     fn next_ready(&mut self, task: TaskIdx) -> Option<Block> {
@@ -328,7 +371,8 @@ impl Scheduler {
                 Some(root) => root,
                 None => {
                     queue.roots = None;
-                    queue.ready.pop_front()?
+                    let grid = self.graph.task_graph(task).grid();
+                    grid.block_at_cell_index(queue.ready.pop_front()?)?
                 }
             },
         };
@@ -423,6 +467,7 @@ impl Scheduler {
                 continue;
             }
             queue.abandoned = true;
+            queue.catching_up = false;
             queue.roots = None;
             queue.peeked = None;
             queue.ready.clear();
@@ -470,12 +515,28 @@ impl Scheduler {
     }
 
     fn push_ready(&mut self, block: Block) {
+        let cell = self.grid(&block).cell_index_of(&block);
         let queue = &mut self.tasks[block.id.task.index()];
         if queue.abandoned {
             return;
         }
-        queue.ready.push_back(block);
+        queue.ready.push_back(cell);
         queue.counters.ready += 1;
+    }
+
+    /// The grid of `block`'s task, which keys its per-block state.
+    fn grid(&self, block: &Block) -> &BlockGrid {
+        self.graph.task_graph(block.id.task).grid()
+    }
+
+    fn is_completed(&self, block: &Block) -> bool {
+        let cell = self.grid(block).cell_index_of(block);
+        self.tasks[block.id.task.index()].completed.contains(cell)
+    }
+
+    fn is_dead(&self, block: &Block) -> bool {
+        let cell = self.grid(block).cell_index_of(block);
+        self.tasks[block.id.task.index()].dead.contains(cell)
     }
 
     fn on_failure(&mut self, block: Block, now: Option<Instant>) -> Released {
@@ -504,29 +565,15 @@ impl Scheduler {
     /// Marks a completed block (run or skipped) and returns how many
     /// blocks became ready.
     fn on_success(&mut self, block: &Block) -> usize {
+        let cell = self.grid(block).cell_index_of(block);
         let queue = &mut self.tasks[block.id.task.index()];
         queue.counters.completed += 1;
         queue.retries.remove(&block.id);
-        for up in self.graph.upstream(block) {
-            self.resolve_one_downstream_of(up.id);
-        }
-        let downstream: Vec<Block> = self
-            .graph
-            .downstream(block)
-            .into_iter()
-            .filter(|d| !self.dead.contains(&d.id))
-            .collect();
-        if downstream.is_empty() {
-            return 0;
-        }
-        self.surface.insert(block.id, downstream.len() as u32);
+        queue.completed.insert(cell);
         let mut unlocked = 0;
-        for down in downstream {
-            let ready = self
-                .graph
-                .upstream(&down)
-                .iter()
-                .all(|up| self.surface.contains_key(&up.id));
+        for down in self.graph.downstream(block) {
+            let ready = !self.is_dead(&down)
+                && (self.graph.upstream(&down).iter()).all(|up| self.is_completed(up));
             if ready {
                 self.push_ready(down);
                 unlocked += 1;
@@ -535,25 +582,11 @@ impl Scheduler {
         unlocked
     }
 
-    /// One downstream block of the surface block `up` completed or died.
-    fn resolve_one_downstream_of(&mut self, up: BlockId) {
-        if let Some(waiting) = self.surface.get_mut(&up) {
-            *waiting -= 1;
-            if *waiting == 0 {
-                self.surface.remove(&up);
-            }
-        }
-    }
-
-    /// Marks a block dead (failed for good or orphaned).
+    /// Marks a block dead (failed for good, orphaned or left); false if
+    /// it was already.
     fn bury(&mut self, block: &Block) -> bool {
-        if !self.dead.insert(block.id) {
-            return false;
-        }
-        for up in self.graph.upstream(block) {
-            self.resolve_one_downstream_of(up.id);
-        }
-        true
+        let cell = self.grid(block).cell_index_of(block);
+        self.tasks[block.id.task.index()].dead.insert(cell)
     }
 
     /// Orphans everything downstream of `failed`, transitively.

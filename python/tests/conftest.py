@@ -4,10 +4,19 @@ back from the run's events.jsonl."""
 
 import json
 import os
+import signal
 from collections import defaultdict
 from pathlib import Path
 
 import pytest
+
+# The Ctrl-C tests send SIGINT to scripts they start. A shell without job
+# control starts background commands with SIGINT ignored (POSIX), exec
+# keeps "ignored", and a Python started that way never raises
+# KeyboardInterrupt: give this process, and so its scripts, a terminal's
+# disposition.
+if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 @pytest.fixture

@@ -217,6 +217,8 @@ async fn run_loop(
             Some(event) = events.recv() => on_conn_events(shell, event, &mut events),
             Some(event) = launcher_events.recv() => shell.on_launcher_event(event),
             _ = tick.tick() => shell.on_tick(),
+            // Skipping done blocks goes on once the connections had a turn.
+            () = tokio::task::yield_now(), if shell.is_catching_up() => shell.on_catch_up(),
             _ = &mut stop => break RunEnd::Interrupted,
         }
     };

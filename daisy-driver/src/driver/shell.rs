@@ -129,6 +129,16 @@ impl Shell {
         self.recorder.flush();
     }
 
+    /// True while blocks done before are being skipped, a turn at a time.
+    pub fn is_catching_up(&self) -> bool {
+        self.core.is_catching_up()
+    }
+
+    /// Another turn of skipping blocks done before.
+    pub fn on_catch_up(&mut self) {
+        self.handle(Input::CatchUp);
+    }
+
     /// Tells every connection to stop.
     pub fn shutdown_all(&mut self, reason: &str) {
         self.core.shutdown_all(reason);

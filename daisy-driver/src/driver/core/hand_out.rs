@@ -1,6 +1,15 @@
 //! Handing blocks out: a worker asks for up to `max` blocks; it gets the
 //! ready ones of its task, is told to stop when its task will have none
 //! for it, or parks until blocks appear.
+//!
+//! Blocks done in an earlier run are skipped on the way, at most
+//! [`SKIPS_PER_TURN`] per call: a resumed run may have tens of millions
+//! of them ahead of the first block to run, a minute of skipping in which
+//! the driver's one thread would answer nobody (its workers gave it up
+//! for lost after two missed heartbeats). The scheduler then stops and the
+//! task is *catching up*; the run loop gives the core a turn
+//! ([`Input::CatchUp`](super::Input::CatchUp)) whenever nothing else is
+//! waiting, until the next block to run is found.
 
 use super::peers::{Peer, Take};
 use super::{shutdown, Core, DoneBefore};
@@ -10,6 +19,10 @@ use daisy_core::TaskIdx;
 
 /// The most blocks handed out in one `Blocks` message.
 pub(super) const MAX_BATCH: u32 = 1024;
+
+/// The most done blocks one call skips: ~20 ms of skipping on the
+/// benchmarks' machine (docs/benchmarks.md, "Run directory at scale").
+pub(super) const SKIPS_PER_TURN: u64 = 10_000;
 
 impl Core {
     pub(super) fn on_acquire(&mut self, conn: ConnId, max: u32, done_before: DoneBefore) {
@@ -81,6 +94,29 @@ impl Core {
             .take(max as usize)
             .map(|block| WireBlock::new(task_id, &block))
             .collect()
+    }
+
+    /// True while a task is skipping blocks done before, a turn at a
+    /// time: the run loop then calls [`Input::CatchUp`](super::Input::CatchUp)
+    /// whenever nothing else is waiting.
+    pub fn is_catching_up(&self) -> bool {
+        let graph = self.scheduler.graph();
+        graph
+            .task_indices()
+            .any(|t| self.scheduler.is_catching_up(t))
+    }
+
+    /// Skips another turn's worth of done blocks in each task catching
+    /// up, then starts the workers that what was found calls for and
+    /// serves the waiting ones (last: starting skips too).
+    pub(super) fn on_catch_up(&mut self, done_before: DoneBefore) {
+        for task in self.scheduler.graph().clone().task_indices() {
+            if self.scheduler.is_catching_up(task) {
+                self.scheduler.has_runnable(task, &mut |b| done_before(b));
+            }
+        }
+        self.start_workers(done_before);
+        self.serve_parked(done_before);
     }
 
     /// Serves the parked workers of each task that has something for

@@ -65,6 +65,9 @@ pub enum Input {
     Launcher(LauncherEvent),
     /// Time passed: timers, job starts, abandonment.
     Tick,
+    /// A turn of skipping blocks done before, while
+    /// [`Core::is_catching_up`].
+    CatchUp,
 }
 
 /// What the core wants done, in this order.
@@ -150,10 +153,11 @@ impl Core {
     /// at `now`.
     pub fn new(
         pipeline: Arc<Pipeline>,
-        scheduler: Scheduler,
+        mut scheduler: Scheduler,
         settings: CoreSettings,
         now: Instant,
     ) -> Self {
+        scheduler.limit_skips_per_call(hand_out::SKIPS_PER_TURN);
         let requires = pipeline.tasks.iter().map(|t| t.requires.clone()).collect();
         let notes = TaskNotes {
             abandoned: None,
@@ -192,6 +196,7 @@ impl Core {
             Input::Peer(PeerEvent::Refused { peer, reason }) => self.on_refused(peer, &reason),
             Input::Launcher(event) => self.on_launcher_event(event, done_before),
             Input::Tick => self.on_tick(done_before),
+            Input::CatchUp => self.on_catch_up(done_before),
         }
     }
 
@@ -318,7 +323,9 @@ impl Core {
         self.release_idle_workers();
         self.abandon_hopeless_tasks(done_before);
         self.start_workers(done_before);
-        self.note_finished_tasks();
+        // Counting the workers a task wants skips blocks done before: it
+        // may have found one for a worker that waits.
+        self.serve_parked(done_before);
         self.say_unsaid_refusals();
     }
 

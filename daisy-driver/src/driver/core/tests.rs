@@ -30,6 +30,8 @@ struct Run {
     core: Core,
     start: Instant,
     now: Instant,
+    /// Which blocks were done in an earlier run: none unless a test says.
+    done_before: fn(&Block) -> bool,
 }
 
 /// The `n`-th connection of the run (from 1).
@@ -52,6 +54,7 @@ impl Run {
             core,
             start,
             now: start,
+            done_before: |_| false,
         }
     }
 
@@ -62,7 +65,7 @@ impl Run {
     }
 
     fn input(&mut self, input: Input) -> Vec<Command> {
-        self.core.handle(self.now, input, &|_| false);
+        self.core.handle(self.now, input, &self.done_before);
         let mut commands = Vec::new();
         self.core.take_commands(&mut commands);
         commands
@@ -675,4 +678,60 @@ fn blocks_of_one_task_do_not_wake_the_waiting_workers_of_another() {
     let released = run.release(1, 0, true);
     assert!(blocks_to(&released, 2).is_empty() && shutdown_of(&released, 2).is_none());
     assert_eq!(blocks_to(&run.at(5.5).tick(), 2), [0]);
+}
+
+/// Blocks below this were done in an earlier run, in
+/// [`a_resumed_run_skips_done_blocks_a_turn_at_a_time_between_other_inputs`].
+const DONE_BELOW: u64 = 10 * hand_out::SKIPS_PER_TURN;
+/// How often that test asked whether a block was done.
+static LOOKED_AT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+#[test]
+fn a_resumed_run_skips_done_blocks_a_turn_at_a_time_between_other_inputs() {
+    use std::sync::atomic::Ordering::Relaxed;
+    let mut run = Run::new("", &[task("t", DONE_BELOW as u32 + 10, "max_workers = 0")]);
+    run.done_before = |b| {
+        LOOKED_AT.fetch_add(1, Relaxed);
+        b.id.spatial < DONE_BELOW
+    };
+    run.hello(1, "t", None).unwrap();
+    let mut sent = blocks_to(&run.acquire(1, 4), 1);
+    let mut turns = 0;
+    while sent.is_empty() {
+        assert!(run.core.is_catching_up());
+        // Each input skips a bounded number of blocks (a call to the
+        // scheduler per step of it: catching up, serving, staffing) and
+        // others are handled in between.
+        let looked_at = LOOKED_AT.swap(0, Relaxed);
+        assert!(
+            looked_at <= 3 * (hand_out::SKIPS_PER_TURN + 1),
+            "{looked_at}"
+        );
+        turns += 1;
+        run.hello(turns + 1, "t", None).unwrap();
+        sent = blocks_to(&run.input(Input::CatchUp), 1);
+    }
+    assert!(turns >= 3, "{turns} turns");
+    assert_eq!(sent, [0, 1, 2, 3].map(|i| DONE_BELOW + i));
+    assert!(!run.core.is_catching_up());
+    let c = run.core.scheduler.counters(TaskIdx(0));
+    assert_eq!((c.skipped, c.processing, c.ready), (DONE_BELOW, 4, 6));
+}
+
+#[test]
+fn a_worker_waiting_while_done_blocks_are_skipped_is_served_by_whatever_finds_its_block() {
+    let mut run = Run::new("", &[task("t", DONE_BELOW as u32 + 10, "max_workers = 0")]);
+    run.done_before = |b| b.id.spatial < DONE_BELOW;
+    run.hello(1, "t", None).unwrap();
+    assert!(blocks_to(&run.acquire(1, 4), 1).is_empty(), "it waits");
+    // Ticks skip too (to count the workers a task wants); the one that
+    // gets to the first block to run must hand it to the waiting worker.
+    let mut sent = Vec::new();
+    for _ in 0..2 * DONE_BELOW / hand_out::SKIPS_PER_TURN {
+        sent = blocks_to(&run.tick(), 1);
+        if !sent.is_empty() {
+            break;
+        }
+    }
+    assert_eq!(sent, [0, 1, 2, 3].map(|i| DONE_BELOW + i));
 }
