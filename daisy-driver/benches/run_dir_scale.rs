@@ -154,6 +154,7 @@ async fn noting_worker(mut client: Client, batch: u32, seen: Arc<Seen>) -> Resul
                 ok: true,
                 error: None,
                 seconds: Some(BLOCK_SECONDS),
+                cost: None,
             })
             .collect();
         let count = results.len() as u64;

@@ -209,7 +209,10 @@ mod tests {
             spin = std::hint::black_box(spin.wrapping_add(1));
         }
         let spent = files.cpu_seconds().unwrap() - before;
-        assert!((0.003..0.009).contains(&spent), "{spent} s: not a 10 ms tick");
+        assert!(
+            (0.003..0.009).contains(&spent),
+            "{spent} s: not a 10 ms tick"
+        );
     }
 
     #[test]
