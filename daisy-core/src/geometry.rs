@@ -100,11 +100,16 @@ impl BlockGrid {
     /// `None` if the fit rule drops it. The graph's hot path: no division.
     #[inline]
     pub fn block_in_cell(&self, j: Coordinate) -> Option<Block> {
-        self.holds_cell(j).then(|| {
-            let mut block = self.template;
-            self.place_in_cell(j, &mut block);
-            block
-        })
+        self.holds_cell(j).then(|| self.block_in_held_cell(j))
+    }
+
+    /// The block in grid cell `j`, which [`Self::holds_cell`] accepts.
+    #[inline(always)]
+    pub fn block_in_held_cell(&self, j: Coordinate) -> Block {
+        debug_assert!(self.holds_cell(j), "cell {j} is off the grid");
+        let mut block = self.template;
+        self.place_in_cell(j, &mut block);
+        block
     }
 
     /// True if the fit rule keeps the block in grid cell `j`.
