@@ -159,8 +159,8 @@ fn enumerate(spec: &TaskSpec) -> Checksum {
     let mut sum = Checksum::default();
     let mut upstream: Vec<Block> = Vec::new();
     for level in 0..task.num_levels() {
-        for block in task.level_blocks(level) {
-            graph.upstream_into(black_box(&block), &mut upstream);
+        task.for_each_level_block(level, |block| {
+            graph.upstream_into(black_box(block), &mut upstream);
             sum.blocks += 1;
             sum.upstream += upstream.len() as u64;
             sum.id_sum = upstream
@@ -168,7 +168,7 @@ fn enumerate(spec: &TaskSpec) -> Checksum {
                 .fold(sum.id_sum.wrapping_add(block.id.spatial), |s, b| {
                     s.wrapping_add(b.id.spatial)
                 });
-        }
+        });
     }
     black_box(sum)
 }

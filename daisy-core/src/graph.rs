@@ -108,12 +108,28 @@ impl TaskGraph {
 
     /// The blocks of `level`, lazily, last dimension fastest.
     pub fn level_blocks(&self, level: usize) -> LevelBlocks {
-        let walk =
-            GridWalk::with_step(self.level_cells[level], self.grid.cells(), self.radix.get());
         LevelBlocks {
             grid: self.grid,
-            walk,
+            walk: self.level_walk(level),
         }
+    }
+
+    /// Calls `f` with each block of `level`, in the order of
+    /// [`Self::level_blocks`], each built in place of the one before: no
+    /// block is copied, where the iterator copies each into its caller
+    /// (half the cost of a level walk).
+    pub fn for_each_level_block(&self, level: usize, mut f: impl FnMut(&Block)) {
+        let mut block = self.grid.some_block();
+        for cell in self.level_walk(level) {
+            // The walk stays within the grid's cells, which the fit rule keeps.
+            self.grid.move_to_cell(cell, &mut block);
+            f(&block);
+        }
+    }
+
+    /// The cells of the blocks of `level`.
+    fn level_walk(&self, level: usize) -> GridWalk {
+        GridWalk::with_step(self.level_cells[level], self.grid.cells(), self.radix.get())
     }
 
     /// Every block of the task, level by level.
