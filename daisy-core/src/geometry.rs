@@ -6,7 +6,7 @@
 //! (applying the fit rule) and checks a task's geometry; the levels and
 //! conflicts on top of it live in `graph`.
 
-use crate::block::{cantor_number, Block, TaskIdx};
+use crate::block::{cantor_number, cantor_number_of, Block, TaskIdx};
 use crate::coordinate::{Coordinate, MAX_COORDINATE, MAX_DIMS};
 use crate::divisor::Divisor;
 use crate::graph::level_stride;
@@ -126,6 +126,24 @@ impl BlockGrid {
         out.push(self.template);
         if let Some(block) = out.last_mut() {
             self.place_in_cell(j, block);
+        }
+    }
+
+    /// [`Self::push_block_in_cell`] for a grid of `D` dimensions whose fit
+    /// rule clips nothing (not shrink): only the `D` used slots are
+    /// computed and stored, where the general path moves all
+    /// [`MAX_DIMS`].
+    #[inline(always)]
+    pub fn push_unclipped_block_in_cell<const D: usize>(&self, j: [i64; D], out: &mut Vec<Block>) {
+        debug_assert!(self.fit != Fit::Shrink && D == self.cell_end.dims());
+        out.push(self.template);
+        let Some(block) = out.last_mut() else { return };
+        let index: [i64; D] = std::array::from_fn(|d| j[d] + self.id_origin[d]);
+        block.id.spatial = cantor_number_of(&index);
+        for (d, j) in j.into_iter().enumerate() {
+            let k = j * self.write_shape[d];
+            (block.read_roi).set_offset_at(d, self.total_read.offset()[d] + k);
+            (block.write_roi).set_offset_at(d, self.total_write.offset()[d] + k);
         }
     }
 

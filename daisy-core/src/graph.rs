@@ -201,6 +201,20 @@ impl TaskGraph {
         };
         let steps = &steps[self.level_of_cell(cell)];
         out.reserve(steps.len());
+        // Blocks are 304 bytes for up to MAX_DIMS dimensions; for the
+        // usual few, moving only those is a third faster.
+        match (self.grid.fit, cell.dims()) {
+            (Fit::Shrink, _) => self.push_neighbours(cell, steps, out),
+            (_, 1) => self.push_unclipped_neighbours::<1>(cell, steps, out),
+            (_, 2) => self.push_unclipped_neighbours::<2>(cell, steps, out),
+            (_, 3) => self.push_unclipped_neighbours::<3>(cell, steps, out),
+            (_, 4) => self.push_unclipped_neighbours::<4>(cell, steps, out),
+            _ => self.push_neighbours(cell, steps, out),
+        }
+    }
+
+    /// Appends the blocks `steps` away from `cell` that the grid holds.
+    fn push_neighbours(&self, cell: Coordinate, steps: &[Coordinate], out: &mut Vec<Block>) {
         for step in steps {
             let neighbour = cell + *step;
             if self.grid.holds_cell(neighbour) {
@@ -208,6 +222,31 @@ impl TaskGraph {
             }
         }
     }
+
+    /// [`Self::push_neighbours`] in a grid of `D` dimensions whose fit rule
+    /// clips nothing.
+    #[inline(always)]
+    fn push_unclipped_neighbours<const D: usize>(
+        &self,
+        cell: Coordinate,
+        steps: &[Coordinate],
+        out: &mut Vec<Block>,
+    ) {
+        let end = self.grid.cells();
+        let (cell, end): ([i64; D], [i64; D]) = (slots(&cell), slots(&end));
+        for step in steps {
+            let n: [i64; D] = std::array::from_fn(|d| cell[d] + step[d]);
+            if (0..D).all(|d| 0 <= n[d] && n[d] < end[d]) {
+                self.grid.push_unclipped_block_in_cell(n, out);
+            }
+        }
+    }
+}
+
+/// The first `D` components of `c`.
+#[inline(always)]
+fn slots<const D: usize>(c: &Coordinate) -> [i64; D] {
+    std::array::from_fn(|d| c[d])
 }
 
 /// Spacing of blocks within one level: far enough apart that no block
