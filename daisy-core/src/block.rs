@@ -85,7 +85,7 @@ pub(crate) fn cantor_number_of(index: &[i64]) -> u64 {
 /// [`wide_cantor_number`] takes over. Where it answers, the answer is the
 /// wide one: every term is exact, and the sum of terms wraps the same way
 /// in u64 as the u128 sum truncated to u64.
-#[inline]
+#[inline(always)]
 fn small_cantor_number(index: &[i64]) -> Option<u64> {
     let mut id: u64 = 0;
     let mut sum: u64 = 0;

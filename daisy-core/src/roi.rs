@@ -50,7 +50,7 @@ impl Roi {
     /// Sets component `d` of the offset, in place (see [`Self::set_offset`]).
     #[inline(always)]
     pub(crate) fn set_offset_at(&mut self, d: usize, value: i64) {
-        self.offset.set(d, value);
+        self.offset.set_in_place(d, value);
     }
 
     /// Shorthand for tests and examples: `Roi::from_slices(&[0, 0], &[10, 10])`.
