@@ -105,7 +105,7 @@ impl BlockGrid {
 
     /// The block in grid cell `j`, which [`Self::holds_cell`] accepts.
     #[inline(always)]
-    pub fn block_in_held_cell(&self, j: Coordinate) -> Block {
+    pub(crate) fn block_in_held_cell(&self, j: Coordinate) -> Block {
         debug_assert!(self.holds_cell(j), "cell {j} is off the grid");
         let mut block = self.template;
         self.place_in_cell(j, &mut block);
@@ -134,7 +134,11 @@ impl BlockGrid {
     /// computed and stored, where the general path moves all
     /// [`MAX_DIMS`].
     #[inline(always)]
-    pub fn push_unclipped_block_in_cell<const D: usize>(&self, j: [i64; D], out: &mut Vec<Block>) {
+    pub(crate) fn push_unclipped_block_in_cell<const D: usize>(
+        &self,
+        j: [i64; D],
+        out: &mut Vec<Block>,
+    ) {
         debug_assert!(self.fit != Fit::Shrink && D == self.cell_end.dims());
         out.push(self.template);
         let Some(block) = out.last_mut() else { return };
@@ -151,7 +155,7 @@ impl BlockGrid {
     /// `j`, which [`Self::holds_cell`] accepted, in place: cheaper than
     /// building a new one, which is 304 bytes to copy.
     #[inline(always)]
-    pub fn move_to_cell(&self, j: Coordinate, block: &mut Block) {
+    pub(crate) fn move_to_cell(&self, j: Coordinate, block: &mut Block) {
         if self.fit == Fit::Shrink {
             // Its ROIs may be clipped; the next cell's clip starts afresh.
             *block = self.template;
@@ -160,7 +164,7 @@ impl BlockGrid {
     }
 
     /// Some block of this grid, to move with [`Self::move_to_cell`].
-    pub fn some_block(&self) -> Block {
+    pub(crate) fn some_block(&self) -> Block {
         self.template
     }
 

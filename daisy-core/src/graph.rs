@@ -201,8 +201,9 @@ impl TaskGraph {
         };
         let steps = &steps[self.level_of_cell(cell)];
         out.reserve(steps.len());
-        // Blocks are 304 bytes for up to MAX_DIMS dimensions; for the
-        // usual few, moving only those is a third faster.
+        // Coordinates hold MAX_DIMS slots; for the usual few dimensions,
+        // computing and storing only the used ones saves a quarter of the
+        // lookup (graph bench).
         match (self.grid.fit, cell.dims()) {
             (Fit::Shrink, _) => self.push_neighbours(cell, steps, out),
             (_, 1) => self.push_unclipped_neighbours::<1>(cell, steps, out),
