@@ -1,6 +1,6 @@
 //! Graph benchmark: enumerate every block of every level, lazily, and look
-//! up its upstream blocks (into one reused `Vec`), on daisy's four graph cases; compare with
-//! daisy 2.0 measured in the same run.
+//! up its upstream blocks (into one reused `Vec`), on daisy's four graph
+//! cases; compare with daisy 2.0 measured in the same run.
 //!
 //! Each case runs in a child process (this executable again, with
 //! `DAISY_GRAPH_BENCH_CASE` set) so that its peak RSS (`VmHWM`) belongs to
