@@ -1,6 +1,6 @@
 //! Graph benchmark: enumerate every block of every level, lazily, and look
-//! up its upstream blocks, on daisy's four graph cases; compare with
-//! daisy 2.0 measured in the same run.
+//! up its upstream blocks (into one reused `Vec`), on daisy's four graph
+//! cases; compare with daisy 2.0 measured in the same run.
 //!
 //! Each case runs in a child process (this executable again, with
 //! `DAISY_GRAPH_BENCH_CASE` set) so that its peak RSS (`VmHWM`) belongs to
@@ -157,9 +157,10 @@ fn enumerate(spec: &TaskSpec) -> Checksum {
     let graph = DependencyGraph::new(vec![spec.clone()]).expect("benchmark geometry is valid");
     let task = graph.task_graph(TaskIdx(0));
     let mut sum = Checksum::default();
+    let mut upstream: Vec<Block> = Vec::new();
     for level in 0..task.num_levels() {
-        for block in task.level_blocks(level) {
-            let upstream: Vec<Block> = graph.upstream(black_box(&block));
+        task.for_each_level_block(level, |block| {
+            graph.upstream_into(black_box(block), &mut upstream);
             sum.blocks += 1;
             sum.upstream += upstream.len() as u64;
             sum.id_sum = upstream
@@ -167,7 +168,7 @@ fn enumerate(spec: &TaskSpec) -> Checksum {
                 .fold(sum.id_sum.wrapping_add(block.id.spatial), |s, b| {
                     s.wrapping_add(b.id.spatial)
                 });
-        }
+        });
     }
     black_box(sum)
 }
@@ -272,7 +273,7 @@ fn daisy2_python() -> Option<String> {
 
 /// What the columns measure.
 fn print_setup(python: Option<&str>) {
-    println!("ours: build the graph, walk all levels lazily, upstream() per block; best of {RUNS}, one process per case (peak = VmHWM)");
+    println!("ours: build the graph, walk all levels lazily, upstream_into() per block (one reused Vec); best of {RUNS}, one process per case (peak = VmHWM)");
     if let Some(python) = python {
         let api = match std::env::var(WRAPPED_ENV).is_ok_and(|v| v == "1") {
             true => "public Python wrapper daisy.BlockwiseDependencyGraph",

@@ -6,7 +6,7 @@
 //! (applying the fit rule) and checks a task's geometry; the levels and
 //! conflicts on top of it live in `graph`.
 
-use crate::block::{cantor_number, Block, TaskIdx};
+use crate::block::{cantor_number, cantor_number_of, Block, TaskIdx};
 use crate::coordinate::{Coordinate, MAX_COORDINATE, MAX_DIMS};
 use crate::divisor::Divisor;
 use crate::graph::level_stride;
@@ -100,11 +100,16 @@ impl BlockGrid {
     /// `None` if the fit rule drops it. The graph's hot path: no division.
     #[inline]
     pub fn block_in_cell(&self, j: Coordinate) -> Option<Block> {
-        self.holds_cell(j).then(|| {
-            let mut block = self.template;
-            self.place_in_cell(j, &mut block);
-            block
-        })
+        self.holds_cell(j).then(|| self.block_in_held_cell(j))
+    }
+
+    /// The block in grid cell `j`, which [`Self::holds_cell`] accepts.
+    #[inline(always)]
+    pub(crate) fn block_in_held_cell(&self, j: Coordinate) -> Block {
+        debug_assert!(self.holds_cell(j), "cell {j} is off the grid");
+        let mut block = self.template;
+        self.place_in_cell(j, &mut block);
+        block
     }
 
     /// True if the fit rule keeps the block in grid cell `j`.
@@ -122,6 +127,45 @@ impl BlockGrid {
         if let Some(block) = out.last_mut() {
             self.place_in_cell(j, block);
         }
+    }
+
+    /// [`Self::push_block_in_cell`] for a grid of `D` dimensions whose fit
+    /// rule clips nothing (not shrink): only the `D` used slots are
+    /// computed and stored, where the general path moves all
+    /// [`MAX_DIMS`].
+    #[inline(always)]
+    pub(crate) fn push_unclipped_block_in_cell<const D: usize>(
+        &self,
+        j: [i64; D],
+        out: &mut Vec<Block>,
+    ) {
+        debug_assert!(self.fit != Fit::Shrink && D == self.cell_end.dims());
+        out.push(self.template);
+        let Some(block) = out.last_mut() else { return };
+        let index: [i64; D] = std::array::from_fn(|d| j[d] + self.id_origin[d]);
+        block.id.spatial = cantor_number_of(&index);
+        for (d, j) in j.into_iter().enumerate() {
+            let k = j * self.write_shape[d];
+            (block.read_roi).set_offset_at(d, self.total_read.offset()[d] + k);
+            (block.write_roi).set_offset_at(d, self.total_write.offset()[d] + k);
+        }
+    }
+
+    /// Turns `block`, a block of this grid, into the block in grid cell
+    /// `j`, which [`Self::holds_cell`] accepted, in place: cheaper than
+    /// building a new one, which is 304 bytes to copy.
+    #[inline(always)]
+    pub(crate) fn move_to_cell(&self, j: Coordinate, block: &mut Block) {
+        if self.fit == Fit::Shrink {
+            // Its ROIs may be clipped; the next cell's clip starts afresh.
+            *block = self.template;
+        }
+        self.place_in_cell(j, block);
+    }
+
+    /// Some block of this grid, to move with [`Self::move_to_cell`].
+    pub(crate) fn some_block(&self) -> Block {
+        self.template
     }
 
     #[inline(always)]

@@ -47,6 +47,12 @@ impl Roi {
         self.offset = offset;
     }
 
+    /// Sets component `d` of the offset, in place (see [`Self::set_offset`]).
+    #[inline(always)]
+    pub(crate) fn set_offset_at(&mut self, d: usize, value: i64) {
+        self.offset.set_in_place(d, value);
+    }
+
     /// Shorthand for tests and examples: `Roi::from_slices(&[0, 0], &[10, 10])`.
     pub fn from_slices(offset: &[i64], shape: &[i64]) -> Self {
         Self::new(Coordinate::new(offset), Coordinate::new(shape))

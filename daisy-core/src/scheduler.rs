@@ -571,9 +571,12 @@ impl Scheduler {
         queue.retries.remove(&block.id);
         queue.completed.insert(cell);
         let mut unlocked = 0;
+        let mut upstream = Vec::new();
         for down in self.graph.downstream(block) {
-            let ready = !self.is_dead(&down)
-                && (self.graph.upstream(&down).iter()).all(|up| self.is_completed(up));
+            let ready = !self.is_dead(&down) && {
+                self.graph.upstream_into(&down, &mut upstream);
+                upstream.iter().all(|up| self.is_completed(up))
+            };
             if ready {
                 self.push_ready(down);
                 unlocked += 1;

@@ -61,8 +61,11 @@ fn check_enumeration(graph: &DependencyGraph) -> Result<(), TestCaseError> {
         prop_assert_eq!(blocks.len() as u64, tg.num_blocks(), "counted = enumerated");
         prop_assert_eq!(ids(&blocks).len(), blocks.len(), "each block once");
         for level in 0..tg.num_levels() {
-            let n = tg.level_blocks(level).count() as u64;
-            prop_assert_eq!(n, tg.num_level_blocks(level));
+            let walked: Vec<Block> = tg.level_blocks(level).collect();
+            prop_assert_eq!(walked.len() as u64, tg.num_level_blocks(level));
+            let mut visited = Vec::new();
+            tg.for_each_level_block(level, |block| visited.push(*block));
+            prop_assert_eq!(visited, walked, "visited in place = iterated");
         }
         for block in &blocks {
             check_block_within_task(tg, block)?;
