@@ -227,7 +227,10 @@ impl Worker {
             // While draining, only an answer already owed is awaited.
             let asking = self.draining.is_none() || self.client.awaits_blocks();
             let taking = self.running.is_none() && asking;
+            // Biased: the branches are polled in order, sparing the
+            // random pick, and none can starve another (each is rare).
             tokio::select! {
+                biased;
                 reason = &mut stop, if !self.signalled => self.on_signal(reason).await?,
                 acquired = self.client.acquire(self.batch.next()), if taking => {
                     if let Some(stopped) = self.on_acquired(acquired?) {
@@ -466,7 +469,10 @@ async fn overdue_block(overdue: &mut Option<Overdue>) -> u64 {
 /// The running block's outcome once it is done; never, if none runs.
 async fn finished(running: &mut Option<Running>) -> Done {
     match running {
-        Some(running) => (running.block_ids.clone(), (&mut running.handle).await),
+        Some(running) => {
+            let joined = (&mut running.handle).await;
+            (std::mem::take(&mut running.block_ids), joined)
+        }
         None => std::future::pending().await,
     }
 }
