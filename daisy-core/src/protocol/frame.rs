@@ -21,6 +21,7 @@
 
 use crate::protocol::explain::{explain, message_type, not_a_map};
 use crate::protocol::messages::Message;
+use crate::protocol::outgoing::Outgoing;
 use futures_util::{FutureExt, SinkExt, StreamExt};
 use serde::Serialize;
 use std::marker::PhantomData;
@@ -181,12 +182,13 @@ impl<In: Message, Out> Decoder for Codec<In, Out> {
     }
 }
 
-impl<In, Out: Serialize> Encoder<Out> for Codec<In, Out> {
+impl<In, Out: Outgoing> Encoder<Out> for Codec<In, Out> {
     type Error = FrameError;
 
     fn encode(&mut self, message: Out, dst: &mut BytesMut) -> Result<(), FrameError> {
         self.payload.clear();
-        rmp_serde::encode::write_named(&mut self.payload, &message)
+        message
+            .write_payload(&mut self.payload)
             .map_err(|e| FrameError::Encode(e.to_string()))?;
         Ok(self.frames.encode(self.payload.as_slice(), dst)?)
     }
@@ -202,7 +204,7 @@ impl<S, In, Out> Transport<S, In, Out>
 where
     S: AsyncRead + AsyncWrite + Unpin,
     In: Message,
-    Out: Serialize,
+    Out: Outgoing,
 {
     /// A transport over `stream` that reads frames of at most `max` bytes.
     pub fn new(stream: S, max: u32) -> Self {
