@@ -89,6 +89,9 @@ pub fn decode<T: Message>(payload: &[u8]) -> Result<T, FrameError> {
 fn decode_map<T: Message>(payload: &[u8]) -> Result<T, rmp_serde::decode::Error> {
     let body = &mut rmp_serde::Deserializer::from_read_ref(payload);
     if let Some(kind) = leading_type(payload) {
+        if let Some(message) = T::read_directly(kind, payload) {
+            return Ok(message);
+        }
         return T::from_tagged(kind, body);
     }
     let no_type = || <rmp_serde::decode::Error as serde::de::Error>::missing_field("type");

@@ -14,10 +14,12 @@
 //! - [`explain`]: why a frame is not a message, in the protocol's words.
 //! - [`tagged`]: decoding a map tagged with `type` in one pass.
 //! - [`outgoing`]: writing a message, `blocks` without serde.
+//! - `incoming`: reading `blocks` without serde, as drivers write it.
 
 pub mod explain;
 pub mod frame;
 pub mod hello;
+mod incoming;
 pub mod limits;
 pub mod messages;
 pub mod outgoing;
