@@ -63,3 +63,33 @@ fn open(pid: u32) -> io::Result<AsyncFd<OwnedFd>> {
     // long as the registration.
     unsafe { AsyncFd::register_with_interest(fd, Interest::READABLE) }.map_err(|e| e.into_parts().1)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::process::Command;
+    use std::time::{Duration, Instant};
+
+    #[test]
+    fn a_watched_process_is_surely_running_until_it_exits() {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let mut child = Command::new("sleep").arg("60").spawn().unwrap();
+        let mut watch = ExitWatch::default();
+        assert!(!watch.surely_running(), "unwatched: the kernel is asked");
+        let _entered = runtime.enter();
+        watch.watch(child.id());
+        assert!(matches!(watch, ExitWatch::Watching(_)), "{watch:?}");
+        assert!(watch.surely_running());
+        child.kill().unwrap();
+        // The reactor learns of the exit when the runtime next turns.
+        let started = Instant::now();
+        while watch.surely_running() && started.elapsed() < Duration::from_secs(30) {
+            runtime.block_on(tokio::time::sleep(Duration::from_millis(10)));
+        }
+        assert!(!watch.surely_running(), "the exit was never seen");
+        child.wait().unwrap();
+    }
+}
