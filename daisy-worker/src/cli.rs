@@ -155,7 +155,23 @@ fn exit_code(outcome: Result<Stopped, RunError>) -> u8 {
 /// of killing it): SIGTERM and SIGINT, and SIGUSR1 and SIGUSR2, which
 /// SLURM (`--signal`) and LSF (`-wa`, and at a run limit) send ahead of
 /// the end of a job. The future resolves when one arrives, saying which.
+///
+/// The signals are awaited in a task of their own: the main loop polls
+/// its stop future on every wake-up, and polling four signal streams there
+/// cost more than the rest of relaying a block.
 fn stop_signal() -> impl std::future::Future<Output = String> {
+    let heard = tokio::spawn(signal_heard());
+    async move {
+        match heard.await {
+            Ok(reason) => reason,
+            // Only when the runtime shuts down: nothing waits any more.
+            Err(_) => std::future::pending().await,
+        }
+    }
+}
+
+/// Resolves when one of the stop signals arrives, saying which.
+fn signal_heard() -> impl std::future::Future<Output = String> {
     let listeners = (
         signal(SignalKind::terminate()),
         signal(SignalKind::interrupt()),

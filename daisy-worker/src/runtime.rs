@@ -219,6 +219,7 @@ impl Worker {
         mut stop: Pin<&mut impl Future<Output = String>>,
     ) -> Result<Stopped, RunError> {
         let mut lost = pin!(self.client.lost());
+        let mut walltime = WalltimeTimer::new();
         loop {
             self.drain_if_walltime_short().await?;
             if let Some(stopped) = self.drained() {
@@ -227,7 +228,10 @@ impl Worker {
             // While draining, only an answer already owed is awaited.
             let asking = self.draining.is_none() || self.client.awaits_blocks();
             let taking = self.running.is_none() && asking;
+            // Biased: the branches are polled in order, sparing the
+            // random pick, and none can starve another (each is rare).
             tokio::select! {
+                biased;
                 reason = &mut stop, if !self.signalled => self.on_signal(reason).await?,
                 acquired = self.client.acquire(self.batch.next()), if taking => {
                     if let Some(stopped) = self.on_acquired(acquired?) {
@@ -245,7 +249,7 @@ impl Worker {
                     self.on_batch_done(done).await?
                 }
                 // A worker waiting for blocks drains on time too.
-                () = walltime_deadline(self.drain.walltime_deadline()), if self.draining.is_none() => {}
+                () = walltime.at(self.drain.walltime_deadline()), if self.draining.is_none() => {}
                 error = &mut lost => return Err(error.into()),
                 block_id = overdue_block(&mut self.overdue) => return Err(self.on_overdue(block_id).await),
             }
@@ -433,11 +437,33 @@ impl Worker {
 /// own stop signal, before reporting the block failed.
 const SIGNAL_LAG: Duration = Duration::from_secs(1);
 
-/// Resolves when the walltime check says to drain; never, without one.
-async fn walltime_deadline(deadline: Option<Instant>) {
-    match deadline {
-        Some(deadline) => tokio::time::sleep_until(deadline.into()).await,
-        None => std::future::pending().await,
+/// The timer of the walltime check, kept across turns of the main loop:
+/// a timer armed per turn cost two updates of the runtime's timer wheel
+/// per block.
+struct WalltimeTimer {
+    sleep: Pin<Box<tokio::time::Sleep>>,
+    armed: Option<Instant>,
+}
+
+impl WalltimeTimer {
+    fn new() -> Self {
+        Self {
+            sleep: Box::pin(tokio::time::sleep(Duration::MAX)),
+            armed: None,
+        }
+    }
+
+    /// Resolves at `deadline`, when the walltime check says to drain;
+    /// never, without one.
+    async fn at(&mut self, deadline: Option<Instant>) {
+        let Some(at) = deadline else {
+            return std::future::pending().await;
+        };
+        if self.armed != deadline {
+            self.sleep.as_mut().reset(at.into());
+            self.armed = deadline;
+        }
+        self.sleep.as_mut().await
     }
 }
 
@@ -467,7 +493,10 @@ async fn overdue_block(overdue: &mut Option<Overdue>) -> u64 {
 /// The running block's outcome once it is done; never, if none runs.
 async fn finished(running: &mut Option<Running>) -> Done {
     match running {
-        Some(running) => (running.block_ids.clone(), (&mut running.handle).await),
+        Some(running) => {
+            let joined = (&mut running.handle).await;
+            (std::mem::take(&mut running.block_ids), joined)
+        }
         None => std::future::pending().await,
     }
 }

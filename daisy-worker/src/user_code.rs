@@ -21,6 +21,7 @@
 //! SIGTERM (or, for a worker command, its stdin closing) and SIGKILL.
 
 mod block_command;
+mod exit_watch;
 mod group;
 mod pipes;
 mod program;

@@ -21,6 +21,7 @@
 
 use crate::protocol::explain::{explain, message_type, not_a_map};
 use crate::protocol::messages::Message;
+use crate::protocol::outgoing::Outgoing;
 use futures_util::{FutureExt, SinkExt, StreamExt};
 use serde::Serialize;
 use std::marker::PhantomData;
@@ -86,9 +87,38 @@ pub fn decode<T: Message>(payload: &[u8]) -> Result<T, FrameError> {
 
 /// Decodes a map in one pass: its `type` first, then the message.
 fn decode_map<T: Message>(payload: &[u8]) -> Result<T, rmp_serde::decode::Error> {
+    let body = &mut rmp_serde::Deserializer::from_read_ref(payload);
+    if let Some(kind) = leading_type(payload) {
+        if let Some(message) = T::read_directly(kind, payload) {
+            return Ok(message);
+        }
+        return T::from_tagged(kind, body);
+    }
     let no_type = || <rmp_serde::decode::Error as serde::de::Error>::missing_field("type");
     let kind = message_type(payload)?.ok_or_else(no_type)?;
-    T::from_tagged(&kind, &mut rmp_serde::Deserializer::from_read_ref(payload))
+    T::from_tagged(&kind, body)
+}
+
+/// The `type` of a map whose first key it is, as encoders of tagged
+/// enums (ours among them) write it: read in place, sparing the scan of
+/// the whole map that finds it anywhere, which cost a small message about
+/// as much as decoding it.
+fn leading_type(payload: &[u8]) -> Option<&str> {
+    const KEY: &[u8] = b"\xa4type";
+    let header = match payload.first()? {
+        0x81..=0x8f => 1,
+        0xde if payload.get(1..3)? != [0, 0] => 3,
+        0xdf if payload.get(1..5)? != [0, 0, 0, 0] => 5,
+        _ => return None,
+    };
+    let rest = payload.get(header..)?.strip_prefix(KEY)?;
+    let (&marker, rest) = rest.split_first()?;
+    let (len, rest) = match marker {
+        0xa0..=0xbf => (usize::from(marker & 0x1f), rest),
+        0xd9 => (usize::from(*rest.first()?), rest.get(1..)?),
+        _ => return None,
+    };
+    std::str::from_utf8(rest.get(..len)?).ok()
 }
 
 /// Reads `In` messages and writes `Out` messages as frames of at most
@@ -155,12 +185,13 @@ impl<In: Message, Out> Decoder for Codec<In, Out> {
     }
 }
 
-impl<In, Out: Serialize> Encoder<Out> for Codec<In, Out> {
+impl<In, Out: Outgoing> Encoder<Out> for Codec<In, Out> {
     type Error = FrameError;
 
     fn encode(&mut self, message: Out, dst: &mut BytesMut) -> Result<(), FrameError> {
         self.payload.clear();
-        rmp_serde::encode::write_named(&mut self.payload, &message)
+        message
+            .write_payload(&mut self.payload)
             .map_err(|e| FrameError::Encode(e.to_string()))?;
         Ok(self.frames.encode(self.payload.as_slice(), dst)?)
     }
@@ -176,7 +207,7 @@ impl<S, In, Out> Transport<S, In, Out>
 where
     S: AsyncRead + AsyncWrite + Unpin,
     In: Message,
-    Out: Serialize,
+    Out: Outgoing,
 {
     /// A transport over `stream` that reads frames of at most `max` bytes.
     pub fn new(stream: S, max: u32) -> Self {
@@ -254,6 +285,33 @@ mod tests {
 
     async fn first(bytes: &[u8]) -> Result<ToDriver, FrameError> {
         driver_end(bytes, 1024).await.receive().await
+    }
+
+    #[test]
+    fn a_leading_type_is_read_in_place_whatever_the_map_header() {
+        let acquire = ToDriver::AcquireBlocks { max: 3 };
+        let payload = rmp_serde::to_vec_named(&acquire).unwrap();
+        assert_eq!(leading_type(&payload), Some("acquire_blocks"));
+        // The same map with a map16 and a map32 header.
+        for header in [&[0xde, 0, 2][..], &[0xdf, 0, 0, 0, 2]] {
+            let long = [header, &payload[1..]].concat();
+            assert_eq!(leading_type(&long), Some("acquire_blocks"));
+            assert_eq!(decode::<ToDriver>(&long).unwrap(), acquire);
+        }
+        // An empty map holds no type, whatever follows it.
+        assert_eq!(leading_type(&[&[0x80][..], &payload[1..]].concat()), None);
+    }
+
+    #[test]
+    fn a_type_that_is_not_the_first_key_is_found_all_the_same() {
+        let payload =
+            rmp_serde::to_vec_named(&serde_json::json!({"max": 2, "type": "acquire_blocks"}))
+                .unwrap();
+        assert_eq!(leading_type(&payload), None);
+        assert_eq!(
+            decode::<ToDriver>(&payload).unwrap(),
+            ToDriver::AcquireBlocks { max: 2 }
+        );
     }
 
     #[tokio::test]

@@ -19,6 +19,11 @@ pub trait Message: DeserializeOwned {
     /// Decodes the message whose `type` is `kind` from `body`, the whole
     /// map, in one pass (see [`super::tagged`]).
     fn from_tagged<'de, D: Deserializer<'de>>(kind: &str, body: D) -> Result<Self, D::Error>;
+    /// The message whose `type` is `kind`, read from `payload` without
+    /// serde if that is quicker and the layout allows; `None`: use serde.
+    fn read_directly(_kind: &str, _payload: &[u8]) -> Option<Self> {
+        None
+    }
 }
 
 /// Reads nil as the default, as an absent key is: docs/protocol.md calls
@@ -344,6 +349,12 @@ pub enum FromDriver ("FromDriver", mirror FromDriverMirror) {
 impl Message for FromDriver {
     fn from_tagged<'de, D: Deserializer<'de>>(kind: &str, body: D) -> Result<Self, D::Error> {
         Self::deserialize_tagged(kind, body)
+    }
+
+    fn read_directly(kind: &str, payload: &[u8]) -> Option<Self> {
+        (kind == "blocks")
+            .then(|| crate::protocol::incoming::read_blocks(payload))
+            .flatten()
     }
 
     const TYPES: &'static [&'static str] = &[

@@ -13,12 +13,16 @@
 //! - [`limits`]: what a peer can make the other side hold or log.
 //! - [`explain`]: why a frame is not a message, in the protocol's words.
 //! - [`tagged`]: decoding a map tagged with `type` in one pass.
+//! - [`outgoing`]: writing a message, `blocks` without serde.
+//! - `incoming`: reading `blocks` without serde, as drivers write it.
 
 pub mod explain;
 pub mod frame;
 pub mod hello;
+mod incoming;
 pub mod limits;
 pub mod messages;
+pub mod outgoing;
 pub mod tagged;
 pub mod user_code;
 
@@ -28,6 +32,7 @@ pub use messages::{
     CodeKind, FromDriver, FunctionCode, FunctionSource, Hello, Message, Role, TaskCode, ToDriver,
     Welcome,
 };
+pub use outgoing::Outgoing;
 pub use user_code::{BlockCost, BlockResult, WireBlock, WireRoi};
 
 /// The protocol version this build speaks; a Hello with another version is

@@ -23,6 +23,15 @@ impl From<&Roi> for WireRoi {
 }
 
 impl WireRoi {
+    /// `{"offset":[..],"shape":[..]}`, as `serde_json` writes it.
+    fn write_json(&self, out: &mut Vec<u8>) {
+        out.extend_from_slice(b"{\"offset\":");
+        write_json_ints(out, &self.offset);
+        out.extend_from_slice(b",\"shape\":");
+        write_json_ints(out, &self.shape);
+        out.push(b'}');
+    }
+
     /// The ROI, if offset and shape agree in dimension and fit in a
     /// [`Coordinate`].
     pub fn to_roi(&self) -> Option<Roi> {
@@ -30,6 +39,18 @@ impl WireRoi {
         (self.offset.len() == self.shape.len() && fits(&self.offset))
             .then(|| Roi::new(Coordinate::new(&self.offset), Coordinate::new(&self.shape)))
     }
+}
+
+fn write_json_ints(out: &mut Vec<u8>, values: &[i64]) {
+    out.push(b'[');
+    let mut digits = itoa::Buffer::new();
+    for (i, value) in values.iter().enumerate() {
+        if i > 0 {
+            out.push(b',');
+        }
+        out.extend_from_slice(digits.format(*value).as_bytes());
+    }
+    out.push(b']');
 }
 
 /// One block as user code receives it (`DAISY_BLOCK`, or a line on a
@@ -43,6 +64,22 @@ pub struct WireBlock {
 }
 
 impl WireBlock {
+    /// Appends the block as one line of JSON, byte for byte what
+    /// `serde_json` writes, in a fraction of its time: a worker command
+    /// gets a line per block, which serde's generic calls per key and
+    /// number made a good share of relaying a block.
+    pub fn write_json_line(&self, out: &mut Vec<u8>) {
+        out.extend_from_slice(b"{\"task_id\":");
+        serde_json::to_writer(&mut *out, &self.task_id).expect("a string writes to a Vec");
+        out.extend_from_slice(b",\"block_id\":");
+        out.extend_from_slice(itoa::Buffer::new().format(self.block_id).as_bytes());
+        out.extend_from_slice(b",\"read_roi\":");
+        self.read_roi.write_json(out);
+        out.extend_from_slice(b",\"write_roi\":");
+        self.write_roi.write_json(out);
+        out.extend_from_slice(b"}\n");
+    }
+
     pub fn new(task_id: &str, block: &crate::block::Block) -> Self {
         Self {
             task_id: task_id.to_string(),
@@ -116,6 +153,38 @@ mod tests {
             json,
             r#"{"task_id":"predict","block_id":12,"read_roi":{"offset":[1,1],"shape":[3,3]},"write_roi":{"offset":[2,2],"shape":[1,1]}}"#
         );
+    }
+
+    #[test]
+    fn a_json_line_is_what_serde_writes() {
+        let roi = |offset: Vec<i64>| WireRoi {
+            shape: offset.iter().map(|x| x.saturating_abs()).collect(),
+            offset,
+        };
+        let blocks = [
+            WireBlock {
+                task_id: "predict".into(),
+                block_id: 0,
+                read_roi: roi(vec![]),
+                write_roi: roi(vec![-1]),
+            },
+            WireBlock {
+                task_id: "quote \" back\\slash \n tab\t bell\u{7} é 🦀".into(),
+                block_id: u64::MAX,
+                read_roi: roi(vec![i64::MIN, -12_345, 0, 9, 1 << 40, i64::MAX]),
+                write_roi: roi(vec![7, 8, 9]),
+            },
+        ];
+        for block in blocks {
+            let mut line = Vec::new();
+            block.write_json_line(&mut line);
+            let mut by_serde = serde_json::to_vec(&block).unwrap();
+            by_serde.push(b'\n');
+            assert_eq!(
+                String::from_utf8(line).unwrap(),
+                String::from_utf8(by_serde).unwrap()
+            );
+        }
     }
 
     #[test]

@@ -18,13 +18,14 @@ use daisy_core::protocol::{
     FrameError, FromDriver, Message, ToDriver, Transport, Welcome, WireBlock,
 };
 use std::future::Future;
+use std::pin::pin;
 use std::sync::Arc;
+use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 use tokio::net::TcpStream;
 use tokio::sync::{mpsc, watch};
 use tokio::task::{AbortHandle, JoinHandle};
-use tokio::time::error::Elapsed;
-use tokio::time::{interval_at, timeout, timeout_at, Instant, MissedTickBehavior};
+use tokio::time::{interval_at, sleep_until, timeout, timeout_at, Instant, MissedTickBehavior};
 
 /// The worker's end of a connection.
 pub(super) type WorkerEnd = Transport<TcpStream, FromDriver, ToDriver>;
@@ -195,15 +196,24 @@ impl Link {
     }
 
     /// Serves the connection until the client closes it.
+    ///
+    /// The silence timer is armed once and pushed back only when it
+    /// fires early (something was heard meanwhile): a timer armed per
+    /// frame would cost two updates of the runtime's timer wheel per
+    /// message, a good share of relaying a block.
     async fn serve(&mut self) -> Result<(), ClientError> {
         let interval = self.liveness.interval;
         let mut heartbeat = interval_at(Instant::now() + interval, interval);
         heartbeat.set_missed_tick_behavior(MissedTickBehavior::Delay);
         let mut heard = Instant::now();
+        let mut silence = pin!(sleep_until(heard + self.liveness.silence_limit()));
         loop {
             let deadline = heard + self.liveness.silence_limit();
             tokio::select! {
-                frame = timeout_at(deadline, self.transport.receive()) => {
+                // The driver sends little unasked: reading first starves
+                // nothing, and spares the random pick.
+                biased;
+                frame = self.transport.receive() => {
                     on_message(self.read(frame)?, &self.answers);
                     heard = Instant::now();
                 }
@@ -212,26 +222,35 @@ impl Link {
                     None => return Ok(()),
                 },
                 _ = heartbeat.tick() => self.write(ToDriver::Heartbeat, deadline).await?,
+                () = &mut silence => {
+                    if Instant::now() >= deadline {
+                        let silent_for = self.liveness.silence_limit();
+                        return Err(ClientError::DriverLost { silent_for });
+                    }
+                    silence.as_mut().reset(deadline);
+                }
             }
         }
     }
 
     /// The message read, or why the connection broke.
-    fn read<T>(&self, frame: Result<Result<T, FrameError>, Elapsed>) -> Result<T, ClientError> {
-        let silent_for = self.liveness.silence_limit();
-        frame
-            .map_err(|_| ClientError::DriverLost { silent_for })?
-            .map_err(from_frame_error)
+    fn read<T>(&self, frame: Result<T, FrameError>) -> Result<T, ClientError> {
+        frame.map_err(from_frame_error)
     }
 
     /// Writes `first` and every message queued behind it in one write; a
     /// driver that leaves it unread past `deadline` is as lost as a silent one.
     async fn write(&mut self, first: ToDriver, deadline: Instant) -> Result<(), ClientError> {
         let silent_for = self.liveness.silence_limit();
-        timeout_at(deadline, self.write_queued(first))
-            .await
-            .map_err(|_| ClientError::DriverLost { silent_for })?
-            .map_err(from_frame_error)
+        let mut written = pin!(self.write_queued(first));
+        // Mostly the socket takes it at once: no timer to arm then.
+        let done = match poll_once(written.as_mut()) {
+            Poll::Ready(done) => done,
+            Poll::Pending => timeout_at(deadline, written)
+                .await
+                .map_err(|_| ClientError::DriverLost { silent_for })?,
+        };
+        done.map_err(from_frame_error)
     }
 
     async fn write_queued(&mut self, first: ToDriver) -> Result<(), FrameError> {
@@ -242,6 +261,11 @@ impl Link {
         }
         self.transport.flush().await
     }
+}
+
+/// Polls `future` once, without a waker: a later poll registers one.
+fn poll_once<F: Future>(future: std::pin::Pin<&mut F>) -> Poll<F::Output> {
+    future.poll(&mut Context::from_waker(Waker::noop()))
 }
 
 /// Forwards answers (dropped if the client is gone: it is closing).

@@ -9,7 +9,7 @@
 //! and for room in stdin at once, so blocks written ahead can never
 //! deadlock against a process that writes more than it reads.
 
-use serde::Serialize;
+use daisy_core::protocol::WireBlock;
 use std::fs::File;
 use std::future::Future;
 use std::io::{self, ErrorKind, Read, Write};
@@ -129,10 +129,9 @@ impl Pipes {
         })
     }
 
-    /// Queues `value` as one JSON line, for [`Self::flush`].
-    pub(super) fn queue_line(&mut self, value: &impl Serialize) {
-        serde_json::to_writer(&mut self.out.bytes, value).expect("wire types serialise to JSON");
-        self.out.bytes.push(b'\n');
+    /// Queues `block` as one JSON line, for [`Self::flush`].
+    pub(super) fn queue_line(&mut self, block: &WireBlock) {
+        block.write_json_line(&mut self.out.bytes);
     }
 
     /// Writes what is queued, as far as the pipe takes it (the rest while

@@ -17,6 +17,7 @@
 //! thread, blocking in `poll(2)`. Stopping the process (a timeout, its death) waits for it,
 //! so in async mode that happens on a blocking thread.
 
+use super::exit_watch::ExitWatch;
 use super::group::{self, describe, GroupChild, SpawnError, Waited};
 use super::pipes::{run_blocking, Filled, Pipes, Wait};
 use super::{BlockFailure, BlockLog, LogError, OpenLog, StderrTail, DEFAULT_GRACE};
@@ -61,6 +62,8 @@ pub struct WorkerCommand {
     gone: Option<String>,
     /// What each block cost, if the task tracks resources.
     meter: WorkerMeter,
+    /// Spares asking the kernel whether the process runs, on the runtime.
+    exit_watch: ExitWatch,
     _keeper: Keeper,
 }
 
@@ -101,6 +104,7 @@ impl WorkerCommand {
             grace: DEFAULT_GRACE,
             gone: None,
             meter: WorkerMeter::default(),
+            exit_watch: ExitWatch::default(),
             _keeper: keeper,
         })
     }
@@ -181,6 +185,9 @@ impl WorkerCommand {
         may_feed: &F,
         wait: Wait,
     ) -> Vec<Outcome> {
+        if wait == Wait::Async {
+            self.exit_watch.watch(lock(&self.child).pid());
+        }
         let mut outcomes = Vec::new();
         let mut sent = Vec::new();
         while self.gone.is_none() {
@@ -278,6 +285,9 @@ impl WorkerCommand {
 
     /// Why the process can no longer take blocks, if it has exited.
     fn poll_exit(&mut self) -> Option<String> {
+        if self.exit_watch.surely_running() {
+            return None;
+        }
         match lock(&self.child).wait_for(Some(Duration::ZERO)) {
             Ok(Waited::TimedOut(_)) => None,
             Ok(Waited::Exited(status)) => Some(format!("ended: {}", describe(status))),
@@ -708,6 +718,35 @@ for line in sys.stdin:
         assert!(outcomes.iter().all(|(_, outcome)| outcome.is_ok()));
         assert!(worker.finish().unwrap().success());
         assert_eq!(read_log(dir.path(), "out").len(), 6 * 1024 * 1024);
+    }
+
+    #[test]
+    fn on_the_runtime_a_command_that_exits_between_batches_is_found_out() {
+        let dir = tempfile::tempdir().unwrap();
+        let script = r#"
+import json, sys
+print(json.dumps({"block_id": json.loads(sys.stdin.readline())["block_id"], "ok": True}))
+sys.exit(4)
+"#;
+        let mut worker = start(dir.path(), script);
+        let running = on_one_thread(async {
+            let mut todo = VecDeque::from([block(1)]);
+            let run = worker.run_ahead_in(&mut todo, 1, PATIENCE, &|| true, Wait::Async);
+            assert!(run.await[0].1.is_ok());
+            // The exit is learnt by the runtime's reactor (its pidfd),
+            // not by asking the kernel: let the runtime turn meanwhile.
+            let started = Instant::now();
+            while worker.is_running() && started.elapsed() < Duration::from_secs(30) {
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+            worker.is_running()
+        });
+        assert!(!running, "the exit was never noticed");
+        let failure = worker.run(&block(2), PATIENCE).unwrap_err();
+        assert_eq!(
+            failure.message,
+            "worker command is not running (ended: exit status 4)"
+        );
     }
 
     #[test]
