@@ -8,39 +8,14 @@
 
 use daisy_core::protocol::frame::decode;
 use daisy_core::protocol::ToDriver;
-use std::alloc::{GlobalAlloc, Layout, System};
-use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
 
-/// Bytes allocated now, and the most since the last [`reset_peak`].
-static NOW: AtomicUsize = AtomicUsize::new(0);
-static PEAK: AtomicUsize = AtomicUsize::new(0);
-
-struct Counting;
-
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        let now = NOW.fetch_add(layout.size(), Relaxed) + layout.size();
-        PEAK.fetch_max(now, Relaxed);
-        System.alloc(layout)
-    }
-
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        NOW.fetch_sub(layout.size(), Relaxed);
-        System.dealloc(ptr, layout)
-    }
-}
-
-#[global_allocator]
-static COUNTING: Counting = Counting;
+mod allocations;
 
 /// The most bytes `decode` had allocated at once, and what it kept.
 fn measure(payload: &[u8]) -> (usize, usize) {
-    let before = NOW.load(Relaxed);
-    PEAK.store(before, Relaxed);
-    let decoded: ToDriver = decode(payload).unwrap();
-    let (peak, kept) = (PEAK.load(Relaxed) - before, NOW.load(Relaxed) - before);
-    drop(decoded);
-    (peak, kept)
+    let (_decoded, allocated) =
+        allocations::allocated_while(|| decode::<ToDriver>(payload).unwrap());
+    (allocated.peak, allocated.kept)
 }
 
 #[test]

@@ -10,31 +10,9 @@
 //! completed or dead block.
 
 use daisy_core::{Block, BlockOutcome, DependencyGraph, Roi, Scheduler, TaskIdx, TaskSpec};
-use std::alloc::{GlobalAlloc, Layout, System};
-use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
 use std::sync::Arc;
 
-/// Bytes allocated now, and the most since the last reset.
-static NOW: AtomicUsize = AtomicUsize::new(0);
-static PEAK: AtomicUsize = AtomicUsize::new(0);
-
-struct Counting;
-
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        let now = NOW.fetch_add(layout.size(), Relaxed) + layout.size();
-        PEAK.fetch_max(now, Relaxed);
-        System.alloc(layout)
-    }
-
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        NOW.fetch_sub(layout.size(), Relaxed);
-        System.dealloc(ptr, layout)
-    }
-}
-
-#[global_allocator]
-static COUNTING: Counting = Counting;
+mod allocations;
 
 /// Blocks per dimension: 110,592 blocks, a fixed cost (the graph, a
 /// batch in flight) is then well below a byte per block.
@@ -66,21 +44,21 @@ fn peak_bytes_per_block(spec: TaskSpec, outcome: BlockOutcome) -> f64 {
     let graph = Arc::new(DependencyGraph::new(vec![spec]).unwrap());
     let blocks = graph.task_graph(TaskIdx(0)).num_blocks();
     assert_eq!(blocks, (PER_DIM as u64).pow(3));
-    let before = NOW.load(Relaxed);
-    PEAK.store(before, Relaxed);
-    let mut scheduler = Scheduler::new(graph);
-    let mut batch: Vec<Block> = Vec::with_capacity(BATCH);
-    loop {
-        batch.extend((0..BATCH).map_while(|_| scheduler.acquire(TaskIdx(0), &mut |_| false)));
-        if batch.is_empty() {
-            break;
+    let ((), allocated) = allocations::allocated_while(|| {
+        let mut scheduler = Scheduler::new(graph);
+        let mut batch: Vec<Block> = Vec::with_capacity(BATCH);
+        loop {
+            batch.extend((0..BATCH).map_while(|_| scheduler.acquire(TaskIdx(0), &mut |_| false)));
+            if batch.is_empty() {
+                break;
+            }
+            for block in batch.drain(..) {
+                scheduler.release(block.id, outcome);
+            }
         }
-        for block in batch.drain(..) {
-            scheduler.release(block.id, outcome);
-        }
-    }
-    assert!(scheduler.is_done());
-    (PEAK.load(Relaxed) - before) as f64 / blocks as f64
+        assert!(scheduler.is_done());
+    });
+    allocated.peak as f64 / blocks as f64
 }
 
 #[test]
