@@ -45,7 +45,7 @@ fn peak_bytes_per_block(spec: TaskSpec, outcome: BlockOutcome) -> f64 {
     let blocks = graph.task_graph(TaskIdx(0)).num_blocks();
     assert_eq!(blocks, (PER_DIM as u64).pow(3));
     let ((), allocated) = allocations::allocated_while(|| {
-        let mut scheduler = Scheduler::new(graph);
+        let mut scheduler = Scheduler::new(graph.clone());
         let mut batch: Vec<Block> = Vec::with_capacity(BATCH);
         loop {
             batch.extend((0..BATCH).map_while(|_| scheduler.acquire(TaskIdx(0), &mut |_| false)));
@@ -58,6 +58,11 @@ fn peak_bytes_per_block(spec: TaskSpec, outcome: BlockOutcome) -> f64 {
         }
         assert!(scheduler.is_done());
     });
+    // Pages of bits and queues are all let go with the scheduler.
+    assert_eq!(
+        allocated.kept, 0,
+        "bytes kept after the scheduler was dropped"
+    );
     allocated.peak as f64 / blocks as f64
 }
 
