@@ -867,14 +867,20 @@ fn costs_are_stored_per_block_and_read_back() {
     assert_eq!((rss.len(), &rss[8..16]), (12 * 8, &7u64.to_le_bytes()[..]));
 }
 
-#[test]
-fn cost_arrays_have_daisy_2_0_0s_metadata() {
-    let (_tmp, dir) = marker_dir();
+/// A marker of a 4×3 grid whose block (0, 0) has its costs stored.
+fn marker_with_one_cost() -> (tempfile::TempDir, PathBuf, TaskSpec) {
+    let (tmp, dir) = marker_dir();
     let spec = simple_task(&[40, 30], &[10, 10]);
     let mut marker = DoneMarker::open(&dir, &spec).unwrap();
     marker
         .record_costs([(&block(&spec, &[0, 0]), cost(1.0, 1))])
         .unwrap();
+    (tmp, dir, spec)
+}
+
+#[test]
+fn cost_arrays_have_daisy_2_0_0s_metadata() {
+    let (_tmp, dir, _) = marker_with_one_cost();
     let read = |name: &str| fs::read_to_string(dir.join(name).join("zarr.json")).unwrap();
     let float = DAISY_DONE_JSON
         .replace("\"uint8\"", "\"float32\"")
@@ -915,12 +921,7 @@ fn a_reopened_marker_keeps_the_costs_stored_before() {
 
 #[test]
 fn a_cost_array_of_another_type_is_refused_naming_it() {
-    let (_tmp, dir) = marker_dir();
-    let spec = simple_task(&[40, 30], &[10, 10]);
-    let mut marker = DoneMarker::open(&dir, &spec).unwrap();
-    marker
-        .record_costs([(&block(&spec, &[0, 0]), cost(1.0, 1))])
-        .unwrap();
+    let (_tmp, dir, spec) = marker_with_one_cost();
     let path = dir.join("wall_seconds/zarr.json");
     let text = fs::read_to_string(&path)
         .unwrap()
