@@ -144,6 +144,25 @@ pub struct RunOpts {
     /// Let --reset delete done markers without asking.
     #[arg(long)]
     pub yes: bool,
+    /// Print no progress: neither bars on a terminal nor status lines in a
+    /// file.
+    #[arg(long)]
+    pub no_progress: bool,
+    /// Print no summary at the end (`daisy-driver status` shows it later).
+    #[arg(long)]
+    pub no_summary: bool,
+    /// Print nothing on stdout: no progress, no summary, no start-up lines.
+    /// Errors and warnings still go to stderr; the exit status and
+    /// `daisy-driver status` tell the outcome.
+    #[arg(short, long)]
+    pub quiet: bool,
+}
+
+impl RunOpts {
+    /// How often a progress line is printed, or None for no progress.
+    fn progress_every(&self) -> Option<Duration> {
+        (!self.no_progress && !self.quiet).then_some(self.status_every)
+    }
 }
 
 #[derive(Debug, Args)]
@@ -249,6 +268,7 @@ fn command_plan(opts: PlanOpts) -> anyhow::Result<u8> {
 /// the launcher, the lock) is checked before the run directory is written
 /// to, so a run that does not start leaves it as it was.
 fn command_run(opts: RunOpts) -> anyhow::Result<u8> {
+    crate::stdout::set_quiet(opts.quiet);
     let (pipeline, run_dir) = load(&opts.pipeline)?;
     let (worker, _) = worker_program(opts.worker_bin.as_deref())?;
     refuse_programs_that_cannot_start(&pipeline, (!opts.serial).then_some(&*worker))?;
@@ -271,10 +291,15 @@ fn command_run(opts: RunOpts) -> anyhow::Result<u8> {
     crate::reset::delete(&resets)?;
     run_dir.record_pipeline(&opts.pipeline.pipeline)?;
     let summary = match server {
-        None => crate::serial_run::run(&pipeline, &run_dir, only_blocks.as_ref())?,
+        None => {
+            let progress_every = opts.progress_every();
+            crate::serial_run::run(&pipeline, &run_dir, only_blocks.as_ref(), progress_every)?
+        }
         Some(server) => server.run(pipeline, &run_dir)?,
     };
-    crate::stdout::print(format_args!("{}", summary.render()));
+    if !opts.no_summary {
+        crate::stdout::print(format_args!("{}", summary.render()));
+    }
     Ok(summary.exit_code())
 }
 
@@ -364,7 +389,7 @@ fn run_options(
         worker_program,
         worker_args,
         leave_jobs: opts.leave_jobs,
-        status_every: opts.status_every,
+        progress_every: opts.progress_every(),
         only_blocks,
     })
 }

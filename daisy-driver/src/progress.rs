@@ -15,6 +15,8 @@ pub struct TaskProgress<'a> {
 }
 
 pub enum Progress {
+    /// `--no-progress`, `--quiet`.
+    Off,
     Bars {
         bars: Vec<ProgressBar>,
         _group: MultiProgress,
@@ -27,9 +29,12 @@ pub enum Progress {
 }
 
 impl Progress {
-    /// Bars if stdout is a terminal, else a line every `every`, for tasks
-    /// given by id and number of blocks.
-    pub fn new(tasks: &[(&str, u64)], every: Duration) -> Self {
+    /// Bars if stdout is a terminal, else a line every `every` (None: no
+    /// progress output), for tasks given by id and number of blocks.
+    pub fn new(tasks: &[(&str, u64)], every: Option<Duration>) -> Self {
+        let Some(every) = every else {
+            return Progress::Off;
+        };
         if !std::io::stdout().is_terminal() {
             let now = Instant::now();
             return Progress::Lines {
@@ -53,6 +58,7 @@ impl Progress {
 
     pub fn update(&mut self, tasks: &[TaskProgress]) {
         match self {
+            Progress::Off => {}
             Progress::Bars { bars, .. } => {
                 for (bar, task) in bars.iter().zip(tasks) {
                     bar.set_length(task.counters.total);

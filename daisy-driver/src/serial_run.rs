@@ -25,20 +25,19 @@ use daisy_worker::user_code::{BlockCommand, BlockFailure, BlockLog, WorkerComman
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-/// How often a progress line is printed.
-const PROGRESS_INTERVAL: Duration = Duration::from_secs(5);
-
 /// Runs `pipeline`, resuming from the done markers in `run_dir`; only
-/// the blocks in `only` if given (`--retry-failed`).
+/// the blocks in `only` if given (`--retry-failed`); a progress line every
+/// `progress_every` if given.
 pub fn run(
     pipeline: &Pipeline,
     run_dir: &RunDir,
     only: Option<&OnlyBlocks>,
+    progress_every: Option<Duration>,
 ) -> anyhow::Result<RunSummary> {
     let started = Instant::now();
     std::fs::create_dir_all(run_dir.path())
         .with_context(|| format!("creating the run directory {}", run_dir.path().display()))?;
-    let mut runner = SerialRunner::open(pipeline, run_dir, only.is_some())?;
+    let mut runner = SerialRunner::open(pipeline, run_dir, only.is_some(), progress_every)?;
     let mut scheduler = crate::retry::scheduler(pipeline, only);
     let end = serial::run(&mut scheduler, &mut runner);
     runner.finish(&scheduler, started.elapsed())?;
@@ -192,11 +191,17 @@ struct SerialRunner<'a> {
     last_cost: Option<BlockCost>,
     blocks_run: u64,
     attempts_failed: u64,
+    progress_every: Option<Duration>,
     last_progress: Instant,
 }
 
 impl<'a> SerialRunner<'a> {
-    fn open(pipeline: &'a Pipeline, run_dir: &RunDir, retry_failed: bool) -> anyhow::Result<Self> {
+    fn open(
+        pipeline: &'a Pipeline,
+        run_dir: &RunDir,
+        retry_failed: bool,
+        progress_every: Option<Duration>,
+    ) -> anyhow::Result<Self> {
         let tasks = pipeline
             .tasks
             .iter()
@@ -212,6 +217,7 @@ impl<'a> SerialRunner<'a> {
             last_cost: None,
             blocks_run: 0,
             attempts_failed: 0,
+            progress_every,
             last_progress: Instant::now(),
         })
     }
@@ -252,7 +258,8 @@ impl<'a> SerialRunner<'a> {
     /// A plain progress line every few seconds (terminal progress bars
     /// come with the distributed run).
     fn maybe_print_progress(&mut self) {
-        if self.last_progress.elapsed() < PROGRESS_INTERVAL {
+        let due = |every| self.last_progress.elapsed() >= every;
+        if !self.progress_every.is_some_and(due) {
             return;
         }
         self.last_progress = Instant::now();

@@ -156,7 +156,8 @@ def run_blockwise(
     run_dir = Path(run_dir or os.environ.get("DAISY_RUN_DIR") or Path("daisy_run") / name).absolute()
     try:
         top = {"resources": resources, "launcher": launcher, "resource_tracking": resource_tracking}
-        status = _run(pipeline, name, run_dir, top, host, multiprocessing, summary)
+        shown = _shown(progress, summary)
+        status = _run(pipeline, name, run_dir, top, host, multiprocessing, shown)
     finally:
         _code.forget_in_process()  # a serial run's functions, and what they hold
     if return_states:
@@ -164,10 +165,18 @@ def run_blockwise(
     return status == 0
 
 
-def _run(pipeline, name, run_dir, top, host, multiprocessing, summary):
+def _shown(progress, summary):
+    """The driver's arguments that leave out what the user turned off:
+    with both off, the start-up lines too, as daisy prints nothing then."""
+    if not progress and not summary:
+        return ["--quiet"]
+    return [flag for flag, on in [("--no-progress", progress), ("--no-summary", summary)] if not on]
+
+
+def _run(pipeline, name, run_dir, top, host, multiprocessing, shown):
     """Writes the pipeline file (``top``: its top-level fields) and runs
-    the driver on it; its exit status, unless it was interrupted or did
-    not run."""
+    the driver on it (``shown``: its output arguments); its exit status,
+    unless it was interrupted or did not run."""
     spec, payloads = _pipeline_file(pipeline, name, top, run_dir, not multiprocessing)
     text = json.dumps(spec, indent=1, default=_unwritable)
     file = run_dir / "python" / f"pipeline-{_digest(text.encode())}.json"
@@ -182,11 +191,11 @@ def _run(pipeline, name, run_dir, top, host, multiprocessing, summary):
         raise PipelineError(problems)
     others = {path: data for path, data in payloads.items() if path not in masks}
     written += [path for path, data in others.items() if _write_once(path, data)]
-    args = ["run", str(file), "--run-dir", str(run_dir)]
+    args = ["run", str(file), "--run-dir", str(run_dir), *shown]
     if host is not None:
         args += ["--listen", f"{host}:0"]
     if multiprocessing:
-        status, pid = _run_driver(args, summary)
+        status, pid = _run_driver(args)
     else:
         status, pid = _native.driver_main(args + ["--serial"]), os.getpid()
     if status == _INTERRUPTED:
@@ -207,12 +216,11 @@ def states(run_dir):
     return {task["id"]: TaskState(task) for task in status["tasks"]}
 
 
-def _run_driver(args, summary):
+def _run_driver(args):
     """The driver as a child: its exit status and pid; Ctrl-C here stops
     it, then is raised."""
     command = [sys.executable, "-m", "daisy_rs.driver", *args]
-    stdout = None if summary else subprocess.DEVNULL
-    with subprocess.Popen(command, stdout=stdout, preexec_fn=_stop_with_parent()) as driver:
+    with subprocess.Popen(command, preexec_fn=_stop_with_parent()) as driver:
         try:
             return driver.wait(), driver.pid
         except KeyboardInterrupt:

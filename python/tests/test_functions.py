@@ -147,6 +147,29 @@ def test_serial_runs_call_the_original_function_in_this_process(workdir):
     assert sorted(done_blocks("run", "s")) == sorted(seen)
 
 
+@pytest.mark.parametrize("multiprocessing", [True, False])
+def test_progress_and_summary_false_print_nothing(workdir, capfd, monkeypatch, multiprocessing):
+    from blocks import touch
+
+    monkeypatch.setenv("DAISY_STATUS_EVERY", "0s")  # a progress line per update
+    task = grid_task("quiet", touch)
+    run = daisy.run_blockwise
+    assert run([task], multiprocessing, run_dir="run", progress=False, summary=False)
+    assert capfd.readouterr().out == ""
+    assert sorted(done_blocks("run", "quiet")) == sorted(expected_blocks(task))
+
+
+@pytest.mark.parametrize("multiprocessing", [True, False])
+def test_summary_false_leaves_out_the_summary_only(workdir, capfd, monkeypatch, multiprocessing):
+    from blocks import touch
+
+    monkeypatch.setenv("DAISY_STATUS_EVERY", "0s")
+    assert daisy.run_blockwise([grid_task("t", touch)], multiprocessing, run_dir="run", summary=False)
+    out = capfd.readouterr().out
+    assert " blocks run in " not in out
+    assert ("[    0s] t " if multiprocessing else "progress: 9 blocks run") in out
+
+
 def test_a_function_that_cannot_be_pickled_is_refused_naming_what_it_captured(workdir):
     lock = threading.Lock()
 

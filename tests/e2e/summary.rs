@@ -110,3 +110,54 @@ fn a_stdout_nobody_reads_does_not_end_the_run() {
         assert_eq!(done.len() as u64, total, "serial {serial}");
     }
 }
+
+/// `run --quiet` prints nothing on stdout, in a distributed and in a
+/// serial run (`run_blockwise(summary=False, progress=False)` runs the
+/// serial driver inside the user's interpreter); the run still completes.
+#[test]
+fn a_quiet_run_prints_nothing_on_stdout_and_completes() {
+    let dir = TestDir::new();
+    dir.write(
+        "p.toml",
+        &format!("name = \"q\"\n{}", task("t", 4, "true", "")),
+    );
+    for mode in [&[][..], &["--serial"]] {
+        let _ = std::fs::remove_dir_all(dir.join("daisy_run"));
+        let args = [&["run", "p.toml", "--quiet", "--status-every", "0s"], mode].concat();
+        let out = run_ok(&mut dir.driver(&args));
+        assert_eq!(out, "", "{mode:?}");
+        let status = run_ok(&mut dir.driver(&["status", "daisy_run/q"]));
+        assert!(
+            status.contains("finished: every block is done"),
+            "{mode:?}\n{status}"
+        );
+    }
+}
+
+/// `--no-summary` and `--no-progress` each leave out their part only.
+#[test]
+fn no_summary_and_no_progress_each_leave_out_their_part_only() {
+    let dir = TestDir::new();
+    dir.write(
+        "p.toml",
+        &format!("name = \"q\"\n{}", task("t", 4, "true", "")),
+    );
+    let summary_header = "task               blocks completed";
+    let serving = "daisy-driver: serving \"q\"";
+    let run_with = |flag| {
+        let _ = std::fs::remove_dir_all(dir.join("daisy_run"));
+        run_ok(&mut dir.driver(&["run", "p.toml", flag, "--status-every", "0s"]))
+    };
+    let out = run_with("--no-summary");
+    assert!(
+        out.contains("[    0s] t 0/4") && out.contains(serving),
+        "{out}"
+    );
+    assert!(!out.contains(summary_header), "{out}");
+    let out = run_with("--no-progress");
+    assert!(
+        out.contains(summary_header) && out.contains(serving),
+        "{out}"
+    );
+    assert!(!out.contains("[    0s] t "), "{out}");
+}

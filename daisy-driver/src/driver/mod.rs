@@ -63,8 +63,9 @@ pub struct RunOptions {
     /// Leave submitted jobs running when the driver exits (they give up
     /// once the driver is gone for their connect timeout).
     pub leave_jobs: bool,
-    /// How often a status line is printed when stdout is not a terminal.
-    pub status_every: Duration,
+    /// How often a status line is printed when stdout is not a terminal;
+    /// None: no progress output at all.
+    pub progress_every: Option<Duration>,
     /// `--retry-failed`: the only blocks this run may run.
     pub only_blocks: Option<crate::retry::OnlyBlocks>,
 }

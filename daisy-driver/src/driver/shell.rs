@@ -67,7 +67,7 @@ impl Shell {
             .map(|t| (t.id, t.counters.total))
             .collect();
         Ok(Self {
-            progress: Progress::new(&totals, options.status_every),
+            progress: Progress::new(&totals, options.progress_every),
             core,
             pipeline,
             run_dir: run_dir.clone(),
