@@ -116,11 +116,7 @@ fn a_stdout_nobody_reads_does_not_end_the_run() {
 /// serial driver inside the user's interpreter); the run still completes.
 #[test]
 fn a_quiet_run_prints_nothing_on_stdout_and_completes() {
-    let dir = TestDir::new();
-    dir.write(
-        "p.toml",
-        &format!("name = \"q\"\n{}", task("t", 4, "true", "")),
-    );
+    let dir = four_blocks_pipeline();
     for mode in [&[][..], &["--serial"]] {
         let _ = std::fs::remove_dir_all(dir.join("daisy_run"));
         let args = [&["run", "p.toml", "--quiet", "--status-every", "0s"], mode].concat();
@@ -137,11 +133,7 @@ fn a_quiet_run_prints_nothing_on_stdout_and_completes() {
 /// `--no-summary` and `--no-progress` each leave out their part only.
 #[test]
 fn no_summary_and_no_progress_each_leave_out_their_part_only() {
-    let dir = TestDir::new();
-    dir.write(
-        "p.toml",
-        &format!("name = \"q\"\n{}", task("t", 4, "true", "")),
-    );
+    let dir = four_blocks_pipeline();
     let summary_header = "task               blocks completed";
     let serving = "daisy-driver: serving \"q\"";
     let run_with = |flag| {
@@ -160,4 +152,12 @@ fn no_summary_and_no_progress_each_leave_out_their_part_only() {
         "{out}"
     );
     assert!(!out.contains("[    0s] t "), "{out}");
+}
+
+/// A directory with `p.toml`: pipeline "q", one task "t" of 4 blocks.
+fn four_blocks_pipeline() -> TestDir {
+    let dir = TestDir::new();
+    let pipeline = format!("name = \"q\"\n{}", task("t", 4, "true", ""));
+    dir.write("p.toml", &pipeline);
+    dir
 }
