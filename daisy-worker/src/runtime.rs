@@ -36,13 +36,6 @@
 //! in between cost two hand-overs per block, half of what relaying a
 //! block cost in user space. Messages queued during a turn of the loop
 //! leave in one write at its end (a release and the next acquire).
-//!
-//! A worker command whose batches are short (under [`ASK_AHEAD_BELOW`])
-//! asks for its next batch as soon as it starts one, as the protocol
-//! allows: the next batch is then mostly in hand when the command answers,
-//! so the answer, the next batch's write to its stdin and the release
-//! (with the next acquire) take one wake-up instead of two. At most one
-//! batch waits ahead, and only blocks that take little time wait.
 
 use crate::batch_size::BatchSize;
 use crate::client::{self, Answer, ClientError, ConnectError, ConnectOpts, Wire};
@@ -131,7 +124,6 @@ pub async fn run(
     let overdue = runner.take_overdue();
     let mut worker = Worker::new(wire, runner, batch, drain);
     worker.overdue = overdue;
-    worker.may_ask_ahead = code.is_some_and(|code| code.kind == CodeKind::WorkerCommand);
     worker.task = task;
     match worker.serve(stop).await {
         Ok(stopped) => Ok(worker.finish(stopped).await),
@@ -189,15 +181,10 @@ async fn close(mut wire: Wire) {
     }
 }
 
-/// Batches shorter than this are asked for ahead (see the module doc):
-/// holding one back costs other workers at most this long.
-const ASK_AHEAD_BELOW: Duration = Duration::from_millis(10);
-
 /// A batch running (on a blocking thread, or in a future the loop polls).
 struct Running {
     block_ids: Vec<u64>,
     handle: Batch,
-    started: Instant,
 }
 
 /// A batch's block ids and how its thread ended.
@@ -210,10 +197,6 @@ struct Worker {
     asked: bool,
     /// The driver has no more work for this worker: why.
     shutdown: Option<String>,
-    /// The code is a worker command: it may ask for its next batch ahead.
-    may_ask_ahead: bool,
-    /// The last batch was short enough to ask for the next one ahead.
-    short_batches: bool,
     /// Shared with the batch running; only ever locked there, or between
     /// batches.
     runner: SharedRunner,
@@ -240,8 +223,6 @@ impl Worker {
             wire,
             asked: false,
             shutdown: None,
-            may_ask_ahead: false,
-            short_batches: false,
             runner: SharedRunner::new(runner),
             queued: VecDeque::new(),
             batch,
@@ -269,8 +250,6 @@ impl Worker {
             self.wire.flush_now()?;
             // Biased: the branches are polled in order, sparing the
             // random pick, and none can starve another (each is rare).
-            // The connection comes before the batch: a block that came
-            // with the batch's answer is then in hand when it is done.
             tokio::select! {
                 biased;
                 reason = &mut stop, if !self.signalled => self.on_signal(reason)?,
@@ -292,12 +271,11 @@ impl Worker {
         }
     }
 
-    /// Asks for the next batch when idle, or ahead while a short one runs
-    /// (see the module doc); never while draining or told to leave.
+    /// Asks for the next batch once idle; never while draining or told
+    /// to leave.
     fn ask(&mut self) -> Result<(), ClientError> {
-        let wanted = self.queued.is_empty()
-            && (self.running.is_none() || self.may_ask_ahead && self.short_batches);
-        if !wanted || self.asked || self.draining.is_some() || self.shutdown.is_some() {
+        let idle = self.queued.is_empty() && self.running.is_none();
+        if !idle || self.asked || self.draining.is_some() || self.shutdown.is_some() {
             return Ok(());
         }
         let max = self.batch.next();
@@ -372,17 +350,15 @@ impl Worker {
         RunError::BlockTimedOut { block_id, timeout }
     }
 
-    /// Blocks start at once unless a batch runs; blocks that crossed the
-    /// `Draining` on the wire go to the runner, which hands them back
-    /// unrun. A shutdown ends the worker once its batch is released.
+    /// Blocks that crossed the `Draining` on the wire go to the runner,
+    /// which hands them back unrun. A shutdown ends the worker once
+    /// nothing runs.
     fn on_answer(&mut self, answer: Answer) {
         self.asked = false;
         match answer {
             Answer::Blocks(blocks) => {
                 self.queued.extend(blocks);
-                if self.running.is_none() {
-                    self.start_next();
-                }
+                self.start_next();
             }
             Answer::Shutdown(reason) => self.shutdown = Some(reason),
         }
@@ -391,8 +367,7 @@ impl Worker {
     /// Releases the whole batch in one message and hands back what was
     /// not run (or was cut short by a stop signal), then starts the next.
     async fn on_batch_done(&mut self, (block_ids, joined): Done) -> Result<(), RunError> {
-        let took = self.running.take().map(|running| running.started.elapsed());
-        self.short_batches = took.is_some_and(|took| took < ASK_AHEAD_BELOW);
+        self.running = None;
         let ran = joined.map_err(|e| RunError::UserCodeThread {
             block_id: block_ids.first().copied().unwrap_or_default(),
             reason: e.to_string(),
@@ -456,12 +431,7 @@ impl Worker {
         let block_ids: Vec<u64> = batch.iter().map(|block| block.block_id).collect();
         tracing::debug!(?block_ids, "running batch");
         let handle = self.runner.start_batch(batch, &self.drain);
-        let started = Instant::now();
-        self.running = Some(Running {
-            block_ids,
-            handle,
-            started,
-        });
+        self.running = Some(Running { block_ids, handle });
     }
 
     /// Stopped, once asked to (or told to leave), with nothing received

@@ -138,15 +138,18 @@ impl Link {
     }
 
     /// Serves the connection until the client closes it; answers are
-    /// dropped if the client is gone (it is closing).
+    /// dropped if the client is gone (it is closing). While the driver
+    /// leaves a write unread, the caller's messages wait in the channel,
+    /// so a caller that sends on and on waits too.
     async fn serve(&mut self) -> Result<(), ClientError> {
         loop {
+            let flushed = self.wire.is_flushed();
             tokio::select! {
                 biased;
                 answer = self.wire.next_answer() => {
                     let _ = self.answers.send(answer?);
                 }
-                message = self.outgoing.recv() => match message {
+                message = self.outgoing.recv(), if flushed => match message {
                     Some(message) => self.write(message)?,
                     None => return Ok(()),
                 },

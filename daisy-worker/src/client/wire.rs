@@ -137,6 +137,11 @@ impl Wire {
         Ok(())
     }
 
+    /// Whether everything queued was written.
+    pub fn is_flushed(&self) -> bool {
+        self.outgoing.is_empty()
+    }
+
     /// The driver's next Blocks or Shutdown, keeping the connection alive
     /// meanwhile. Cancel safe: what was read stays in the buffer.
     pub async fn next_answer(&mut self) -> Result<Answer, ClientError> {

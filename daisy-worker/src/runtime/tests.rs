@@ -55,23 +55,18 @@ async fn start_in_job(
     Started { worker, conn, stop }
 }
 
-/// Hands out `ids` one per request, whether the worker asks for the next
-/// block after releasing the one it ran or ahead of that, and returns the
-/// released results once the request after the last block came (for
-/// [`shut_down`] to answer).
+/// Hands out `ids` one per request and returns the released results.
 async fn hand_out(conn: &mut PeerConn, ids: &[u64]) -> Vec<BlockResult> {
     let mut results = Vec::new();
-    let mut asks = 0;
-    while asks <= ids.len() || results.len() < ids.len() {
+    for &id in ids {
+        assert_eq!(conn.recv().await, ToDriver::AcquireBlocks { max: 1 });
+        conn.send(&FromDriver::Blocks {
+            blocks: vec![block(id)],
+        })
+        .await;
         match conn.recv().await {
-            ToDriver::AcquireBlocks { max: 1 } if asks < ids.len() => {
-                let blocks = vec![block(ids[asks])];
-                conn.send(&FromDriver::Blocks { blocks }).await;
-                asks += 1;
-            }
-            ToDriver::AcquireBlocks { max: 1 } => asks += 1,
             ToDriver::ReleaseBlocks { results: released } => results.extend(untimed(released)),
-            other => panic!("expected a request or a release, got {other:?}"),
+            other => panic!("expected a release of block {id}, got {other:?}"),
         }
     }
     results
@@ -99,8 +94,8 @@ async fn released(conn: &mut PeerConn) -> Vec<BlockResult> {
     }
 }
 
-/// Answers the request [`hand_out`] ended on with Shutdown.
 async fn shut_down(conn: &mut PeerConn) {
+    assert_eq!(conn.recv().await, ToDriver::AcquireBlocks { max: 1 });
     let reason = "no more blocks".to_string();
     conn.send(&FromDriver::Shutdown { reason }).await;
     conn.expect_closed().await;
@@ -177,6 +172,29 @@ async fn a_stop_during_a_block_lets_it_finish_and_be_released() {
     let stopped = ended(started.worker).await.unwrap();
     let reason = "told to stop".to_string();
     assert_eq!(stopped, Stopped::Drained { reason });
+}
+
+#[tokio::test]
+async fn the_worker_heartbeats_while_a_block_runs() {
+    let dir = tempfile::tempdir().unwrap();
+    let (running, go) = (dir.path().join("running"), dir.path().join("go"));
+    let mut started = start(sh(&runs_until(&running, &go)), dir.path(), 0.05, 1000).await;
+    let conn = &mut started.conn;
+    assert_eq!(conn.recv().await, ToDriver::AcquireBlocks { max: 1 });
+    let blocks = vec![block(4)];
+    conn.send(&FromDriver::Blocks { blocks }).await;
+    within("the block to start", wait_for_file(&running)).await;
+    for _ in 0..3 {
+        let heard = within("a heartbeat", conn.recv_any()).await;
+        assert!(matches!(heard, Ok(ToDriver::Heartbeat)), "{heard:?}");
+    }
+    std::fs::write(&go, "").unwrap();
+    assert_eq!(released(conn).await, [ok(4)]);
+    shut_down(conn).await;
+    assert!(matches!(
+        ended(started.worker).await,
+        Ok(Stopped::Shutdown { .. })
+    ));
 }
 
 /// A block script that creates `running`, then runs until `go` exists.
@@ -592,125 +610,4 @@ async fn a_worker_waiting_for_blocks_drains_when_its_walltime_runs_out() {
         ended(started.worker).await,
         Ok(Stopped::Drained { .. })
     ));
-}
-
-/// Answers each block line at once.
-const ECHO: &str = "import json,sys\nfor l in sys.stdin: print(json.dumps({'block_id': json.loads(l)['block_id'], 'ok': True}), flush=True)";
-
-fn echo_command() -> Option<TaskCode> {
-    Some(TaskCode {
-        kind: CodeKind::WorkerCommand,
-        ..block_command(&["python3", "-c", ECHO])
-    })
-}
-
-/// Blocks handed out before a worker command asks ahead: its first
-/// blocks may be slow (the interpreter starting, a loaded machine).
-const TRIES_TO_ASK_AHEAD: u64 = 100;
-
-/// Hands out blocks 1, 2, … one per request until the worker asks for
-/// the next one before releasing the one it runs; returns that block's id
-/// once every block before it was released ok.
-async fn until_asked_ahead(conn: &mut PeerConn) -> u64 {
-    assert_eq!(conn.recv().await, ToDriver::AcquireBlocks { max: 1 });
-    for id in 1..=TRIES_TO_ASK_AHEAD {
-        let blocks = vec![block(id)];
-        conn.send(&FromDriver::Blocks { blocks }).await;
-        match conn.recv().await {
-            ToDriver::AcquireBlocks { max: 1 } => return id,
-            ToDriver::ReleaseBlocks { results } => {
-                assert_eq!(untimed(results), [ok(id)]);
-                assert_eq!(conn.recv().await, ToDriver::AcquireBlocks { max: 1 });
-            }
-            other => panic!("expected a release or a request, got {other:?}"),
-        }
-    }
-    panic!("the worker never asked ahead in {TRIES_TO_ASK_AHEAD} blocks");
-}
-
-#[tokio::test]
-async fn a_worker_command_with_short_blocks_asks_for_the_next_block_ahead() {
-    let dir = tempfile::tempdir().unwrap();
-    let mut started = start(echo_command(), dir.path(), 10.0, 3).await;
-    let conn = &mut started.conn;
-    let running = until_asked_ahead(conn).await;
-    let next = running + 1;
-    conn.send(&FromDriver::Blocks {
-        blocks: vec![block(next)],
-    })
-    .await;
-    let mut results = Vec::new();
-    let mut asked = false;
-    while results.len() < 2 || !asked {
-        match conn.recv().await {
-            ToDriver::ReleaseBlocks { results: released } => results.extend(untimed(released)),
-            ToDriver::AcquireBlocks { max: 1 } if !asked => asked = true,
-            other => panic!("expected releases and one request, got {other:?}"),
-        }
-    }
-    assert_eq!(results, [ok(running), ok(next)]);
-    shut_down(conn).await;
-    assert!(matches!(
-        ended(started.worker).await,
-        Ok(Stopped::Shutdown { .. })
-    ));
-}
-
-#[tokio::test]
-async fn a_shutdown_answering_a_request_ahead_still_lets_the_running_block_be_released() {
-    let dir = tempfile::tempdir().unwrap();
-    let mut started = start(echo_command(), dir.path(), 10.0, 3).await;
-    let conn = &mut started.conn;
-    let running = until_asked_ahead(conn).await;
-    let reason = "no more blocks".to_string();
-    conn.send(&FromDriver::Shutdown { reason }).await;
-    assert_eq!(released(conn).await, [ok(running)]);
-    conn.expect_closed().await;
-    let stopped = ended(started.worker).await.unwrap();
-    let reason = "no more blocks".to_string();
-    assert_eq!(stopped, Stopped::Shutdown { reason });
-}
-
-#[tokio::test]
-async fn a_block_received_ahead_is_handed_back_when_the_worker_drains() {
-    let dir = tempfile::tempdir().unwrap();
-    let mut started = start(echo_command(), dir.path(), 10.0, 3).await;
-    let conn = &mut started.conn;
-    let running = until_asked_ahead(conn).await;
-    started.stop.send(()).unwrap();
-    let next = running + 1;
-    conn.send(&FromDriver::Blocks {
-        blocks: vec![block(next)],
-    })
-    .await;
-    let reason = "told to stop".to_string();
-    let mut said = Vec::new();
-    for _ in 0..3 {
-        said.push(match conn.recv().await {
-            ToDriver::ReleaseBlocks { results } => ToDriver::ReleaseBlocks {
-                results: untimed(results),
-            },
-            other => other,
-        });
-    }
-    // The running block may be released before the stop is seen.
-    let expected = [
-        ToDriver::ReleaseBlocks {
-            results: vec![ok(running)],
-        },
-        ToDriver::Draining {
-            reason: reason.clone(),
-            out_of_time: false,
-        },
-        ToDriver::ReturnBlocks {
-            block_ids: vec![next],
-            reason: reason.clone(),
-        },
-    ];
-    assert!(expected.iter().all(|m| said.contains(m)), "{said:?}");
-    conn.expect_closed().await;
-    assert_eq!(
-        ended(started.worker).await.unwrap(),
-        Stopped::Drained { reason }
-    );
 }
