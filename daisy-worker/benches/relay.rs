@@ -21,10 +21,17 @@
 //! the worker too, in the same run, interleaved with this one, and prints
 //! the ratio. docs/benchmarks.md records the figures.
 //!
+//! `--floor` measures a yardstick too (row `floor`, batch 1 only):
+//! `benches/relay_floor.c`, a C stand-in for the driver and one for the
+//! worker that relays each block line from a socket to the echo command
+//! and its answer back with the fewest system calls a relay waiting on
+//! both sides needs (six, two of them sleeping polls), and nothing else.
+//! Its relay CPU is what those calls and sleeps cost on this machine.
+//!
 //! ```text
 //! cargo bench -p daisy-worker --bench relay \
 //!     [-- --blocks 100000 --workers 4 --batch 1,64 --prefetch 0 --runs 3 \
-//!         --resource-tracking false,true]
+//!         --resource-tracking false,true --floor]
 //! ```
 
 use clap::Parser as _;
@@ -40,6 +47,7 @@ const BASELINE_ENV: &str = "DAISY_RELAY_BASELINE";
 /// Where the echo command writes its CPU time at exit.
 const ECHO_CPU_ENV: &str = "RELAY_ECHO_CPU_DIR";
 const ECHO_SOURCE: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/benches/relay_echo.c");
+const FLOOR_SOURCE: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/benches/relay_floor.c");
 /// How long the driver may take to write context.json.
 const START_TIMEOUT: Duration = Duration::from_secs(60);
 /// `/proc/<pid>/stat` counts CPU time in USER_HZ ticks, 100 on Linux.
@@ -64,6 +72,9 @@ struct Settings {
     /// Runs per row; the one with the least worker CPU counts.
     #[arg(long, default_value_t = 3)]
     runs: u32,
+    /// Measures the C relay of `benches/relay_floor.c` too (batch 1 rows).
+    #[arg(long)]
+    floor: bool,
 }
 
 /// One run's figures.
@@ -92,18 +103,18 @@ struct Row {
     tracking: bool,
 }
 
-/// The echo command, compiled into `dir`.
-fn compile_echo(dir: &Path) -> Result<PathBuf, String> {
-    let program = dir.join("relay_echo");
+/// `source` (C), compiled into `dir` as `name`.
+fn compile(dir: &Path, name: &str, source: &str) -> Result<PathBuf, String> {
+    let program = dir.join(name);
     let output = Command::new("gcc")
         .args(["-O2", "-o"])
         .arg(&program)
-        .arg(ECHO_SOURCE)
+        .arg(source)
         .output()
-        .map_err(|e| format!("cannot run gcc (needed to build the echo command): {e}"))?;
+        .map_err(|e| format!("cannot run gcc (needed to build {name}): {e}"))?;
     if !output.status.success() {
         let stderr = String::from_utf8_lossy(&output.stderr);
-        return Err(format!("gcc failed on {ECHO_SOURCE}:\n{stderr}"));
+        return Err(format!("gcc failed on {source}:\n{stderr}"));
     }
     Ok(program)
 }
@@ -287,6 +298,21 @@ fn measure_once(
             logged(dir, &format!("worker-{i}"), &mut command)
         })
         .collect::<Result<Vec<_>, _>>()?;
+    account(
+        (&mut driver, driver_before),
+        &mut workers,
+        (started, dir, &cpu_dir),
+        settings,
+    )
+}
+
+/// Reaps the workers, then the driver, and splits their CPU time.
+fn account(
+    (driver, driver_before): (&mut Reaped, f64),
+    workers: &mut [Reaped],
+    (started, dir, cpu_dir): (Instant, &Path, &Path),
+    settings: &Settings,
+) -> Result<Measurement, String> {
     let before = reaped_children_cpu();
     for (i, worker) in workers.iter_mut().enumerate() {
         worker.wait(&format!("worker-{i}"), dir)?;
@@ -295,13 +321,59 @@ fn measure_once(
     driver.wait("driver", dir)?;
     let seconds = started.elapsed().as_secs_f64();
     let driver_cpu = reaped_children_cpu() - before - workers_and_commands - driver_before;
-    let commands_cpu = commands_cpu(&cpu_dir, settings.workers)?;
+    let commands_cpu = commands_cpu(cpu_dir, settings.workers)?;
     Ok(Measurement {
         seconds,
         workers_cpu: workers_and_commands - commands_cpu,
         commands_cpu,
         driver_cpu,
     })
+}
+
+/// One run of the C floor: its stand-in driver, W relays, reap, account.
+fn measure_floor(floor: &Path, echo: &Path, settings: &Settings) -> Result<Measurement, String> {
+    let dir = tempfile::tempdir().map_err(|e| e.to_string())?;
+    let (dir, cpu_dir) = (dir.path(), dir.path().join("cpu"));
+    std::fs::create_dir(&cpu_dir).map_err(|e| e.to_string())?;
+    let mut serve = Command::new(floor);
+    serve.arg("serve").arg(settings.blocks.to_string());
+    let mut driver = logged(dir, "driver", serve.arg(settings.workers.to_string()))?;
+    let port = wait_for_port(&mut driver, &dir.join("driver.out"))?;
+    let started = Instant::now();
+    let mut workers = (0..settings.workers)
+        .map(|i| {
+            let mut command = Command::new(floor);
+            command.args(["relay", &port]).arg(echo);
+            command.env(ECHO_CPU_ENV, &cpu_dir);
+            logged(dir, &format!("worker-{i}"), &mut command)
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    account(
+        (&mut driver, 0.0),
+        &mut workers,
+        (started, dir, &cpu_dir),
+        settings,
+    )
+}
+
+/// The port the floor's stand-in driver printed, once it did.
+fn wait_for_port(serve: &mut Reaped, out: &Path) -> Result<String, String> {
+    let deadline = Instant::now() + START_TIMEOUT;
+    while Instant::now() < deadline {
+        let text = std::fs::read_to_string(out).unwrap_or_default();
+        if text.ends_with('\n') {
+            return Ok(text.trim().to_string());
+        }
+        let child = serve.0.as_mut().ok_or("no stand-in driver")?;
+        if let Ok(Some(status)) = child.try_wait() {
+            return Err(format!("the floor's stand-in driver exited: {status}"));
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    Err(format!(
+        "no port in {} within {START_TIMEOUT:?}",
+        out.display()
+    ))
 }
 
 fn print_header() {
@@ -343,7 +415,8 @@ fn print_row(settings: &Settings, row: Row, name: &str, m: Measurement, base: Op
 
 fn run(settings: &Settings) -> Result<(), String> {
     let tools = tempfile::tempdir().map_err(|e| e.to_string())?;
-    let echo = compile_echo(tools.path())?;
+    let echo = compile(tools.path(), "relay_echo", ECHO_SOURCE)?;
+    let floor = compile(tools.path(), "relay_floor", FLOOR_SOURCE)?;
     let driver = build_driver()?;
     let mut builds = vec![("this", PathBuf::from(WORKER))];
     match std::env::var_os(BASELINE_ENV) {
@@ -369,24 +442,37 @@ fn run(settings: &Settings) -> Result<(), String> {
     print_header();
     for row in rows {
         // Interleaved, so a change in the machine's load hits both builds.
-        let mut best: Vec<Option<Measurement>> = vec![None; builds.len()];
+        let mut best: Vec<Option<Measurement>> = vec![None; builds.len() + 1];
+        let floor_too = settings.floor && row.batch == 1 && row.prefetch == 0 && !row.tracking;
         for _ in 0..settings.runs.max(1) {
             for (slot, (_, worker)) in best.iter_mut().zip(&builds) {
                 let m = measure_once((&driver, worker, &echo), settings, row)?;
-                if slot.is_none_or(|b| m.workers_cpu < b.workers_cpu) {
-                    *slot = Some(m);
-                }
+                keep_least(slot, m);
+            }
+            if floor_too {
+                let m = measure_floor(&floor, &echo, settings)?;
+                keep_least(&mut best[builds.len()], m);
             }
         }
-        let base = best.get(1).copied().flatten();
+        let base = best[..builds.len()].get(1).copied().flatten();
         let base_relay = base.map(|b| Measurement::per_block(b.workers_cpu, settings.blocks));
-        for ((name, _), m) in builds.iter().zip(best) {
+        for ((name, _), m) in builds.iter().zip(&best) {
             let m = m.expect("at least one run");
             let base_relay = base_relay.filter(|_| *name == "this");
             print_row(settings, row, name, m, base_relay);
         }
+        if let Some(m) = best[builds.len()] {
+            print_row(settings, row, "floor", m, None);
+        }
     }
     Ok(())
+}
+
+/// Keeps the run with the least worker CPU.
+fn keep_least(slot: &mut Option<Measurement>, m: Measurement) {
+    if slot.is_none_or(|b| m.workers_cpu < b.workers_cpu) {
+        *slot = Some(m);
+    }
 }
 
 fn main() {

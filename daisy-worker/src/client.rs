@@ -12,17 +12,20 @@
 //! (DAISY_CONTEXT, see the CLI) and what the messages mean (daisy-core).
 //!
 //! - [`dial`]: reaching the driver, with backoff while it starts.
-//! - [`connection`]: the connection's task, liveness.
+//! - [`wire`]: an established connection driven by its owner's loop
+//!   (the runtime's): frames, heartbeats, liveness.
+//! - [`connection`]: a task driving the wire, for [`Client`].
 
 mod connection;
 mod dial;
 #[cfg(test)]
 mod tests;
+mod wire;
 
-use connection::{Answer, Connection, Liveness, WorkerEnd};
+use connection::Connection;
 use daisy_core::protocol::{
-    BlockResult, FromDriver, Hello, Message, Role, ToDriver, Welcome, WireBlock, MAX_FRAME_BYTES,
-    PROTOCOL_VERSION,
+    BlockResult, FromDriver, Hello, Message, Role, ToDriver, Transport, Welcome, WireBlock,
+    MAX_FRAME_BYTES, PROTOCOL_VERSION,
 };
 use dial::Backoff;
 use std::fmt;
@@ -30,6 +33,8 @@ use std::future::Future;
 use std::time::Duration;
 use tokio::net::TcpStream;
 use tokio::time::Instant;
+use wire::Liveness;
+pub(crate) use wire::{Answer, Wire};
 
 /// How long [`Client::connect`] keeps trying to reach a driver that is not
 /// up yet: a batch job may start before its driver does.
@@ -39,7 +44,7 @@ pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(60);
 const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// How long [`Client::close`] waits for queued messages to be written.
-const CLOSE_TIMEOUT: Duration = Duration::from_secs(10);
+pub(crate) const CLOSE_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Where and as whom to connect.
 #[derive(Clone)]
@@ -164,38 +169,9 @@ impl Client {
     /// or too busy to take the connection), says Hello and waits for
     /// Welcome.
     pub async fn connect(opts: ConnectOpts) -> Result<Self, ConnectError> {
-        let deadline = Instant::now() + opts.connect_timeout;
-        let mut backoff = Backoff::until(deadline);
-        loop {
-            let within = deadline.saturating_duration_since(Instant::now());
-            let (stream, address) = dial::dial(&opts.addresses, within).await?;
-            match Self::say_hello(stream, &address, &opts).await {
-                Err(HandshakeFailure::Busy(reason)) => {
-                    tracing::info!(%address, "the driver is busy ({reason}); connecting again");
-                    if !backoff.pause().await {
-                        return Err(ConnectError::Rejected { reason });
-                    }
-                }
-                connected => return connected.map_err(|failure| failure.at(&address)),
-            }
-        }
-    }
-
-    /// Says Hello on a new connection; a Welcome makes the client.
-    async fn say_hello(
-        stream: TcpStream,
-        address: &str,
-        opts: &ConnectOpts,
-    ) -> Result<Self, HandshakeFailure> {
-        let mut transport = WorkerEnd::new(stream, MAX_FRAME_BYTES);
-        let welcome = handshake(&mut transport, opts).await?;
-        let liveness = Liveness::of(&welcome).map_err(HandshakeFailure::Other)?;
-        tracing::info!(
-            %address, task = %opts.task_id, worker_id = welcome.worker_id,
-            "connected to the driver"
-        );
+        let (welcome, wire) = connect(opts).await?;
         Ok(Self {
-            connection: Connection::start(transport, liveness),
+            connection: Connection::start(wire),
             welcome,
             acquire_pending: false,
             shutdown: None,
@@ -288,6 +264,48 @@ impl Client {
     pub async fn close(self) -> Result<(), ClientError> {
         self.connection.close(CLOSE_TIMEOUT).await
     }
+}
+
+/// Reaches the driver (retrying with backoff while it is unreachable, or
+/// too busy to take the connection), says Hello and waits for Welcome:
+/// the connection, for its owner's loop to drive ([`Client::connect`]
+/// drives it in a task).
+pub(crate) async fn connect(opts: ConnectOpts) -> Result<(Welcome, Wire), ConnectError> {
+    let deadline = Instant::now() + opts.connect_timeout;
+    let mut backoff = Backoff::until(deadline);
+    loop {
+        let within = deadline.saturating_duration_since(Instant::now());
+        let (stream, address) = dial::dial(&opts.addresses, within).await?;
+        match say_hello(stream, &address, &opts).await {
+            Err(HandshakeFailure::Busy(reason)) => {
+                tracing::info!(%address, "the driver is busy ({reason}); connecting again");
+                if !backoff.pause().await {
+                    return Err(ConnectError::Rejected { reason });
+                }
+            }
+            connected => return connected.map_err(|failure| failure.at(&address)),
+        }
+    }
+}
+
+/// The worker's end of a connection, during the handshake.
+type WorkerEnd = Transport<TcpStream, FromDriver, ToDriver>;
+
+/// Says Hello on a new connection; a Welcome makes the wire.
+async fn say_hello(
+    stream: TcpStream,
+    address: &str,
+    opts: &ConnectOpts,
+) -> Result<(Welcome, Wire), HandshakeFailure> {
+    let mut transport = WorkerEnd::new(stream, MAX_FRAME_BYTES);
+    let welcome = handshake(&mut transport, opts).await?;
+    let liveness = Liveness::of(&welcome).map_err(HandshakeFailure::Other)?;
+    tracing::info!(
+        %address, task = %opts.task_id, worker_id = welcome.worker_id,
+        "connected to the driver"
+    );
+    let (stream, read) = transport.into_parts();
+    Ok((welcome, Wire::new(stream, read, MAX_FRAME_BYTES, liveness)))
 }
 
 /// A handshake failure before the address is attached.

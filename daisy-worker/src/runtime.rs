@@ -29,14 +29,19 @@
 //! A block command and in-process code run on a blocking thread
 //! ([`tokio::task::spawn_blocking`]), because they are synchronous (see
 //! [`crate::user_code`]); a worker command's pipes are waited for on the
-//! runtime, like the connection (see `runner`). The connection keeps
-//! heartbeating meanwhile.
+//! runtime, like the connection (see `runner`).
+//!
+//! The connection is read and written by the main loop itself (a
+//! [`Wire`], one branch of its `select!`, which also heartbeats): a task
+//! in between cost two hand-overs per block, a fifth of the instructions
+//! of relaying a block. Messages queued during a turn of the loop leave
+//! in one write at its end (a release and the next acquire).
 
 use crate::batch_size::BatchSize;
-use crate::client::{Acquired, Client, ClientError, ConnectError, ConnectOpts};
+use crate::client::{self, Answer, ClientError, ConnectError, ConnectOpts, Wire};
 use crate::drain::Drain;
 use crate::runner::{Batch, Overdue, Ran, Runner, SharedRunner};
-use daisy_core::protocol::{BlockResult, CodeKind, TaskCode, Welcome, WireBlock};
+use daisy_core::protocol::{BlockResult, CodeKind, TaskCode, ToDriver, Welcome, WireBlock};
 use std::collections::VecDeque;
 use std::future::Future;
 use std::path::{Path, PathBuf};
@@ -101,26 +106,23 @@ pub async fn run(
     } = config;
     let mut stop = pin!(stop);
     let task = connect.task_id.clone();
-    let client = tokio::select! {
+    let (welcome, wire) = tokio::select! {
         reason = &mut stop => return Ok(Stopped::Drained { reason }),
-        client = Client::connect(connect) => client?,
+        connected = client::connect(connect) => connected?,
     };
-    let mut runner = match runner_for(&task, client.welcome(), &log_dir) {
+    let mut runner = match runner_for(&task, &welcome, &log_dir) {
         Ok(runner) => runner,
-        Err(reason) => return Err(refuse_code(client, task, reason).await),
+        Err(reason) => return Err(refuse_code(wire, task, reason).await),
     };
-    let batch = client
-        .welcome()
-        .code
-        .as_ref()
-        .map_or(BatchSize::Fixed(1), batch_size);
+    let code = welcome.code.as_ref();
+    let batch = code.map_or(BatchSize::Fixed(1), batch_size);
     let drain = Drain::new(job_end);
     // Blocks of the task other workers ran, until this one has run its own.
-    if let Some(seconds) = client.welcome().longest_block_s {
+    if let Some(seconds) = welcome.longest_block_s {
         drain.observe(Duration::try_from_secs_f64(seconds).unwrap_or_default());
     }
     let overdue = runner.take_overdue();
-    let mut worker = Worker::new(client, runner, batch, drain);
+    let mut worker = Worker::new(wire, runner, batch, drain);
     worker.overdue = overdue;
     worker.task = task;
     match worker.serve(stop).await {
@@ -156,14 +158,27 @@ fn batch_size(code: &TaskCode) -> BatchSize {
 
 /// Tells the driver why this worker cannot serve (so its events say so)
 /// before hanging up.
-async fn refuse_code(mut client: Client, task: String, reason: String) -> RunError {
-    let said = client
-        .cannot_serve(format!("its code cannot run: {reason}"))
-        .await;
-    if let Err(e) = said.and(client.close().await) {
+async fn refuse_code(mut wire: Wire, task: String, reason: String) -> RunError {
+    let said = format!("its code cannot run: {reason}");
+    if let Err(e) = wire.queue(ToDriver::CannotServe { reason: said }) {
         tracing::debug!("could not tell the driver: {e}");
     }
+    close(wire).await;
     RunError::BadCode { task, reason }
+}
+
+/// Writes what is queued and hangs up; failures lose nothing the driver
+/// needs (it treats a lost worker's blocks as such), so they are logged.
+async fn close(mut wire: Wire) {
+    let closed = tokio::time::timeout(client::CLOSE_TIMEOUT, wire.close()).await;
+    match closed {
+        Ok(Ok(())) => {}
+        Ok(Err(e)) => tracing::warn!("could not close the connection cleanly: {e}"),
+        Err(_) => tracing::warn!(
+            "could not write the last messages within {:?}",
+            client::CLOSE_TIMEOUT
+        ),
+    }
 }
 
 /// A batch running (on a blocking thread, or in a future the loop polls).
@@ -177,7 +192,11 @@ type Done = (Vec<u64>, Result<Vec<Ran>, JoinError>);
 
 /// The state of the main loop.
 struct Worker {
-    client: Client,
+    wire: Wire,
+    /// An `AcquireBlocks` is not answered yet.
+    asked: bool,
+    /// The driver has no more work for this worker: why.
+    shutdown: Option<String>,
     /// Shared with the batch running; only ever locked there, or between
     /// batches.
     runner: SharedRunner,
@@ -199,9 +218,11 @@ struct Worker {
 }
 
 impl Worker {
-    fn new(client: Client, runner: Runner, batch: BatchSize, drain: Drain) -> Self {
+    fn new(wire: Wire, runner: Runner, batch: BatchSize, drain: Drain) -> Self {
         Self {
-            client,
+            wire,
+            asked: false,
+            shutdown: None,
             runner: SharedRunner::new(runner),
             queued: VecDeque::new(),
             batch,
@@ -218,63 +239,74 @@ impl Worker {
         &mut self,
         mut stop: Pin<&mut impl Future<Output = String>>,
     ) -> Result<Stopped, RunError> {
-        let mut lost = pin!(self.client.lost());
         let mut walltime = WalltimeTimer::new();
         loop {
-            self.drain_if_walltime_short().await?;
-            if let Some(stopped) = self.drained() {
+            self.drain_if_walltime_short()?;
+            if let Some(stopped) = self.stopped() {
                 return Ok(stopped);
             }
-            // While draining, only an answer already owed is awaited.
-            let asking = self.draining.is_none() || self.client.awaits_blocks();
-            let taking = self.running.is_none() && asking;
+            self.ask()?;
+            // What this turn queued leaves in one write.
+            self.wire.flush_now()?;
             // Biased: the branches are polled in order, sparing the
             // random pick, and none can starve another (each is rare).
             tokio::select! {
                 biased;
-                reason = &mut stop, if !self.signalled => self.on_signal(reason).await?,
-                acquired = self.client.acquire(self.batch.next()), if taking => {
-                    if let Some(stopped) = self.on_acquired(acquired?) {
-                        return Ok(stopped);
-                    }
-                }
+                reason = &mut stop, if !self.signalled => self.on_signal(reason)?,
+                answer = self.wire.next_answer() => self.on_answer(answer?),
                 done = finished(&mut self.running) => {
                     if !self.signalled && stopped_by_signal(&done) {
                         // SLURM signals every process of a job at once: the
                         // worker's own signal may be a moment behind.
                         if let Ok(reason) = tokio::time::timeout(SIGNAL_LAG, stop.as_mut()).await {
-                            self.on_signal(reason).await?;
+                            self.on_signal(reason)?;
                         }
                     }
                     self.on_batch_done(done).await?
                 }
                 // A worker waiting for blocks drains on time too.
                 () = walltime.at(self.drain.walltime_deadline()), if self.draining.is_none() => {}
-                error = &mut lost => return Err(error.into()),
                 block_id = overdue_block(&mut self.overdue) => return Err(self.on_overdue(block_id).await),
             }
         }
     }
 
-    async fn drain_if_walltime_short(&mut self) -> Result<(), RunError> {
+    /// Asks for the next batch once idle; never while draining or told
+    /// to leave.
+    fn ask(&mut self) -> Result<(), ClientError> {
+        let idle = self.queued.is_empty() && self.running.is_none();
+        if !idle || self.asked || self.draining.is_some() || self.shutdown.is_some() {
+            return Ok(());
+        }
+        let max = self.batch.next();
+        self.wire.queue(ToDriver::AcquireBlocks { max })?;
+        self.asked = true;
+        Ok(())
+    }
+
+    fn drain_if_walltime_short(&mut self) -> Result<(), RunError> {
         match (&self.draining, self.drain.walltime_too_short()) {
-            (None, Some(why)) => self.on_stop(why, true).await,
+            (None, Some(why)) => self.on_stop(why, true),
             _ => Ok(()),
         }
     }
 
-    async fn on_signal(&mut self, reason: String) -> Result<(), RunError> {
+    fn on_signal(&mut self, reason: String) -> Result<(), RunError> {
         self.signalled = true;
-        self.on_stop(reason, false).await
+        self.on_stop(reason, false)
     }
 
-    async fn on_stop(&mut self, reason: String, out_of_time: bool) -> Result<(), RunError> {
+    fn on_stop(&mut self, reason: String, out_of_time: bool) -> Result<(), RunError> {
         if self.draining.is_some() {
             return Ok(());
         }
         tracing::info!("{reason}: taking no more blocks");
         self.drain.begin();
-        self.client.draining(reason.clone(), out_of_time).await?;
+        let draining = ToDriver::Draining {
+            reason: reason.clone(),
+            out_of_time,
+        };
+        self.wire.queue(draining)?;
         self.draining = Some(reason);
         Ok(())
     }
@@ -303,33 +335,32 @@ impl Worker {
                 .flat_map(|r| r.block_ids.iter().copied()),
         );
         others.retain(|id| *id != block_id);
-        let said = async {
-            self.client.draining(reason.clone(), false).await?;
-            self.client.release(vec![failed]).await?;
-            if !others.is_empty() {
-                self.client.return_blocks(others, reason).await?;
-            }
-            Ok::<_, ClientError>(())
+        let draining = ToDriver::Draining {
+            reason: reason.clone(),
+            out_of_time: false,
         };
-        if let Err(e) = said.await {
+        let mut said = vec![draining, release(vec![failed])];
+        if !others.is_empty() {
+            let (block_ids, reason) = (others, reason);
+            said.push(ToDriver::ReturnBlocks { block_ids, reason });
+        }
+        if let Err(e) = said.into_iter().try_for_each(|m| self.wire.queue(m)) {
             tracing::warn!("could not tell the driver: {e}");
         }
         RunError::BlockTimedOut { block_id, timeout }
     }
 
     /// Blocks that crossed the `Draining` on the wire go to the runner,
-    /// which hands them back unrun.
-    fn on_acquired(&mut self, acquired: Acquired) -> Option<Stopped> {
-        match (acquired, &self.draining) {
-            (Acquired::Blocks(blocks), _) => {
+    /// which hands them back unrun. A shutdown ends the worker once
+    /// nothing runs.
+    fn on_answer(&mut self, answer: Answer) {
+        self.asked = false;
+        match answer {
+            Answer::Blocks(blocks) => {
                 self.queued.extend(blocks);
                 self.start_next();
-                None
             }
-            (Acquired::Shutdown { .. }, Some(reason)) => Some(Stopped::Drained {
-                reason: reason.clone(),
-            }),
-            (Acquired::Shutdown { reason }, None) => Some(Stopped::Shutdown { reason }),
+            Answer::Shutdown(reason) => self.shutdown = Some(reason),
         }
     }
 
@@ -349,7 +380,7 @@ impl Worker {
         );
         // The runner may have stopped the batch for the walltime: say so
         // before handing blocks back.
-        self.drain_if_walltime_short().await?;
+        self.drain_if_walltime_short()?;
         let (results, cut_short): (Vec<Ran>, Vec<Ran>) = ran
             .into_iter()
             .partition(|ran| !self.cut_short_by_signal(ran));
@@ -359,9 +390,8 @@ impl Worker {
             .filter(|id| !results.iter().any(|ran| ran.block_id == *id))
             .collect();
         if !results.is_empty() {
-            self.client
-                .release(results.into_iter().map(result).collect())
-                .await?;
+            let results = results.into_iter().map(result).collect();
+            self.wire.queue(release(results))?;
         }
         if !returned.is_empty() {
             let reason = unable.clone().or(self.draining.clone()).unwrap_or_default();
@@ -371,11 +401,13 @@ impl Worker {
                 "handing blocks back: {reason}"
             );
             returned.sort_unstable();
-            self.client.return_blocks(returned, reason).await?;
+            let (block_ids, reason) = (returned, reason);
+            self.wire
+                .queue(ToDriver::ReturnBlocks { block_ids, reason })?;
         }
         if let Some(reason) = unable {
             let said = format!("its code cannot run: {reason}");
-            self.client.cannot_serve(said).await?;
+            self.wire.queue(ToDriver::CannotServe { reason: said })?;
             let task = self.task.clone();
             return Err(RunError::BadCode { task, reason });
         }
@@ -402,35 +434,60 @@ impl Worker {
         self.running = Some(Running { block_ids, handle });
     }
 
-    /// Stopped, once asked to, with nothing received left to run and no
-    /// blocks still owed by the driver.
-    fn drained(&self) -> Option<Stopped> {
-        let idle = self.running.is_none() && self.queued.is_empty() && !self.client.awaits_blocks();
-        let reason = self.draining.as_ref().filter(|_| idle)?;
-        Some(Stopped::Drained {
-            reason: reason.clone(),
-        })
+    /// Stopped, once asked to (or told to leave), with nothing received
+    /// left to run and no blocks still owed by the driver.
+    fn stopped(&self) -> Option<Stopped> {
+        let idle = self.running.is_none() && self.queued.is_empty() && !self.asked;
+        match (&self.draining, &self.shutdown) {
+            _ if !idle => None,
+            (Some(reason), _) => Some(Stopped::Drained {
+                reason: reason.clone(),
+            }),
+            (None, Some(reason)) => Some(Stopped::Shutdown {
+                reason: reason.clone(),
+            }),
+            (None, None) => None,
+        }
     }
 
     /// Ends the connection once what was queued is written, leaving the
     /// user code as it is (a stuck call ends with the process).
     async fn close(self) {
-        if let Err(e) = self.client.close().await {
-            tracing::warn!("could not close the connection cleanly: {e}");
-        }
+        close(self.wire).await;
     }
 
-    /// Ends the user's worker command, then the connection. Failures here
-    /// lose nothing (every result was queued), so they are only logged.
+    /// Ends the user's worker command (the connection heartbeating
+    /// meanwhile: that may take its grace period), then the connection.
+    /// Failures here lose nothing (every result was queued), so they are
+    /// only logged.
     async fn finish(self, stopped: Stopped) -> Stopped {
-        if let Err(e) = self.runner.finish().await {
+        let Self {
+            mut wire, runner, ..
+        } = self;
+        if let Err(e) = alongside(&mut wire, runner.finish()).await {
             tracing::warn!("could not finish the user code: {e}");
         }
-        if let Err(e) = self.client.close().await {
-            tracing::warn!("could not close the connection cleanly: {e}");
-        }
+        close(wire).await;
         stopped
     }
+}
+
+/// Runs `work` while `wire` keeps the connection alive; what the driver
+/// answers meanwhile is dropped (the worker is leaving).
+async fn alongside<T>(wire: &mut Wire, work: impl Future<Output = T>) -> T {
+    let mut work = pin!(work);
+    let mut alive = true;
+    loop {
+        tokio::select! {
+            biased;
+            done = &mut work => return done,
+            answer = wire.next_answer(), if alive => alive = answer.is_ok(),
+        }
+    }
+}
+
+fn release(results: Vec<BlockResult>) -> ToDriver {
+    ToDriver::ReleaseBlocks { results }
 }
 
 /// How long a batch whose block a signal stopped waits for the worker's

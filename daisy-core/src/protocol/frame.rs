@@ -254,6 +254,14 @@ where
         SinkExt::<Out>::close(&mut self.framed).await
     }
 
+    /// The stream and what was read past the last message, to go on with
+    /// the connection without the transport (the worker reads it in its
+    /// own loop).
+    pub fn into_parts(self) -> (S, BytesMut) {
+        let parts = self.framed.into_parts();
+        (parts.io, parts.read_buf)
+    }
+
     /// The stream underneath.
     pub fn stream(&self) -> &S {
         self.framed.get_ref()

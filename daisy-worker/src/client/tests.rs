@@ -254,3 +254,34 @@ async fn close_writes_what_is_queued_then_ends_the_connection() {
     assert_eq!(conn.recv().await, draining);
     conn.expect_closed().await;
 }
+
+#[tokio::test]
+async fn a_driver_that_leaves_writes_unread_is_lost_though_it_talks() {
+    let (mut client, mut conn) = connected(0.2, 2).await;
+    let talking = tokio::spawn(async move {
+        loop {
+            conn.send(&FromDriver::Heartbeat).await;
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    });
+    let large = BlockResult {
+        block_id: 1,
+        ok: false,
+        error: Some("x".repeat(100_000)),
+        seconds: None,
+        cost: None,
+    };
+    let sending = async {
+        loop {
+            if let Err(error) = client.release(vec![large.clone()]).await {
+                return error;
+            }
+        }
+    };
+    let error = within("the driver lost", sending).await;
+    talking.abort();
+    let expected = ClientError::DriverLost {
+        silent_for: Duration::from_millis(400),
+    };
+    assert_eq!(error, expected);
+}

@@ -174,6 +174,29 @@ async fn a_stop_during_a_block_lets_it_finish_and_be_released() {
     assert_eq!(stopped, Stopped::Drained { reason });
 }
 
+#[tokio::test]
+async fn the_worker_heartbeats_while_a_block_runs() {
+    let dir = tempfile::tempdir().unwrap();
+    let (running, go) = (dir.path().join("running"), dir.path().join("go"));
+    let mut started = start(sh(&runs_until(&running, &go)), dir.path(), 0.05, 1000).await;
+    let conn = &mut started.conn;
+    assert_eq!(conn.recv().await, ToDriver::AcquireBlocks { max: 1 });
+    let blocks = vec![block(4)];
+    conn.send(&FromDriver::Blocks { blocks }).await;
+    within("the block to start", wait_for_file(&running)).await;
+    for _ in 0..3 {
+        let heard = within("a heartbeat", conn.recv_any()).await;
+        assert!(matches!(heard, Ok(ToDriver::Heartbeat)), "{heard:?}");
+    }
+    std::fs::write(&go, "").unwrap();
+    assert_eq!(released(conn).await, [ok(4)]);
+    shut_down(conn).await;
+    assert!(matches!(
+        ended(started.worker).await,
+        Ok(Stopped::Shutdown { .. })
+    ));
+}
+
 /// A block script that creates `running`, then runs until `go` exists.
 fn runs_until(running: &Path, go: &Path) -> String {
     format!(

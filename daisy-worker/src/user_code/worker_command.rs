@@ -317,7 +317,7 @@ impl WorkerCommand {
     /// The result, if `line` answers one of `expected`; other lines are
     /// logged.
     fn on_line(&mut self, line: &str, expected: &[u64]) -> Option<BlockResult> {
-        let Some(result) = parse_result(line) else {
+        let Some(result) = BlockResult::from_json_line(line) else {
             if let Err(e) = writeln!(self.stdout_log, "{line}") {
                 tracing::warn!("cannot write to the worker command's stdout log: {e}");
             }
@@ -399,14 +399,6 @@ enum Next {
     Eof,
     /// No line before the deadline.
     TimedOut,
-}
-
-/// A result object (not any JSON that happens to fit, such as an array).
-fn parse_result(line: &str) -> Option<BlockResult> {
-    let line = line.trim();
-    line.starts_with('{')
-        .then(|| serde_json::from_str(line).ok())
-        .flatten()
 }
 
 fn outcome(result: BlockResult) -> Result<(), BlockFailure> {
