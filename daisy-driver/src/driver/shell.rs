@@ -18,10 +18,10 @@ use crate::run_dir::RunDir;
 use crate::slots::SlotId;
 use crate::summary::{RunEnd, RunSummary};
 use daisy_core::context::{WorkerContext, CONTEXT_ENV};
+use daisy_core::id_hash::IdMap;
 use daisy_core::protocol::{FromDriver, Welcome};
 use daisy_core::{Block, TaskIdx};
 use launchers::WorkerRequest;
-use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Instant;
 use tokio::sync::oneshot;
@@ -33,9 +33,9 @@ pub struct Shell {
     options: RunOptions,
     /// What launched workers are told to connect to.
     context: WorkerContext,
-    outboxes: HashMap<ConnId, Outbox>,
+    outboxes: IdMap<ConnId, Outbox>,
     /// Connections waiting for the answer to their Hello.
-    replies: HashMap<ConnId, oneshot::Sender<Result<Welcome, String>>>,
+    replies: IdMap<ConnId, oneshot::Sender<Result<Welcome, String>>>,
     launcher: LauncherThread,
     recorder: OutcomeRecorder,
     progress: Progress,
@@ -73,8 +73,8 @@ impl Shell {
             run_dir: run_dir.clone(),
             options: options.clone(),
             context,
-            outboxes: HashMap::new(),
-            replies: HashMap::new(),
+            outboxes: IdMap::default(),
+            replies: IdMap::default(),
             launcher,
             recorder,
             fatal: None,
