@@ -197,6 +197,20 @@ impl<In, Out: Outgoing> Encoder<Out> for Codec<In, Out> {
     }
 }
 
+/// A payload written already, sent as one frame like any `Out` message
+/// (the driver writes its `blocks` messages straight from its blocks:
+/// [`crate::protocol::outgoing::blocks_payload`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Payload(pub Vec<u8>);
+
+impl<In, Out> Encoder<Payload> for Codec<In, Out> {
+    type Error = FrameError;
+
+    fn encode(&mut self, payload: Payload, dst: &mut BytesMut) -> Result<(), FrameError> {
+        Ok(self.frames.encode(payload.0.as_slice(), dst)?)
+    }
+}
+
 /// One end of a connection: reads `In`, writes `Out`.
 #[derive(Debug)]
 pub struct Transport<S, In, Out> {
@@ -242,6 +256,11 @@ where
     /// queued together leave in one write.
     pub async fn feed(&mut self, message: Out) -> Result<(), FrameError> {
         self.framed.feed(message).await
+    }
+
+    /// [`Self::feed`] for a payload written already.
+    pub async fn feed_payload(&mut self, payload: Payload) -> Result<(), FrameError> {
+        self.framed.feed(payload).await
     }
 
     /// Writes what was fed.

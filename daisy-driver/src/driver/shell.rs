@@ -8,7 +8,7 @@
 use super::core::{Command, Core, CoreSettings, Input};
 use super::launcher_thread::{LauncherEvent, LauncherThread};
 use super::RunOptions;
-use crate::connection::{ConnEvent, ConnId, Outbox, PeerEvent};
+use crate::connection::{ConnEvent, ConnId, Outbox, PeerEvent, ToPeer};
 use crate::launch;
 use crate::outcome_recorder::Attempt;
 use crate::outcome_recorder::OutcomeRecorder;
@@ -19,7 +19,9 @@ use crate::slots::SlotId;
 use crate::summary::{RunEnd, RunSummary};
 use daisy_core::context::{WorkerContext, CONTEXT_ENV};
 use daisy_core::id_hash::IdMap;
-use daisy_core::protocol::{FromDriver, Welcome};
+use daisy_core::protocol::frame::Payload;
+use daisy_core::protocol::outgoing::blocks_payload;
+use daisy_core::protocol::Welcome;
 use daisy_core::{Block, TaskIdx};
 use launchers::WorkerRequest;
 use std::sync::Arc;
@@ -198,6 +200,15 @@ impl Shell {
                     outbox.send(message);
                 }
             }
+            Command::SendBlocks { conn, task, blocks } => {
+                if let Some(outbox) = self.outboxes.get(&conn) {
+                    let task_id = &self.pipeline.tasks[task.index()].spec.id;
+                    outbox.send(ToPeer::Payload(Payload(blocks_payload(
+                        task_id,
+                        blocks.iter(),
+                    ))));
+                }
+            }
             Command::StartWorkers { task, slots } => {
                 let requests = slots.iter().map(|&s| self.worker_request(task, s));
                 self.launcher.start(requests.collect());
@@ -268,10 +279,13 @@ impl Shell {
 /// goes out, none is marked and no worker is started.
 fn harmless_after_a_lost_mark(command: &Command) -> bool {
     match command {
-        Command::Answer { .. } | Command::CancelJobs(_) | Command::Record(_) => true,
-        Command::Send { message, .. } => !matches!(message, FromDriver::Blocks { .. }),
-        Command::StartWorkers { .. } | Command::MarkDone { .. } | Command::RecordFailure { .. } => {
-            false
-        }
+        Command::Answer { .. }
+        | Command::Send { .. }
+        | Command::CancelJobs(_)
+        | Command::Record(_) => true,
+        Command::SendBlocks { .. }
+        | Command::StartWorkers { .. }
+        | Command::MarkDone { .. }
+        | Command::RecordFailure { .. } => false,
     }
 }

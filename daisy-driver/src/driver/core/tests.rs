@@ -165,10 +165,9 @@ fn blocks_to(commands: &[Command], conn_n: u64) -> Vec<u64> {
     commands
         .iter()
         .flat_map(|c| match c {
-            Command::Send {
-                conn: to,
-                message: FromDriver::Blocks { blocks },
-            } if *to == conn(conn_n) => blocks.iter().map(|b| b.block_id).collect(),
+            Command::SendBlocks {
+                conn: to, blocks, ..
+            } if *to == conn(conn_n) => blocks.iter().map(|b| b.id.spatial).collect(),
             _ => vec![],
         })
         .collect()
