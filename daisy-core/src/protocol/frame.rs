@@ -121,6 +121,21 @@ fn leading_type(payload: &[u8]) -> Option<&str> {
     std::str::from_utf8(rest.get(..len)?).ok()
 }
 
+/// The capacity `Framed` gives its read and write buffers.
+const BUFFER_BYTES: usize = 8 * 1024;
+
+/// Moves an emptied buffer's next byte back to the start of its memory.
+/// Otherwise each frame is read (or written) after the last one, walking
+/// through the whole buffer before it wraps: every frame lands on cache
+/// lines not touched for a while, which with thousands of connections
+/// (8 KiB each way, each) are long gone from the caches. Costs nothing
+/// when the buffer is at its start, allocates nothing otherwise.
+fn rewind(buffer: &mut BytesMut) {
+    if buffer.is_empty() && buffer.capacity() < BUFFER_BYTES {
+        buffer.reserve(BUFFER_BYTES);
+    }
+}
+
 /// Reads `In` messages and writes `Out` messages as frames of at most
 /// `max` payload bytes (the limit applies to what is read).
 #[derive(Debug)]
@@ -170,7 +185,12 @@ impl<In: Message, Out> Decoder for Codec<In, Out> {
             // Only a whole frame goes to the inner codec, which then
             // reserves nothing more.
             Some(len) if src.len() >= PREFIX + len => match self.frames.decode(src)? {
-                Some(payload) => decode(&payload).map(Some),
+                Some(payload) => {
+                    let message = decode(&payload);
+                    drop(payload);
+                    rewind(src);
+                    message.map(Some)
+                }
                 None => Ok(None),
             },
             _ => Ok(None),
@@ -193,6 +213,7 @@ impl<In, Out: Outgoing> Encoder<Out> for Codec<In, Out> {
         message
             .write_payload(&mut self.payload)
             .map_err(|e| FrameError::Encode(e.to_string()))?;
+        rewind(dst);
         Ok(self.frames.encode(self.payload.as_slice(), dst)?)
     }
 }
@@ -207,6 +228,7 @@ impl<In, Out> Encoder<Payload> for Codec<In, Out> {
     type Error = FrameError;
 
     fn encode(&mut self, payload: Payload, dst: &mut BytesMut) -> Result<(), FrameError> {
+        rewind(dst);
         Ok(self.frames.encode(payload.0.as_slice(), dst)?)
     }
 }
@@ -331,6 +353,28 @@ mod tests {
             decode::<ToDriver>(&payload).unwrap(),
             ToDriver::AcquireBlocks { max: 2 }
         );
+    }
+
+    #[test]
+    fn each_frame_is_read_and_written_at_the_start_of_its_buffer() {
+        use tokio_util::bytes::Buf;
+        let mut codec = Codec::<ToDriver, ToDriver>::new(1024);
+        let (mut read, mut written) = (BytesMut::with_capacity(BUFFER_BYTES), BytesMut::new());
+        written.reserve(BUFFER_BYTES);
+        let (read_start, write_start) = (read.as_ptr(), written.as_ptr());
+        let frame = encode(&ToDriver::AcquireBlocks { max: 1 }).unwrap();
+        for _ in 0..3 {
+            read.extend_from_slice(&frame);
+            assert!(codec.decode(&mut read).unwrap().is_some());
+            assert_eq!(
+                read.as_ptr(),
+                read_start,
+                "the next read lands at the start"
+            );
+            codec.encode(ToDriver::Heartbeat, &mut written).unwrap();
+            assert_eq!(written.as_ptr(), write_start, "written from the start");
+            written.advance(written.len());
+        }
     }
 
     #[tokio::test]
