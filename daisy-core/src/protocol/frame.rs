@@ -121,14 +121,17 @@ fn leading_type(payload: &[u8]) -> Option<&str> {
     std::str::from_utf8(rest.get(..len)?).ok()
 }
 
-/// The capacity `Framed` gives its read and write buffers.
-const BUFFER_BYTES: usize = 8 * 1024;
+/// The capacity a transport's read and write buffers start with: a few
+/// of the messages sent per block (batches of blocks grow them). Not
+/// `Framed`'s 8 KiB each way: with thousands of connections, every
+/// connection's state should sit on as few pages as it can.
+const BUFFER_BYTES: usize = 1024;
 
 /// Moves an emptied buffer's next byte back to the start of its memory.
 /// Otherwise each frame is read (or written) after the last one, walking
 /// through the whole buffer before it wraps: every frame lands on cache
 /// lines not touched for a while, which with thousands of connections
-/// (8 KiB each way, each) are long gone from the caches. Costs nothing
+/// (a buffer each way, each) are long gone from the caches. Costs nothing
 /// when the buffer is at its start, allocates nothing otherwise.
 fn rewind(buffer: &mut BytesMut) {
     if buffer.is_empty() && buffer.capacity() < BUFFER_BYTES {
@@ -247,9 +250,9 @@ where
 {
     /// A transport over `stream` that reads frames of at most `max` bytes.
     pub fn new(stream: S, max: u32) -> Self {
-        Self {
-            framed: Framed::new(stream, Codec::new(max)),
-        }
+        let mut framed = Framed::with_capacity(stream, Codec::new(max), BUFFER_BYTES);
+        *framed.write_buffer_mut() = BytesMut::with_capacity(BUFFER_BYTES);
+        Self { framed }
     }
 
     /// Changes the limit on frames read from now on (the Hello has a
