@@ -322,7 +322,7 @@ fn a_parked_worker_is_served_when_its_upstream_block_is_done_after_the_mark() {
     let mark = released
         .iter()
         .position(|c| matches!(c, Command::MarkDone { .. }));
-    let send = (released.iter()).position(|c| matches!(c, Command::Send { .. }));
+    let send = (released.iter()).position(|c| matches!(c, Command::SendBlocks { .. }));
     assert!(
         mark < send,
         "the upstream block is marked before anything depends on it"
