@@ -558,7 +558,8 @@ mod tests {
         let tasks = ["t", "a \"quoted\"\n\\ task", "tâche ✓", ""];
         let times = [TIME, 0.0, -1.5, 1e21, 1.0e-7, f64::NAN, f64::INFINITY];
         let seconds = [None, Some(0.1), Some(f64::NAN), Some(-0.0), Some(3e300)];
-        for (task, &time) in tasks.iter().zip(times.iter().cycle()) {
+        let lines = (tasks.iter()).flat_map(|task| times.iter().map(move |&time| (task, time)));
+        for (task, time) in lines {
             for (&seconds, worker_id) in seconds
                 .iter()
                 .zip([None, Some(0), Some(u64::MAX)].iter().cycle())
