@@ -15,6 +15,7 @@
 //! - [`task`]: `TaskSpec`, `Fit`.
 //! - [`geometry`]: where a task's blocks sit (`BlockGrid`), geometry checks.
 //! - [`graph`]: levels, conflicts, upstream/downstream (`DependencyGraph`).
+//! - [`id_hash`]: fast hash maps for ids the driver hands out.
 //! - [`protocol`]: the wire protocol: messages, framing, handshake.
 //! - [`context`]: `DAISY_CONTEXT`, how a worker finds its driver.
 //! - [`scheduler`]: ready blocks, retries, orphans, counters.
@@ -28,6 +29,7 @@ pub mod coordinate;
 pub mod divisor;
 pub mod geometry;
 pub mod graph;
+pub mod id_hash;
 pub mod marker_grid;
 pub mod printable;
 pub mod protocol;

@@ -74,6 +74,13 @@ impl Roi {
         self.shape
     }
 
+    /// The offset and the shape, borrowed (the wire's encoder writes
+    /// them without copying the coordinates).
+    #[inline]
+    pub fn as_slices(&self) -> [&[i64]; 2] {
+        [self.offset.as_slice(), self.shape.as_slice()]
+    }
+
     #[inline]
     pub fn begin(&self) -> Coordinate {
         self.offset

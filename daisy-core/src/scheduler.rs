@@ -50,9 +50,10 @@ use crate::block::{Block, BlockId, TaskIdx};
 use crate::cell_set::CellSet;
 use crate::geometry::BlockGrid;
 use crate::graph::{DependencyGraph, LevelBlocks};
+use crate::id_hash::IdMap;
 use serde::{Deserialize, Serialize};
 use std::cmp::Reverse;
-use std::collections::{BinaryHeap, HashMap, HashSet, VecDeque};
+use std::collections::{BinaryHeap, HashSet, VecDeque};
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -135,7 +136,7 @@ struct TaskQueue {
     /// it comes first.
     peeked: Option<Block>,
     /// Failures so far of blocks that failed and may still be retried.
-    retries: HashMap<BlockId, u32>,
+    retries: IdMap<BlockId, u32>,
     /// Blocks that succeeded (in this run or an earlier one).
     completed: CellSet,
     /// Blocks failed for good, orphaned or left.
@@ -172,7 +173,7 @@ impl TaskQueue {
             roots,
             ready: seeds,
             peeked: None,
-            retries: HashMap::new(),
+            retries: IdMap::default(),
             completed: CellSet::default(),
             dead: CellSet::default(),
             abandoned: false,
@@ -194,11 +195,11 @@ struct DelayedRetry {
 pub struct Scheduler {
     graph: Arc<DependencyGraph>,
     tasks: Vec<TaskQueue>,
-    in_flight: HashMap<BlockId, Block>,
+    in_flight: IdMap<BlockId, Block>,
     /// Retries waiting for their backoff delay, earliest due first.
     delayed: BinaryHeap<Reverse<DelayedRetry>>,
     /// The blocks of `delayed`, by id.
-    delayed_blocks: HashMap<BlockId, Block>,
+    delayed_blocks: IdMap<BlockId, Block>,
     /// Counts delayed retries, to order equal due times.
     delayed_seq: u64,
     /// The blocks this run may hand out, if restricted (see
@@ -218,9 +219,9 @@ impl Scheduler {
         Self {
             graph,
             tasks,
-            in_flight: HashMap::new(),
+            in_flight: IdMap::default(),
             delayed: BinaryHeap::new(),
-            delayed_blocks: HashMap::new(),
+            delayed_blocks: IdMap::default(),
             delayed_seq: 0,
             only: None,
             only_per_task: Vec::new(),

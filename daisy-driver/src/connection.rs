@@ -18,7 +18,7 @@
 //! peer that does not read what it is sent is disconnected when its outbox
 //! is full, or when a write has waited for it as long as silence would.
 
-use daisy_core::protocol::frame::encode;
+use daisy_core::protocol::frame::{encode, Payload};
 use daisy_core::protocol::hello::check_hello;
 use daisy_core::protocol::{FrameError, FromDriver, Hello, Message, ToDriver, Transport, Welcome};
 use std::fmt;
@@ -78,10 +78,30 @@ impl ConnSettings {
 /// observer wanting snapshots) is disconnected instead of growing it.
 pub const OUTBOX_CAPACITY: usize = 64;
 
+/// What the run loop has a connection write: a message, or the payload
+/// of one written already (blocks, written straight from the scheduler's).
+///
+/// Small on purpose: a connection's outbox is a ring of slots of this
+/// size, each message written to the next one, so a 176-byte message
+/// walked through 5.6 KB per connection, cold with thousands of
+/// connections. Blocks, the message of every round trip, are a `Vec`
+/// already; the other messages are rare enough to be boxed.
+#[derive(Debug)]
+pub enum ToPeer {
+    Message(Box<FromDriver>),
+    Payload(Payload),
+}
+
+impl From<FromDriver> for ToPeer {
+    fn from(message: FromDriver) -> Self {
+        ToPeer::Message(Box::new(message))
+    }
+}
+
 /// The run loop's way to a connection's task.
 #[derive(Debug, Clone)]
 pub struct Outbox {
-    messages: mpsc::Sender<FromDriver>,
+    messages: mpsc::Sender<ToPeer>,
     /// Told when a message did not fit: the task then ends the
     /// connection, since its peer does not read.
     overflowed: Arc<Notify>,
@@ -90,8 +110,8 @@ pub struct Outbox {
 impl Outbox {
     /// Queues `message`; if the outbox is full, the connection ends
     /// instead. Never waits: the run loop must not block on a peer.
-    pub fn send(&self, message: FromDriver) {
-        match self.messages.try_send(message) {
+    pub fn send(&self, message: impl Into<ToPeer>) {
+        match self.messages.try_send(message.into()) {
             Ok(()) => {}
             Err(TrySendError::Full(_)) => self.overflowed.notify_one(),
             // The connection is ending; its Closed event follows.
@@ -139,7 +159,7 @@ type DriverEnd = Transport<TcpStream, ToDriver, FromDriver>;
 
 /// The receiving end of an [`Outbox`].
 struct Inbox {
-    messages: mpsc::Receiver<FromDriver>,
+    messages: mpsc::Receiver<ToPeer>,
     overflowed: Arc<Notify>,
 }
 
@@ -360,7 +380,7 @@ impl Link {
     }
 
     /// Writes the run loop's next message, and any queued behind it.
-    async fn on_outgoing(&mut self, message: Option<FromDriver>) -> Result<(), Ended> {
+    async fn on_outgoing(&mut self, message: Option<ToPeer>) -> Result<(), Ended> {
         match message {
             Some(message) => self.write(message).await,
             None => Err((true, "closed by the driver".to_string())),
@@ -391,7 +411,7 @@ impl Link {
     /// Writes `first` and whatever the outbox holds behind it, in one
     /// write, unless the peer leaves it unread for as long as silence
     /// would make it gone, or its outbox overflows meanwhile.
-    async fn write(&mut self, first: FromDriver) -> Result<(), Ended> {
+    async fn write(&mut self, first: impl Into<ToPeer>) -> Result<(), Ended> {
         let limit = self.settings.silence_limit();
         let Self {
             transport,
@@ -399,7 +419,7 @@ impl Link {
             told_to_stop,
             ..
         } = self;
-        let queued = write_queued(transport, &mut inbox.messages, told_to_stop, first);
+        let queued = write_queued(transport, &mut inbox.messages, told_to_stop, first.into());
         let written = tokio::select! {
             written = tokio::time::timeout(limit, queued) => written,
             () = inbox.overflowed.notified() => return Err((false, self.unread())),
@@ -432,14 +452,19 @@ impl Link {
 /// noting a Shutdown among them.
 async fn write_queued(
     transport: &mut DriverEnd,
-    queued: &mut mpsc::Receiver<FromDriver>,
+    queued: &mut mpsc::Receiver<ToPeer>,
     told_to_stop: &mut bool,
-    first: FromDriver,
+    first: ToPeer,
 ) -> Result<(), FrameError> {
     let mut next = Some(first);
     while let Some(message) = next {
-        *told_to_stop |= matches!(message, FromDriver::Shutdown { .. });
-        transport.feed(message).await?;
+        match message {
+            ToPeer::Message(message) => {
+                *told_to_stop |= matches!(*message, FromDriver::Shutdown { .. });
+                transport.feed(*message).await?;
+            }
+            ToPeer::Payload(payload) => transport.feed_payload(payload).await?,
+        }
         next = queued.try_recv().ok();
     }
     transport.flush().await
@@ -454,6 +479,12 @@ mod tests {
 
     /// Every wait in these tests gives up after this long.
     const WAIT: Duration = Duration::from_secs(5);
+
+    #[test]
+    fn an_outbox_slot_stays_small() {
+        // Three words: a boxed message or a payload's Vec.
+        assert!(std::mem::size_of::<ToPeer>() <= 24);
+    }
 
     /// The peer's end of a connection.
     type PeerEnd = Transport<TcpStream, FromDriver, ToDriver>;

@@ -1,14 +1,18 @@
-//! Reading the message a worker gets per block, `blocks`, without serde
-//! when it is laid out as drivers write it ([`super::outgoing`]): keys in
-//! that order, no others. Through serde (or rmp's own readers, which read
-//! a byte at a time through `io::Read`) its blocks cost a worker more
-//! than anything else it does per block but relaying them. Any other
+//! Reading the messages sent per block without serde when they are laid
+//! out as daisy writes them: `blocks` as drivers write it
+//! ([`super::outgoing`]), keys in that order, no others, and
+//! `release_blocks` as daisy's workers write it (serde's order, results
+//! with an id, `ok` and maybe `seconds`). Through serde (or rmp's own
+//! readers, which read a byte at a time through `io::Read`) its blocks
+//! cost a worker more than anything else it does per block but relaying
+//! them, and a release was a tenth of the driver's work per block in
+//! batches. Any other
 //! layout, and any error, is left to serde, which reads every layout the
 //! protocol allows and words the errors: this only ever gives what serde
 //! would.
 
-use crate::protocol::messages::FromDriver;
-use crate::protocol::user_code::{WireBlock, WireRoi};
+use crate::protocol::messages::{FromDriver, ToDriver};
+use crate::protocol::user_code::{BlockResult, WireBlock, WireRoi};
 
 /// The `blocks` message in `payload`, if it has the drivers' layout.
 pub(super) fn read_blocks(payload: &[u8]) -> Option<FromDriver> {
@@ -24,6 +28,24 @@ pub(super) fn read_blocks(payload: &[u8]) -> Option<FromDriver> {
         blocks.push(rest.block()?);
     }
     rest.0.is_empty().then_some(FromDriver::Blocks { blocks })
+}
+
+/// The `release_blocks` message in `payload`, if it has the layout of
+/// daisy's workers (results with an error or a cost go to serde).
+pub(super) fn read_release(payload: &[u8]) -> Option<ToDriver> {
+    let mut rest = Reader(payload);
+    rest.expect_map(2)?;
+    rest.expect_key(b"type")?;
+    rest.expect_key(b"release_blocks")?;
+    rest.expect_key(b"results")?;
+    let count = rest.array_len()?;
+    let mut results = Vec::with_capacity(count.min(rest.0.len()));
+    for _ in 0..count {
+        results.push(rest.result()?);
+    }
+    rest.0
+        .is_empty()
+        .then_some(ToDriver::ReleaseBlocks { results })
 }
 
 /// MessagePack, read from the front of a slice.
@@ -48,6 +70,43 @@ impl<'a> Reader<'a> {
         })
     }
 
+    fn result(&mut self) -> Option<BlockResult> {
+        let fields = self.map_len()?;
+        self.expect_key(b"block_id")?;
+        let block_id = u64::try_from(self.int()?).ok()?;
+        self.expect_key(b"ok")?;
+        let ok = match self.byte()? {
+            0xc2 => false,
+            0xc3 => true,
+            _ => return None,
+        };
+        let seconds = match fields {
+            2 => None,
+            3 => {
+                self.expect_key(b"seconds")?;
+                Some(self.float()?)
+            }
+            _ => return None,
+        };
+        Some(BlockResult {
+            block_id,
+            ok,
+            error: None,
+            seconds,
+            cost: None,
+        })
+    }
+
+    fn float(&mut self) -> Option<f64> {
+        match self.byte()? {
+            0xcb => Some(f64::from_be_bytes(self.take(8)?.try_into().ok()?)),
+            0xca => Some(f64::from(f32::from_be_bytes(
+                self.take(4)?.try_into().ok()?,
+            ))),
+            _ => None,
+        }
+    }
+
     fn roi(&mut self) -> Option<WireRoi> {
         self.expect_map(2)?;
         self.expect_key(b"offset")?;
@@ -67,13 +126,16 @@ impl<'a> Reader<'a> {
     }
 
     fn expect_map(&mut self, len: usize) -> Option<()> {
-        let found = match self.byte()? {
-            marker @ 0x80..=0x8f => usize::from(marker & 0x0f),
-            0xde => self.uint(2)?,
-            0xdf => self.uint(4)?,
-            _ => return None,
-        };
-        (found == len).then_some(())
+        (self.map_len()? == len).then_some(())
+    }
+
+    fn map_len(&mut self) -> Option<usize> {
+        match self.byte()? {
+            marker @ 0x80..=0x8f => Some(usize::from(marker & 0x0f)),
+            0xde => self.uint(2),
+            0xdf => self.uint(4),
+            _ => None,
+        }
     }
 
     fn array_len(&mut self) -> Option<usize> {
@@ -193,6 +255,50 @@ mod tests {
         blocks().write_payload(&mut cut_short).unwrap();
         cut_short.pop();
         assert_eq!(read_blocks(&cut_short), None);
+    }
+
+    fn release() -> ToDriver {
+        let result = |block_id, ok, seconds| BlockResult {
+            block_id,
+            ok,
+            error: None,
+            seconds,
+            cost: None,
+        };
+        let results = vec![
+            result(0, true, None),
+            result(u64::MAX, false, Some(0.25)),
+            result(1 << 40, true, Some(f64::INFINITY)),
+        ];
+        ToDriver::ReleaseBlocks { results }
+    }
+
+    #[test]
+    fn releases_as_workers_write_them_are_read_as_serde_reads_them() {
+        let payload = rmp_serde::to_vec_named(&release()).unwrap();
+        assert_eq!(read_release(&payload), Some(release()));
+        // As a worker in another language may write it: seconds as an f32.
+        let mut payload = b"\x82\xa4type\xaerelease_blocks\xa7results\x91".to_vec();
+        payload.extend(b"\x83\xa8block_id\x03\xa2ok\xc3\xa7seconds\xca");
+        payload.extend(0.1f32.to_be_bytes());
+        let by_serde = crate::protocol::frame::decode::<ToDriver>(&payload).unwrap();
+        assert_eq!(read_release(&payload), Some(by_serde));
+    }
+
+    #[test]
+    fn releases_in_any_other_layout_are_left_to_serde() {
+        let with_error = &b"\x83\xa8block_id\x01\xa2ok\xc2\xa5error\xa1e"[..];
+        let reordered = &b"\x82\xa2ok\xc3\xa8block_id\x01"[..];
+        let int_seconds = &b"\x83\xa8block_id\x01\xa2ok\xc3\xa7seconds\x01"[..];
+        for result in [with_error, reordered, int_seconds] {
+            let mut payload = b"\x82\xa4type\xaerelease_blocks\xa7results\x91".to_vec();
+            payload.extend(result);
+            assert_eq!(read_release(&payload), None, "{result:?}");
+            assert!(crate::protocol::frame::decode::<ToDriver>(&payload).is_ok());
+        }
+        let mut cut_short = rmp_serde::to_vec_named(&release()).unwrap();
+        cut_short.pop();
+        assert_eq!(read_release(&cut_short), None);
     }
 
     #[test]

@@ -286,6 +286,12 @@ impl Message for ToDriver {
         Self::deserialize_tagged(kind, body)
     }
 
+    fn read_directly(kind: &str, payload: &[u8]) -> Option<Self> {
+        (kind == "release_blocks")
+            .then(|| crate::protocol::incoming::read_release(payload))
+            .flatten()
+    }
+
     const TYPES: &'static [&'static str] = &[
         "hello",
         "acquire_blocks",

@@ -6,6 +6,7 @@
 //! (a generic call per key and number); written here straight with rmp's
 //! encoders, they make the very bytes serde makes (a test compares them).
 
+use crate::block::Block;
 use crate::protocol::messages::{FromDriver, ToDriver};
 use crate::protocol::user_code::{WireBlock, WireRoi};
 use rmp::encode::{self, ValueWriteError};
@@ -34,32 +35,88 @@ type Written = Result<(), ValueWriteError<std::io::Error>>;
 
 /// `{"type": "blocks", "blocks": [..]}`, field order as serde's.
 fn write_blocks(out: &mut Vec<u8>, blocks: &[WireBlock]) -> Written {
+    write_blocks_of(out, blocks.iter().map(WireBlock::fields))
+}
+
+/// The payload of a `blocks` message handing out `blocks` of the task
+/// `task_id`, written straight from the scheduler's blocks: the bytes
+/// of [`FromDriver::Blocks`] with their [`WireBlock`]s, without making
+/// those (five allocations per block).
+pub fn blocks_payload<'b>(
+    task_id: &str,
+    blocks: impl ExactSizeIterator<Item = &'b Block>,
+) -> Vec<u8> {
+    let mut payload = Vec::with_capacity(32 + 64 * blocks.len());
+    let blocks = blocks.map(|block| BlockFields::of(task_id, block));
+    write_blocks_of(&mut payload, blocks).expect("writing to a Vec fails only past u32::MAX items");
+    payload
+}
+
+/// What a `blocks` message says of one block.
+struct BlockFields<'a> {
+    task_id: &'a str,
+    block_id: u64,
+    read: [&'a [i64]; 2],
+    write: [&'a [i64]; 2],
+}
+
+impl<'a> BlockFields<'a> {
+    fn of(task_id: &'a str, block: &'a Block) -> Self {
+        Self {
+            task_id,
+            block_id: block.id.spatial,
+            read: block.read_roi.as_slices(),
+            write: block.write_roi.as_slices(),
+        }
+    }
+}
+
+impl WireBlock {
+    fn fields(&self) -> BlockFields<'_> {
+        fn roi(roi: &WireRoi) -> [&[i64]; 2] {
+            [&roi.offset, &roi.shape]
+        }
+        BlockFields {
+            task_id: &self.task_id,
+            block_id: self.block_id,
+            read: roi(&self.read_roi),
+            write: roi(&self.write_roi),
+        }
+    }
+}
+
+fn write_blocks_of<'a>(
+    out: &mut Vec<u8>,
+    blocks: impl ExactSizeIterator<Item = BlockFields<'a>>,
+) -> Written {
     encode::write_map_len(out, 2)?;
     write_key(out, "type")?;
     encode::write_str(out, "blocks")?;
     write_key(out, "blocks")?;
     encode::write_array_len(out, len(blocks.len())?)?;
-    blocks.iter().try_for_each(|block| write_block(out, block))
+    blocks
+        .into_iter()
+        .try_for_each(|block| write_block(out, &block))
 }
 
-fn write_block(out: &mut Vec<u8>, block: &WireBlock) -> Written {
+fn write_block(out: &mut Vec<u8>, block: &BlockFields) -> Written {
     encode::write_map_len(out, 4)?;
     write_key(out, "task_id")?;
-    encode::write_str(out, &block.task_id)?;
+    encode::write_str(out, block.task_id)?;
     write_key(out, "block_id")?;
     encode::write_uint(out, block.block_id)?;
     write_key(out, "read_roi")?;
-    write_roi(out, &block.read_roi)?;
+    write_roi(out, block.read)?;
     write_key(out, "write_roi")?;
-    write_roi(out, &block.write_roi)
+    write_roi(out, block.write)
 }
 
-fn write_roi(out: &mut Vec<u8>, roi: &WireRoi) -> Written {
+fn write_roi(out: &mut Vec<u8>, [offset, shape]: [&[i64]; 2]) -> Written {
     encode::write_map_len(out, 2)?;
     write_key(out, "offset")?;
-    write_ints(out, &roi.offset)?;
+    write_ints(out, offset)?;
     write_key(out, "shape")?;
-    write_ints(out, &roi.shape)
+    write_ints(out, shape)
 }
 
 fn write_ints(out: &mut Vec<u8>, values: &[i64]) -> Written {
@@ -126,6 +183,31 @@ mod tests {
             let message = FromDriver::Blocks { blocks };
             let by_serde = rmp_serde::to_vec_named(&message).unwrap();
             assert_eq!(written(&message), by_serde);
+        }
+    }
+
+    #[test]
+    fn blocks_are_written_from_the_schedulers_blocks_as_serde_writes_them() {
+        use crate::{BlockId, Roi, TaskIdx};
+        let block = |spatial, offset: &[i64], shape: &[i64]| Block {
+            id: BlockId {
+                task: TaskIdx(2),
+                spatial,
+            },
+            read_roi: Roi::from_slices(offset, shape),
+            write_roi: Roi::from_slices(&offset[1..], &shape[1..]),
+        };
+        let blocks = [
+            block(0, &[0, -1], &[3, 1]),
+            block(1 << 40, &[i64::MAX, 128, -129], &[65_536, 255, 256]),
+        ];
+        for blocks in [&blocks[..0], &blocks[..]] {
+            let wire = blocks
+                .iter()
+                .map(|b| WireBlock::new("predict", b))
+                .collect();
+            let by_serde = rmp_serde::to_vec_named(&FromDriver::Blocks { blocks: wire }).unwrap();
+            assert_eq!(blocks_payload("predict", blocks.iter()), by_serde);
         }
     }
 

@@ -8,7 +8,7 @@
 use super::core::{Command, Core, CoreSettings, Input};
 use super::launcher_thread::{LauncherEvent, LauncherThread};
 use super::RunOptions;
-use crate::connection::{ConnEvent, ConnId, Outbox, PeerEvent};
+use crate::connection::{ConnEvent, ConnId, Outbox, PeerEvent, ToPeer};
 use crate::launch;
 use crate::outcome_recorder::Attempt;
 use crate::outcome_recorder::OutcomeRecorder;
@@ -18,10 +18,12 @@ use crate::run_dir::RunDir;
 use crate::slots::SlotId;
 use crate::summary::{RunEnd, RunSummary};
 use daisy_core::context::{WorkerContext, CONTEXT_ENV};
-use daisy_core::protocol::{FromDriver, Welcome};
+use daisy_core::id_hash::IdMap;
+use daisy_core::protocol::frame::Payload;
+use daisy_core::protocol::outgoing::blocks_payload;
+use daisy_core::protocol::Welcome;
 use daisy_core::{Block, TaskIdx};
 use launchers::WorkerRequest;
-use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Instant;
 use tokio::sync::oneshot;
@@ -33,9 +35,9 @@ pub struct Shell {
     options: RunOptions,
     /// What launched workers are told to connect to.
     context: WorkerContext,
-    outboxes: HashMap<ConnId, Outbox>,
+    outboxes: IdMap<ConnId, Outbox>,
     /// Connections waiting for the answer to their Hello.
-    replies: HashMap<ConnId, oneshot::Sender<Result<Welcome, String>>>,
+    replies: IdMap<ConnId, oneshot::Sender<Result<Welcome, String>>>,
     launcher: LauncherThread,
     recorder: OutcomeRecorder,
     progress: Progress,
@@ -73,8 +75,8 @@ impl Shell {
             run_dir: run_dir.clone(),
             options: options.clone(),
             context,
-            outboxes: HashMap::new(),
-            replies: HashMap::new(),
+            outboxes: IdMap::default(),
+            replies: IdMap::default(),
             launcher,
             recorder,
             fatal: None,
@@ -198,6 +200,15 @@ impl Shell {
                     outbox.send(message);
                 }
             }
+            Command::SendBlocks { conn, task, blocks } => {
+                if let Some(outbox) = self.outboxes.get(&conn) {
+                    let task_id = &self.pipeline.tasks[task.index()].spec.id;
+                    outbox.send(ToPeer::Payload(Payload(blocks_payload(
+                        task_id,
+                        blocks.iter(),
+                    ))));
+                }
+            }
             Command::StartWorkers { task, slots } => {
                 let requests = slots.iter().map(|&s| self.worker_request(task, s));
                 self.launcher.start(requests.collect());
@@ -268,10 +279,13 @@ impl Shell {
 /// goes out, none is marked and no worker is started.
 fn harmless_after_a_lost_mark(command: &Command) -> bool {
     match command {
-        Command::Answer { .. } | Command::CancelJobs(_) | Command::Record(_) => true,
-        Command::Send { message, .. } => !matches!(message, FromDriver::Blocks { .. }),
-        Command::StartWorkers { .. } | Command::MarkDone { .. } | Command::RecordFailure { .. } => {
-            false
-        }
+        Command::Answer { .. }
+        | Command::Send { .. }
+        | Command::CancelJobs(_)
+        | Command::Record(_) => true,
+        Command::SendBlocks { .. }
+        | Command::StartWorkers { .. }
+        | Command::MarkDone { .. }
+        | Command::RecordFailure { .. } => false,
     }
 }

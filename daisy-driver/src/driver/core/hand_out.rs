@@ -12,10 +12,9 @@
 //! waiting, until the next block to run is found.
 
 use super::peers::{Peer, Take};
-use super::{shutdown, Core, DoneBefore};
+use super::{shutdown, Command, Core, DoneBefore};
 use crate::connection::ConnId;
-use daisy_core::protocol::{FromDriver, WireBlock};
-use daisy_core::TaskIdx;
+use daisy_core::{Block, TaskIdx};
 
 /// The most blocks handed out in one `Blocks` message.
 pub(super) const MAX_BATCH: u32 = 1024;
@@ -63,8 +62,11 @@ impl Core {
         }
         worker.wants = None;
         worker.idle_since = None;
-        worker.held.extend(blocks.iter().map(|b| (b.block_id, now)));
-        self.send(conn, FromDriver::Blocks { blocks });
+        worker
+            .held
+            .extend(blocks.iter().map(|b| (b.id.spatial, now)));
+        self.commands
+            .push(Command::SendBlocks { conn, task, blocks });
     }
 
     /// Why a worker asking for blocks should stop instead. An idle launched
@@ -86,13 +88,11 @@ impl Core {
         }
     }
 
-    /// Up to `max` ready blocks of `task`, as they go on the wire.
-    fn take_blocks(&mut self, task: TaskIdx, max: u32, done_before: DoneBefore) -> Vec<WireBlock> {
-        let task_id = &self.pipeline.tasks[task.index()].spec.id;
+    /// Up to `max` ready blocks of `task`.
+    fn take_blocks(&mut self, task: TaskIdx, max: u32, done_before: DoneBefore) -> Vec<Block> {
         let scheduler = &mut self.scheduler;
         std::iter::from_fn(|| scheduler.acquire(task, &mut |b| done_before(b)))
             .take(max as usize)
-            .map(|block| WireBlock::new(task_id, &block))
             .collect()
     }
 

@@ -83,6 +83,13 @@ pub enum Command {
         conn: ConnId,
         message: FromDriver,
     },
+    /// Blocks of `task` for a welcomed connection, which now holds them
+    /// (a `blocks` message, written by the shell straight from them).
+    SendBlocks {
+        conn: ConnId,
+        task: TaskIdx,
+        blocks: Vec<Block>,
+    },
     /// Launch these workers of `task` (one submission: one job array).
     StartWorkers {
         task: TaskIdx,

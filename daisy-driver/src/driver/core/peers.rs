@@ -4,8 +4,9 @@
 
 use crate::connection::ConnId;
 use crate::slots::SlotId;
+use daisy_core::id_hash::IdMap;
 use daisy_core::TaskIdx;
-use std::collections::{BTreeSet, HashMap};
+use std::collections::BTreeSet;
 use std::time::Instant;
 
 /// A welcomed peer.
@@ -23,7 +24,7 @@ pub(super) struct Worker {
     /// Started by the launcher (holds a budget share), not by hand.
     pub launched: bool,
     /// Spatial ids of the blocks it holds, and since when.
-    pub held: HashMap<u64, Instant>,
+    pub held: IdMap<u64, Instant>,
     /// Set by `AcquireBlocks` until blocks (or Shutdown) are sent.
     pub wants: Option<u32>,
     /// Since when it has waited for blocks, if it does.
@@ -43,7 +44,7 @@ impl Worker {
             task,
             slot,
             launched,
-            held: HashMap::new(),
+            held: IdMap::default(),
             wants: None,
             idle_since: None,
             draining: None,
@@ -56,7 +57,7 @@ impl Worker {
 /// Every welcomed peer, and the workers whose acquire waits for blocks.
 #[derive(Debug)]
 pub(super) struct Peers {
-    peers: HashMap<ConnId, Peer>,
+    peers: IdMap<ConnId, Peer>,
     /// Per task, the workers whose acquire waits (`wants` is set): after a
     /// release only the tasks that have something for them are looked at,
     /// so its cost does not grow with the number of waiting workers.
@@ -90,7 +91,7 @@ pub(super) enum Take {
 impl Peers {
     pub fn new(tasks: usize) -> Self {
         Self {
-            peers: HashMap::new(),
+            peers: IdMap::default(),
             parked: (0..tasks).map(|_| Parked::default()).collect(),
         }
     }

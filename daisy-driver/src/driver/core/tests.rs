@@ -165,10 +165,9 @@ fn blocks_to(commands: &[Command], conn_n: u64) -> Vec<u64> {
     commands
         .iter()
         .flat_map(|c| match c {
-            Command::Send {
-                conn: to,
-                message: FromDriver::Blocks { blocks },
-            } if *to == conn(conn_n) => blocks.iter().map(|b| b.block_id).collect(),
+            Command::SendBlocks {
+                conn: to, blocks, ..
+            } if *to == conn(conn_n) => blocks.iter().map(|b| b.id.spatial).collect(),
             _ => vec![],
         })
         .collect()
@@ -323,7 +322,7 @@ fn a_parked_worker_is_served_when_its_upstream_block_is_done_after_the_mark() {
     let mark = released
         .iter()
         .position(|c| matches!(c, Command::MarkDone { .. }));
-    let send = (released.iter()).position(|c| matches!(c, Command::Send { .. }));
+    let send = (released.iter()).position(|c| matches!(c, Command::SendBlocks { .. }));
     assert!(
         mark < send,
         "the upstream block is marked before anything depends on it"
