@@ -389,11 +389,15 @@ impl WorkerProcess {
         if self.process.take_if(|p| !p.is_running()).is_some() {
             tracing::warn!("the worker command died; starting it again");
         }
-        let process = match self.process.take() {
-            Some(process) => process,
-            None => self.start()?,
-        };
-        Ok(self.process.insert(process))
+        // Borrowed in place: a `WorkerCommand` is large, and taking it out
+        // and putting it back copied it twice per batch.
+        match self.process {
+            Some(ref mut process) => Ok(process),
+            None => {
+                let process = self.start()?;
+                Ok(self.process.insert(process))
+            }
+        }
     }
 
     fn start(&self) -> Result<WorkerCommand, BlockFailure> {

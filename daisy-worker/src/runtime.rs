@@ -357,7 +357,12 @@ impl Worker {
         self.asked = false;
         match answer {
             Answer::Blocks(blocks) => {
-                self.queued.extend(blocks);
+                // Taken over, not copied, when nothing waits (the usual case).
+                if self.queued.is_empty() {
+                    self.queued = VecDeque::from(blocks);
+                } else {
+                    self.queued.extend(blocks);
+                }
                 self.start_next();
             }
             Answer::Shutdown(reason) => self.shutdown = Some(reason),
@@ -427,7 +432,8 @@ impl Worker {
         if self.queued.is_empty() {
             return;
         }
-        let batch: Vec<WireBlock> = self.queued.drain(..).collect();
+        // The queue's buffer becomes the batch: no allocation, no copy.
+        let batch = Vec::from(std::mem::take(&mut self.queued));
         let block_ids: Vec<u64> = batch.iter().map(|block| block.block_id).collect();
         tracing::debug!(?block_ids, "running batch");
         let handle = self.runner.start_batch(batch, &self.drain);

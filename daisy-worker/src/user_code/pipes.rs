@@ -257,6 +257,21 @@ impl Pipes {
     }
 }
 
+/// `bytes` without its line end, lossily decoded. A valid line (the
+/// usual) is checked in one pass: the lossy decoder's chunked scan cost
+/// more per answer than the rest of reading it.
+fn line_text(bytes: &[u8]) -> String {
+    let end = bytes
+        .iter()
+        .rposition(|&b| b != b'\n' && b != b'\r')
+        .map_or(0, |last| last + 1);
+    let bytes = &bytes[..end];
+    match std::str::from_utf8(bytes) {
+        Ok(text) => text.to_owned(),
+        Err(_) => String::from_utf8_lossy(bytes).into_owned(),
+    }
+}
+
 /// Bytes read from stdout and not yet taken as lines: `buf[..filled]`.
 /// The buffer keeps its length (zeroed once), so a read costs no memset.
 #[derive(Debug, Default)]
@@ -271,9 +286,7 @@ impl Incoming {
     }
 
     fn take(&mut self, len: usize) -> String {
-        let line = String::from_utf8_lossy(&self.buf[..len])
-            .trim_end_matches(['\n', '\r'])
-            .to_string();
+        let line = line_text(&self.buf[..len]);
         self.buf.copy_within(len..self.filled, 0);
         self.filled -= len;
         line
@@ -335,4 +348,28 @@ fn non_blocking(fd: OwnedFd) -> io::Result<File> {
     let flags = OFlag::from_bits_retain(fcntl(fd.as_raw_fd(), FcntlArg::F_GETFL)?);
     fcntl(fd.as_raw_fd(), FcntlArg::F_SETFL(flags | OFlag::O_NONBLOCK))?;
     Ok(File::from(fd))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::line_text;
+
+    #[test]
+    fn a_line_reads_as_the_lossy_decoder_reads_it_without_its_line_ends() {
+        let lines: [&[u8]; 8] = [
+            b"{\"block_id\": 1, \"ok\": true}\n",
+            b"plain\r\n",
+            b"ends\n\r\n\n",
+            b"\n",
+            b"",
+            b"caf\xc3\xa9 \xe2\x9c\x93\n",
+            b"bad \xff byte\r\n",
+            b"cut \xe2\x9c\r\n",
+        ];
+        for line in lines {
+            let lossy = String::from_utf8_lossy(line);
+            let expected = lossy.trim_end_matches(['\n', '\r']);
+            assert_eq!(line_text(line), expected, "{line:?}");
+        }
+    }
 }
