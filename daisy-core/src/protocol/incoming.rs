@@ -16,36 +16,37 @@ use crate::protocol::user_code::{BlockResult, WireBlock, WireRoi};
 
 /// The `blocks` message in `payload`, if it has the drivers' layout.
 pub(super) fn read_blocks(payload: &[u8]) -> Option<FromDriver> {
-    let mut rest = Reader(payload);
-    rest.expect_map(2)?;
-    rest.expect_key(b"type")?;
-    rest.expect_key(b"blocks")?;
-    rest.expect_key(b"blocks")?;
-    let count = rest.array_len()?;
-    // Never trust a length for an allocation: a block takes bytes.
-    let mut blocks = Vec::with_capacity(count.min(rest.0.len()));
-    for _ in 0..count {
-        blocks.push(rest.block()?);
-    }
-    rest.0.is_empty().then_some(FromDriver::Blocks { blocks })
+    let blocks = read_list(payload, b"blocks", b"blocks", Reader::block)?;
+    Some(FromDriver::Blocks { blocks })
 }
 
 /// The `release_blocks` message in `payload`, if it has the layout of
 /// daisy's workers (results with an error or a cost go to serde).
 pub(super) fn read_release(payload: &[u8]) -> Option<ToDriver> {
+    let results = read_list(payload, b"release_blocks", b"results", Reader::result)?;
+    Some(ToDriver::ReleaseBlocks { results })
+}
+
+/// The items of a message `{"type": kind, key: [item, ...]}` read by
+/// `item`, if the payload holds exactly that.
+fn read_list<'p, T>(
+    payload: &'p [u8],
+    kind: &[u8],
+    key: &[u8],
+    item: impl Fn(&mut Reader<'p>) -> Option<T>,
+) -> Option<Vec<T>> {
     let mut rest = Reader(payload);
     rest.expect_map(2)?;
     rest.expect_key(b"type")?;
-    rest.expect_key(b"release_blocks")?;
-    rest.expect_key(b"results")?;
+    rest.expect_key(kind)?;
+    rest.expect_key(key)?;
     let count = rest.array_len()?;
-    let mut results = Vec::with_capacity(count.min(rest.0.len()));
+    // Never trust a length for an allocation: an item takes bytes.
+    let mut items = Vec::with_capacity(count.min(rest.0.len()));
     for _ in 0..count {
-        results.push(rest.result()?);
+        items.push(item(&mut rest)?);
     }
-    rest.0
-        .is_empty()
-        .then_some(ToDriver::ReleaseBlocks { results })
+    rest.0.is_empty().then_some(items)
 }
 
 /// MessagePack, read from the front of a slice.

@@ -150,16 +150,24 @@ async fn blocks_are_released_ok_or_with_their_failure_until_shutdown() {
     assert_eq!(user_err, "broken\n");
 }
 
-#[tokio::test]
-async fn a_stop_during_a_block_lets_it_finish_and_be_released() {
-    let dir = tempfile::tempdir().unwrap();
-    let (running, go) = (dir.path().join("running"), dir.path().join("go"));
-    let mut started = start(sh(&runs_until(&running, &go)), dir.path(), 10.0, 3).await;
+/// A worker (heartbeats every `interval_s`, `misses` missed end it)
+/// running block 4, whose command goes on until the returned file exists.
+async fn running_block(dir: &Path, interval_s: f64, misses: u32) -> (Started, PathBuf) {
+    let (running, go) = (dir.join("running"), dir.join("go"));
+    let mut started = start(sh(&runs_until(&running, &go)), dir, interval_s, misses).await;
     let conn = &mut started.conn;
     assert_eq!(conn.recv().await, ToDriver::AcquireBlocks { max: 1 });
     let blocks = vec![block(4)];
     conn.send(&FromDriver::Blocks { blocks }).await;
     within("the block to start", wait_for_file(&running)).await;
+    (started, go)
+}
+
+#[tokio::test]
+async fn a_stop_during_a_block_lets_it_finish_and_be_released() {
+    let dir = tempfile::tempdir().unwrap();
+    let (mut started, go) = running_block(dir.path(), 10.0, 3).await;
+    let conn = &mut started.conn;
     started.stop.send(()).unwrap();
     let draining = ToDriver::Draining {
         reason: "told to stop".into(),
@@ -177,13 +185,8 @@ async fn a_stop_during_a_block_lets_it_finish_and_be_released() {
 #[tokio::test]
 async fn the_worker_heartbeats_while_a_block_runs() {
     let dir = tempfile::tempdir().unwrap();
-    let (running, go) = (dir.path().join("running"), dir.path().join("go"));
-    let mut started = start(sh(&runs_until(&running, &go)), dir.path(), 0.05, 1000).await;
+    let (mut started, go) = running_block(dir.path(), 0.05, 1000).await;
     let conn = &mut started.conn;
-    assert_eq!(conn.recv().await, ToDriver::AcquireBlocks { max: 1 });
-    let blocks = vec![block(4)];
-    conn.send(&FromDriver::Blocks { blocks }).await;
-    within("the block to start", wait_for_file(&running)).await;
     for _ in 0..3 {
         let heard = within("a heartbeat", conn.recv_any()).await;
         assert!(matches!(heard, Ok(ToDriver::Heartbeat)), "{heard:?}");
