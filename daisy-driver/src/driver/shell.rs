@@ -8,7 +8,7 @@
 use super::core::{Command, Core, CoreSettings, Input};
 use super::launcher_thread::{LauncherEvent, LauncherThread};
 use super::RunOptions;
-use crate::connection::{ConnEvent, ConnId, Outbox, PeerEvent, ToPeer};
+use crate::connection::{ConnEvent, ConnId, Outbox, PeerEvent};
 use crate::launch;
 use crate::outcome_recorder::Attempt;
 use crate::outcome_recorder::OutcomeRecorder;
@@ -203,10 +203,7 @@ impl Shell {
             Command::SendBlocks { conn, task, blocks } => {
                 if let Some(outbox) = self.outboxes.get(&conn) {
                     let task_id = &self.pipeline.tasks[task.index()].spec.id;
-                    outbox.send(ToPeer::Payload(Payload(blocks_payload(
-                        task_id,
-                        blocks.iter(),
-                    ))));
+                    outbox.send_payload(Payload(blocks_payload(task_id, blocks.iter())));
                 }
             }
             Command::StartWorkers { task, slots } => {

@@ -1,33 +1,43 @@
-//! One task per connection: handshake, then frames in and out.
+//! One task per connection: handshake, then frames in; the way out is
+//! shared with the run loop ([`outbox`]).
 //!
-//! The connection task owns the socket; the run loop owns all state. In
-//! between are channels. The task reads the Hello, asks the run loop, and
-//! once the peer is welcomed runs one `select!` over the frames the peer
-//! sends (requests go straight to the run loop), the run loop's messages
-//! from its outbox, the heartbeat tick (which also notices a silent peer)
-//! and the outbox's overflow. Reading a frame is cancel safe (the
-//! [`Transport`] keeps a half-read frame), so nothing else needs a task of
-//! its own. Whatever a peer sends, the worst outcome is a refusal and a
-//! closed connection: errors are reported to the run loop with the peer,
-//! never bubbled.
+//! The connection task reads the Hello, asks the run loop, and once the
+//! peer is welcomed runs one `select!` over the frames the peer sends
+//! (requests go straight to the run loop), its way out (what the socket
+//! did not take at once is written when the peer reads; an outbox that
+//! overflowed or was let go ends the connection) and the heartbeat tick
+//! (which also notices a silent peer, or one that leaves what it was sent
+//! unread). The run loop owns all state and writes its messages itself.
+//! Reading a frame is cancel safe (a half-read frame stays in the read
+//! buffer), so nothing else needs a task of its own. Whatever a peer
+//! sends, the worst outcome is a refusal and a closed connection: errors
+//! are reported to the run loop with the peer, never bubbled.
 //!
 //! What a peer can make the driver hold is bounded: before its Hello, a
 //! small first frame and a few seconds, with at most `max_unwelcomed`
 //! such connections at a time (more are turned away at once); after it,
-//! frames of `max_frame` and an outbox of [`OUTBOX_CAPACITY`] messages. A
-//! peer that does not read what it is sent is disconnected when its outbox
-//! is full, or when a write has waited for it as long as silence would.
+//! frames of `max_frame` and [`OUTBOX_CAPACITY`] messages waiting for it
+//! to read. A peer that does not read what it is sent is disconnected
+//! when that many wait, or when they have waited as long as silence would
+//! make it gone.
 
-use daisy_core::protocol::frame::{encode, Payload};
+mod outbox;
+
+pub use outbox::{Outbox, OUTBOX_CAPACITY};
+
+use daisy_core::protocol::frame::{encode, Codec};
 use daisy_core::protocol::hello::check_hello;
 use daisy_core::protocol::{FrameError, FromDriver, Hello, Message, ToDriver, Transport, Welcome};
+use outbox::{Shared, WriteEnd};
 use std::fmt;
+use std::future::poll_fn;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::net::TcpStream;
-use tokio::sync::mpsc::error::TrySendError;
-use tokio::sync::{mpsc, oneshot, Notify, OwnedSemaphorePermit};
+use tokio::sync::{mpsc, oneshot, OwnedSemaphorePermit};
+use tokio_util::bytes::BytesMut;
+use tokio_util::codec::Decoder;
 
 /// One accepted connection, for the run loop: never reused in a run, and
 /// not a worker's id (a worker that reconnects gets a new one).
@@ -73,53 +83,6 @@ impl ConnSettings {
     }
 }
 
-/// The most messages waiting to be written to one peer: a peer that asks
-/// and reads has one or two; one that keeps asking and never reads (an
-/// observer wanting snapshots) is disconnected instead of growing it.
-pub const OUTBOX_CAPACITY: usize = 64;
-
-/// What the run loop has a connection write: a message, or the payload
-/// of one written already (blocks, written straight from the scheduler's).
-///
-/// Small on purpose: a connection's outbox is a ring of slots of this
-/// size, each message written to the next one, so a 176-byte message
-/// walked through 5.6 KB per connection, cold with thousands of
-/// connections. Blocks, the message of every round trip, are a `Vec`
-/// already; the other messages are rare enough to be boxed.
-#[derive(Debug)]
-pub enum ToPeer {
-    Message(Box<FromDriver>),
-    Payload(Payload),
-}
-
-impl From<FromDriver> for ToPeer {
-    fn from(message: FromDriver) -> Self {
-        ToPeer::Message(Box::new(message))
-    }
-}
-
-/// The run loop's way to a connection's task.
-#[derive(Debug, Clone)]
-pub struct Outbox {
-    messages: mpsc::Sender<ToPeer>,
-    /// Told when a message did not fit: the task then ends the
-    /// connection, since its peer does not read.
-    overflowed: Arc<Notify>,
-}
-
-impl Outbox {
-    /// Queues `message`; if the outbox is full, the connection ends
-    /// instead. Never waits: the run loop must not block on a peer.
-    pub fn send(&self, message: impl Into<ToPeer>) {
-        match self.messages.try_send(message.into()) {
-            Ok(()) => {}
-            Err(TrySendError::Full(_)) => self.overflowed.notify_one(),
-            // The connection is ending; its Closed event follows.
-            Err(TrySendError::Closed(_)) => {}
-        }
-    }
-}
-
 /// What a connection tells the run loop.
 #[derive(Debug)]
 pub enum ConnEvent {
@@ -157,28 +120,6 @@ pub enum PeerEvent {
 /// The driver's end of a connection.
 type DriverEnd = Transport<TcpStream, ToDriver, FromDriver>;
 
-/// The receiving end of an [`Outbox`].
-struct Inbox {
-    messages: mpsc::Receiver<ToPeer>,
-    overflowed: Arc<Notify>,
-}
-
-fn outbox() -> (Outbox, Inbox) {
-    let (sender, messages) = mpsc::channel(OUTBOX_CAPACITY);
-    let overflowed = Arc::new(Notify::new());
-    let outbox = Outbox {
-        messages: sender,
-        overflowed: overflowed.clone(),
-    };
-    (
-        outbox,
-        Inbox {
-            messages,
-            overflowed,
-        },
-    )
-}
-
 /// Serves one accepted connection until it ends. `unwelcomed` is its
 /// place among the connections that have not been welcomed yet, given
 /// up once the Hello has been answered.
@@ -192,21 +133,23 @@ pub async fn serve(
 ) {
     let _ = socket.set_nodelay(true);
     let mut transport = DriverEnd::new(socket, settings.max_hello);
-    let (outbox, inbox) = outbox();
+    let (outbox, shared) = Outbox::new();
     let handshake = handshake(&mut transport, conn, &settings, &events, outbox).await;
     drop(unwelcomed);
     let welcome = match handshake {
         Ok(welcome) => welcome,
         Err(reason) => return refuse(&mut transport, peer, reason, &events).await,
     };
-    transport.set_max_frame(settings.max_frame);
     let (clean, why) = match transport.send(FromDriver::Welcome(welcome)).await {
         Ok(()) => {
-            let link = Link::new((conn, peer), settings, events.clone(), transport, inbox);
+            let (socket, read) = transport.into_parts();
+            shared.open(socket);
+            let link = Link::new((conn, peer), settings, events.clone(), shared.clone(), read);
             link.run().await
         }
         Err(error) => (false, error.to_string()),
     };
+    shared.task_ended();
     let _ = events.send(ConnEvent::Peer(PeerEvent::Closed { conn, clean, why }));
 }
 
@@ -297,15 +240,14 @@ struct Link {
     peer: SocketAddr,
     settings: Arc<ConnSettings>,
     events: mpsc::UnboundedSender<ConnEvent>,
-    transport: DriverEnd,
-    inbox: Inbox,
+    /// The way out, shared with the run loop, and the socket.
+    shared: Arc<Shared>,
+    /// Read from the socket and not yet decoded.
+    read: BytesMut,
+    codec: Codec<ToDriver, FromDriver>,
     /// When the peer last sent a frame: silence longer than the limit
     /// means it is gone.
     heard: Instant,
-    /// The run loop sent Shutdown: after it any end is clean, since a
-    /// worker that closes with heartbeats unread makes the kernel send a
-    /// reset, which is still a goodbye.
-    told_to_stop: bool,
 }
 
 impl Link {
@@ -313,30 +255,35 @@ impl Link {
         (conn, peer): (ConnId, SocketAddr),
         settings: Arc<ConnSettings>,
         events: mpsc::UnboundedSender<ConnEvent>,
-        transport: DriverEnd,
-        inbox: Inbox,
+        shared: Arc<Shared>,
+        read: BytesMut,
     ) -> Self {
         Self {
             conn,
             peer,
+            codec: Codec::new(settings.max_frame),
             settings,
             events,
-            transport,
-            inbox,
+            shared,
+            read,
             heard: Instant::now(),
-            told_to_stop: false,
         }
     }
 
-    /// Runs until the connection ends.
+    /// Runs until the connection ends. Frames come first: one that is
+    /// ready when the heartbeat falls due is no silence.
     async fn run(mut self) -> Ended {
         let mut heartbeat = tokio::time::interval(self.settings.heartbeat_interval);
+        let shared = self.shared.clone();
+        let Some(socket) = shared.socket() else {
+            return (false, "the connection was never opened".into());
+        };
         loop {
             let step = tokio::select! {
-                frame = self.transport.receive() => self.on_frame(frame).await,
-                out = self.inbox.messages.recv() => self.on_outgoing(out).await,
-                () = self.inbox.overflowed.notified() => Err((false, self.unread())),
-                _ = heartbeat.tick() => self.on_tick().await,
+                biased;
+                frame = receive(socket, &mut self.read, &mut self.codec) => self.on_frame(frame).await,
+                end = poll_fn(|cx| shared.poll_end(cx)) => Err(self.write_ended(end)),
+                _ = heartbeat.tick() => self.on_tick(),
             };
             if let Err(ended) = step {
                 return ended;
@@ -353,11 +300,11 @@ impl Link {
             Err(error) => {
                 let why = error.to_string();
                 // It ends for its own reason, whether the answer is written or not.
-                let _ = self
-                    .write(FromDriver::Error {
-                        reason: why.clone(),
-                    })
-                    .await;
+                self.shared.send(FromDriver::Error {
+                    reason: why.clone(),
+                });
+                let written = poll_fn(|cx| self.shared.poll_written(cx));
+                let _ = tokio::time::timeout(REFUSAL_WRITE, written).await;
                 return Err(self.ended(why));
             }
             Ok(message) => message,
@@ -366,7 +313,8 @@ impl Link {
             ToDriver::Heartbeat => Ok(()),
             ToDriver::Hello(_) => {
                 let reason = "Hello was already said".to_string();
-                self.write(FromDriver::Error { reason }).await
+                self.shared.send(FromDriver::Error { reason });
+                Ok(())
             }
             message => {
                 let event = ConnEvent::Peer(PeerEvent::Message {
@@ -379,65 +327,43 @@ impl Link {
         }
     }
 
-    /// Writes the run loop's next message, and any queued behind it.
-    async fn on_outgoing(&mut self, message: Option<ToPeer>) -> Result<(), Ended> {
-        match message {
-            Some(message) => self.write(message).await,
-            None => Err((true, "closed by the driver".to_string())),
+    /// Sends a heartbeat, unless the peer has been silent, or has left
+    /// what it was sent unread, for too long.
+    fn on_tick(&mut self) -> Result<(), Ended> {
+        let (now, limit) = (Instant::now(), self.settings.silence_limit());
+        let silent = now.saturating_duration_since(self.heard);
+        if silent > limit {
+            let why = format!("no message for {:.1} s", silent.as_secs_f64());
+            return Err((false, why));
         }
+        if self.shared.waited(now).is_some_and(|waited| waited > limit) {
+            let why = format!("the peer read nothing for {limit:?}");
+            return Err((false, self.disconnect(why)));
+        }
+        self.shared.send(FromDriver::Heartbeat);
+        Ok(())
     }
 
-    /// Sends a heartbeat, unless the peer has been silent too long.
-    async fn on_tick(&mut self) -> Result<(), Ended> {
-        let silent = self.heard.elapsed();
-        if silent > self.settings.silence_limit() {
-            // A frame that came while a write waited is not silence.
-            match self.transport.try_receive() {
-                Some(frame) => return self.on_frame(frame).await,
-                None => {
-                    let why = format!("no message for {:.1} s", silent.as_secs_f64());
-                    return Err((false, why));
-                }
+    /// How the connection ends when its way out does.
+    fn write_ended(&self, end: WriteEnd) -> Ended {
+        match end {
+            WriteEnd::ClosedByDriver => (true, "closed by the driver".to_string()),
+            WriteEnd::Overflowed => {
+                let why = format!(
+                    "the peer does not read: {OUTBOX_CAPACITY} messages for it were waiting"
+                );
+                (false, self.disconnect(why))
             }
+            WriteEnd::Failed(why) => (false, why),
+            WriteEnd::TaskEnded => (false, "the connection ended".to_string()),
         }
-        self.write(FromDriver::Heartbeat).await
     }
 
-    /// The connection ends for `why`: clean only after a Shutdown.
+    /// The connection ends for `why`: clean only after a Shutdown, since
+    /// a worker that closes with heartbeats unread makes the kernel send
+    /// a reset, which is still a goodbye.
     fn ended(&self, why: String) -> Ended {
-        (self.told_to_stop, why)
-    }
-
-    /// Writes `first` and whatever the outbox holds behind it, in one
-    /// write, unless the peer leaves it unread for as long as silence
-    /// would make it gone, or its outbox overflows meanwhile.
-    async fn write(&mut self, first: impl Into<ToPeer>) -> Result<(), Ended> {
-        let limit = self.settings.silence_limit();
-        let Self {
-            transport,
-            inbox,
-            told_to_stop,
-            ..
-        } = self;
-        let queued = write_queued(transport, &mut inbox.messages, told_to_stop, first.into());
-        let written = tokio::select! {
-            written = tokio::time::timeout(limit, queued) => written,
-            () = inbox.overflowed.notified() => return Err((false, self.unread())),
-        };
-        match written {
-            Ok(Ok(())) => Ok(()),
-            Ok(Err(error)) => Err((false, error.to_string())),
-            Err(_) => Err((
-                false,
-                self.disconnect(format!("the peer read nothing for {limit:?}")),
-            )),
-        }
-    }
-
-    /// Why a peer whose outbox overflowed is disconnected.
-    fn unread(&self) -> String {
-        let why = format!("the peer does not read: {OUTBOX_CAPACITY} messages for it were waiting");
-        self.disconnect(why)
+        (self.shared.told_to_stop(), why)
     }
 
     /// Says why the driver ends this connection (the run loop records
@@ -448,26 +374,25 @@ impl Link {
     }
 }
 
-/// Writes `first` and every message queued behind it in one write,
-/// noting a Shutdown among them.
-async fn write_queued(
-    transport: &mut DriverEnd,
-    queued: &mut mpsc::Receiver<ToPeer>,
-    told_to_stop: &mut bool,
-    first: ToPeer,
-) -> Result<(), FrameError> {
-    let mut next = Some(first);
-    while let Some(message) = next {
-        match message {
-            ToPeer::Message(message) => {
-                *told_to_stop |= matches!(*message, FromDriver::Shutdown { .. });
-                transport.feed(*message).await?;
-            }
-            ToPeer::Payload(payload) => transport.feed_payload(payload).await?,
+/// The peer's next message. Cancel safe: what was read stays in `read`.
+async fn receive(
+    socket: &TcpStream,
+    read: &mut BytesMut,
+    codec: &mut Codec<ToDriver, FromDriver>,
+) -> Result<ToDriver, FrameError> {
+    loop {
+        if let Some(message) = codec.decode(read)? {
+            return Ok(message);
         }
-        next = queued.try_recv().ok();
+        socket.readable().await?;
+        read.reserve(1);
+        match socket.try_read_buf(read) {
+            Ok(0) => return codec.decode_eof(read)?.ok_or(FrameError::Closed),
+            Ok(_) => {}
+            Err(error) if error.kind() == std::io::ErrorKind::WouldBlock => {}
+            Err(error) => return Err(error.into()),
+        }
     }
-    transport.flush().await
 }
 
 #[cfg(test)]
@@ -479,12 +404,6 @@ mod tests {
 
     /// Every wait in these tests gives up after this long.
     const WAIT: Duration = Duration::from_secs(5);
-
-    #[test]
-    fn an_outbox_slot_stays_small() {
-        // Three words: a boxed message or a payload's Vec.
-        assert!(std::mem::size_of::<ToPeer>() <= 24);
-    }
 
     /// The peer's end of a connection.
     type PeerEnd = Transport<TcpStream, FromDriver, ToDriver>;
@@ -506,6 +425,12 @@ mod tests {
         /// Serves one connection with `heartbeat` (2 misses), says Hello
         /// and plays the run loop's part of the handshake.
         async fn start(heartbeat: Duration) -> Self {
+            Self::start_sending_early(heartbeat, None).await
+        }
+
+        /// [`Self::start`], with `early` sent on the outbox before the
+        /// Hello is answered.
+        async fn start_sending_early(heartbeat: Duration, early: Option<FromDriver>) -> Self {
             let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
             let mut peer = connect(&listener).await;
             let mut events = spawn_serve(&listener, settings(heartbeat, WAIT)).await;
@@ -513,6 +438,9 @@ mod tests {
             let Some(ConnEvent::Hello { outbox, reply, .. }) = next(&mut events).await else {
                 panic!("expected the Hello first");
             };
+            if let Some(message) = early {
+                outbox.send(message);
+            }
             reply.send(Ok(welcome())).unwrap();
             let mut welcomed = Self {
                 peer,
@@ -529,17 +457,22 @@ mod tests {
 
         /// The next frame from the driver that is not a heartbeat.
         async fn receive(&mut self) -> FromDriver {
-            loop {
-                let frame = tokio::time::timeout(WAIT, self.peer.receive());
-                match frame.await.expect("a frame in time").unwrap() {
-                    FromDriver::Heartbeat => {}
-                    message => return message,
-                }
-            }
+            not_a_heartbeat(&mut self.peer).await.unwrap()
         }
 
         async fn event(&mut self) -> ConnEvent {
             next(&mut self.events).await.expect("an event")
+        }
+    }
+
+    /// What the driver writes next that is not a heartbeat.
+    async fn not_a_heartbeat(peer: &mut PeerEnd) -> Result<FromDriver, FrameError> {
+        loop {
+            let frame = tokio::time::timeout(WAIT, peer.receive());
+            match frame.await.expect("a frame in time") {
+                Ok(FromDriver::Heartbeat) => {}
+                frame => return frame,
+            }
         }
     }
 
@@ -713,6 +646,67 @@ mod tests {
             panic!("expected a refusal");
         };
         assert_eq!(reason, "frame of 1000 bytes exceeds the limit of 512 bytes");
+    }
+
+    #[tokio::test]
+    async fn what_the_run_loop_sends_before_the_welcome_is_written_follows_it() {
+        let reason = "the task is done".to_string();
+        let early = FromDriver::Shutdown { reason };
+        // `start` checks that the Welcome comes first.
+        let mut c = Welcomed::start_sending_early(Duration::from_secs(10), Some(early)).await;
+        assert!(matches!(c.receive().await, FromDriver::Shutdown { .. }));
+    }
+
+    #[tokio::test]
+    async fn an_outbox_let_go_ends_the_connection_cleanly_after_what_it_held() {
+        let Welcomed {
+            mut peer,
+            mut events,
+            outbox,
+        } = Welcomed::start(Duration::from_secs(10)).await;
+        outbox.send(FromDriver::Error {
+            reason: "last words".into(),
+        });
+        drop(outbox);
+        let last = not_a_heartbeat(&mut peer).await;
+        assert!(
+            matches!(&last, Ok(FromDriver::Error { reason }) if reason == "last words"),
+            "{last:?}"
+        );
+        let end = not_a_heartbeat(&mut peer).await;
+        assert!(matches!(end, Err(FrameError::Closed)), "{end:?}");
+        let Some(ConnEvent::Peer(PeerEvent::Closed { clean, why, .. })) = next(&mut events).await
+        else {
+            panic!("expected Closed");
+        };
+        assert!(clean);
+        assert_eq!(why, "closed by the driver");
+    }
+
+    #[tokio::test]
+    async fn a_peer_that_talks_but_never_reads_is_disconnected_after_the_silence_limit() {
+        let heartbeat = Duration::from_millis(20);
+        let mut c = Welcomed::start(heartbeat).await;
+        // Fewer messages than overflow the outbox, more bytes than the
+        // socket buffers hold.
+        let big = FromDriver::Error {
+            reason: "x".repeat(512 * 1024),
+        };
+        for _ in 0..OUTBOX_CAPACITY / 2 {
+            c.outbox.send(big.clone());
+        }
+        let closed = loop {
+            c.send(ToDriver::Heartbeat).await;
+            if let Ok(event) = c.events.try_recv() {
+                break event;
+            }
+            tokio::time::sleep(heartbeat / 4).await;
+        };
+        let ConnEvent::Peer(PeerEvent::Closed { clean, why, .. }) = closed else {
+            panic!("expected Closed");
+        };
+        assert!(!clean);
+        assert_eq!(why, "the peer read nothing for 40ms");
     }
 
     #[tokio::test]
