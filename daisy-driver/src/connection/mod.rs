@@ -23,7 +23,7 @@
 
 mod outbox;
 
-pub use outbox::{Outbox, OUTBOX_CAPACITY};
+pub use outbox::{Outbox, OUTBOX_CAPACITY, REQUESTS_AHEAD};
 
 use daisy_core::protocol::frame::{encode, Codec};
 use daisy_core::protocol::hello::check_hello;
@@ -271,7 +271,10 @@ impl Link {
     }
 
     /// Runs until the connection ends. Frames come first: one that is
-    /// ready when the heartbeat falls due is no silence.
+    /// ready when the heartbeat falls due is no silence. While the run
+    /// loop has not taken the peer's last [`REQUESTS_AHEAD`] requests, no
+    /// more are read: those of a peer that sends faster than it is
+    /// answered stay in its socket, not in the driver's memory.
     async fn run(mut self) -> Ended {
         let mut heartbeat = tokio::time::interval(self.settings.heartbeat_interval);
         let shared = self.shared.clone();
@@ -281,7 +284,9 @@ impl Link {
         loop {
             let step = tokio::select! {
                 biased;
-                frame = receive(socket, &mut self.read, &mut self.codec) => self.on_frame(frame).await,
+                frame = receive(socket, &mut self.read, &mut self.codec), if shared.may_read() => {
+                    self.on_frame(frame).await
+                }
                 end = poll_fn(|cx| shared.poll_end(cx)) => Err(self.write_ended(end)),
                 _ = heartbeat.tick() => self.on_tick(),
             };
@@ -322,7 +327,9 @@ impl Link {
                     message: message.with_texts_cut(),
                 });
                 let gone = |_| self.ended("the driver is shutting down".into());
-                self.events.send(event).map_err(gone)
+                self.events.send(event).map_err(gone)?;
+                self.shared.request_passed_on();
+                Ok(())
             }
         }
     }
@@ -332,13 +339,13 @@ impl Link {
     fn on_tick(&mut self) -> Result<(), Ended> {
         let (now, limit) = (Instant::now(), self.settings.silence_limit());
         let silent = now.saturating_duration_since(self.heard);
-        if silent > limit {
-            let why = format!("no message for {:.1} s", silent.as_secs_f64());
-            return Err((false, why));
-        }
         if self.shared.waited(now).is_some_and(|waited| waited > limit) {
             let why = format!("the peer read nothing for {limit:?}");
             return Err((false, self.disconnect(why)));
+        }
+        if silent > limit {
+            let why = format!("no message for {:.1} s", silent.as_secs_f64());
+            return Err((false, why));
         }
         self.shared.send(FromDriver::Heartbeat);
         Ok(())

@@ -15,6 +15,7 @@
 use daisy_core::protocol::frame::{Codec, Payload};
 use daisy_core::protocol::{FrameError, FromDriver, ToDriver};
 use std::io;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError};
 use std::task::{Context, Poll, Waker};
 use std::time::{Duration, Instant};
@@ -27,6 +28,12 @@ use tokio_util::codec::Encoder;
 /// observer wanting snapshots) is disconnected instead of growing them.
 pub const OUTBOX_CAPACITY: usize = 64;
 
+/// The most requests of one peer passed on and not yet taken by the run
+/// loop; the rest wait in its socket. Without a bound, a peer that sends
+/// faster than the run loop answers (a flood of snapshot requests) would
+/// queue them all in the driver's memory.
+pub const REQUESTS_AHEAD: usize = 64;
+
 /// The run loop's handle on a connection's way out. Dropping it lets the
 /// connection go, once what was sent is written.
 #[derive(Debug)]
@@ -38,6 +45,7 @@ impl Outbox {
     pub(super) fn new() -> (Outbox, Arc<Shared>) {
         let shared = Arc::new(Shared {
             socket: OnceLock::new(),
+            requests_ahead: AtomicUsize::new(0),
             out: Mutex::new(Outgoing {
                 codec: Codec::new(0),
                 unwritten: BytesMut::new(),
@@ -56,6 +64,14 @@ impl Outbox {
     /// not block on a peer.
     pub fn send(&self, message: FromDriver) {
         self.0.send(message);
+    }
+
+    /// The run loop took one of the peer's requests: the connection may
+    /// read on if it had stopped at [`REQUESTS_AHEAD`].
+    pub fn request_taken(&self) {
+        if self.0.requests_ahead.fetch_sub(1, Ordering::Relaxed) == REQUESTS_AHEAD {
+            self.0.lock().wake_task();
+        }
     }
 
     /// [`Self::send`] for a message's payload written already (blocks,
@@ -90,6 +106,8 @@ pub(super) enum WriteEnd {
 pub(super) struct Shared {
     /// Set once the connection's task has written the Welcome.
     socket: OnceLock<TcpStream>,
+    /// Requests passed on to the run loop and not yet taken by it.
+    requests_ahead: AtomicUsize,
     out: Mutex<Outgoing>,
 }
 
@@ -257,6 +275,17 @@ impl Shared {
         }
         out.register(cx);
         Poll::Pending
+    }
+
+    /// Whether the peer's next frame may be read: not while the run loop
+    /// is [`REQUESTS_AHEAD`] requests behind it.
+    pub(super) fn may_read(&self) -> bool {
+        self.requests_ahead.load(Ordering::Relaxed) < REQUESTS_AHEAD
+    }
+
+    /// A request was passed on to the run loop.
+    pub(super) fn request_passed_on(&self) {
+        self.requests_ahead.fetch_add(1, Ordering::Relaxed);
     }
 
     /// How long what was sent has waited for the peer to read it.

@@ -110,8 +110,14 @@ impl Shell {
                 Input::Hello { conn, hello }
             }
             ConnEvent::Peer(event) => {
-                if let PeerEvent::Closed { conn, .. } = &event {
-                    self.outboxes.remove(conn);
+                match &event {
+                    PeerEvent::Closed { conn, .. } => drop(self.outboxes.remove(conn)),
+                    PeerEvent::Message { conn, .. } => {
+                        if let Some(outbox) = self.outboxes.get(conn) {
+                            outbox.request_taken();
+                        }
+                    }
+                    PeerEvent::Refused { .. } => {}
                 }
                 Input::Peer(event)
             }
