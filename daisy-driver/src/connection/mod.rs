@@ -284,7 +284,7 @@ impl Link {
         loop {
             let step = tokio::select! {
                 biased;
-                frame = receive(socket, &mut self.read, &mut self.codec), if shared.may_read() => {
+                frame = receive(&shared, socket, &mut self.read, &mut self.codec) => {
                     self.on_frame(frame).await
                 }
                 end = poll_fn(|cx| shared.poll_end(cx)) => Err(self.write_ended(end)),
@@ -381,12 +381,15 @@ impl Link {
     }
 }
 
-/// The peer's next message. Cancel safe: what was read stays in `read`.
+/// The peer's next message, once the run loop may take it. Cancel safe:
+/// what was read stays in `read`.
 async fn receive(
+    shared: &Shared,
     socket: &TcpStream,
     read: &mut BytesMut,
     codec: &mut Codec<ToDriver, FromDriver>,
 ) -> Result<ToDriver, FrameError> {
+    poll_fn(|cx| shared.poll_may_read(cx)).await;
     loop {
         if let Some(message) = codec.decode(read)? {
             return Ok(message);
@@ -714,6 +717,37 @@ mod tests {
         };
         assert!(!clean);
         assert_eq!(why, "the peer read nothing for 40ms");
+    }
+
+    #[tokio::test]
+    async fn a_peer_is_read_at_most_requests_ahead_of_the_run_loop() {
+        let mut c = Welcomed::start(Duration::from_secs(10)).await;
+        let sent = 3 * REQUESTS_AHEAD;
+        for _ in 0..sent {
+            c.send(ToDriver::GetSnapshot).await;
+        }
+        let mut passed_on = 0;
+        for _ in 0..REQUESTS_AHEAD {
+            assert!(matches!(
+                c.event().await,
+                ConnEvent::Peer(PeerEvent::Message { .. })
+            ));
+            passed_on += 1;
+        }
+        let more = tokio::time::timeout(Duration::from_millis(200), c.events.recv()).await;
+        assert!(more.is_err(), "more than {REQUESTS_AHEAD} requests ahead");
+        // The run loop takes them, and each that follows: all come.
+        for _ in 0..passed_on {
+            c.outbox.request_taken();
+        }
+        while passed_on < sent {
+            assert!(matches!(
+                c.event().await,
+                ConnEvent::Peer(PeerEvent::Message { .. })
+            ));
+            passed_on += 1;
+            c.outbox.request_taken();
+        }
     }
 
     #[tokio::test]

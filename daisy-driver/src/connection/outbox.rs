@@ -66,10 +66,12 @@ impl Outbox {
         self.0.send(message);
     }
 
-    /// The run loop took one of the peer's requests: the connection may
-    /// read on if it had stopped at [`REQUESTS_AHEAD`].
+    /// The run loop took one of the peer's requests. A connection that
+    /// stopped reading at [`REQUESTS_AHEAD`] reads on once the run loop
+    /// has taken half of them: then it reads many at a time, not one
+    /// per turn of the run loop.
     pub fn request_taken(&self) {
-        if self.0.requests_ahead.fetch_sub(1, Ordering::Relaxed) == REQUESTS_AHEAD {
+        if self.0.requests_ahead.fetch_sub(1, Ordering::Relaxed) == REQUESTS_AHEAD / 2 {
             self.0.lock().wake_task();
         }
     }
@@ -277,10 +279,20 @@ impl Shared {
         Poll::Pending
     }
 
-    /// Whether the peer's next frame may be read: not while the run loop
-    /// is [`REQUESTS_AHEAD`] requests behind it.
-    pub(super) fn may_read(&self) -> bool {
-        self.requests_ahead.load(Ordering::Relaxed) < REQUESTS_AHEAD
+    /// Ready when the peer's next frame may be read: not while the run
+    /// loop is [`REQUESTS_AHEAD`] requests behind it (the task is woken
+    /// when it has caught up half way).
+    pub(super) fn poll_may_read(&self, cx: &mut Context<'_>) -> Poll<()> {
+        let may_read = || self.requests_ahead.load(Ordering::Relaxed) < REQUESTS_AHEAD;
+        if may_read() {
+            return Poll::Ready(());
+        }
+        self.lock().register(cx);
+        // Checked again: the run loop may have taken some meanwhile.
+        match may_read() {
+            true => Poll::Ready(()),
+            false => Poll::Pending,
+        }
     }
 
     /// A request was passed on to the run loop.
