@@ -8,7 +8,8 @@
 //! nobody and its block command never runs), waits for
 //! `<run-dir>/context.json`, connects W in-process workers (tokio tasks,
 //! each a [`daisy_worker::Client`] looping acquire(batch) → release ok
-//! until Shutdown) and times from the first acquire to the driver's exit.
+//! until Shutdown; `--client light` for a lighter one that sends the
+//! driver the same, see [`light_client`]) and times from the first acquire to the driver's exit.
 //! The driver's CPU time is its `getrusage(RUSAGE_CHILDREN)` share (exact,
 //! read after it is reaped) minus what it had spent before the first
 //! acquire (`/proc/<pid>/stat`), so start-up is not counted per block;
@@ -26,10 +27,11 @@
 //! ```text
 //! DAISY2_PYTHON=v/bin/python cargo bench -p daisy-driver --bench throughput \
 //!     [-- --blocks 10000,100000 --workers 1,2,4,8,16 --batch 1 --runs 3 --client-threads 0 \
-//!         --conflict false]
+//!         --conflict false --client full]
 //! ```
 
 mod common;
+mod light_client;
 
 use clap::Parser as _;
 use common::{driver_program, Driver};
@@ -70,6 +72,18 @@ struct Settings {
     /// wait near the end of each (daisy 2.0 is then not measured).
     #[arg(long, default_value_t = false, action = clap::ArgAction::Set)]
     conflict: bool,
+    /// The in-process workers: `full` ([`daisy_worker::Client`]) or
+    /// `light` (one task and transport each, see [`light_client`]); the
+    /// driver sees the same messages from either.
+    #[arg(long, value_enum, default_value_t = ClientKind::Full)]
+    client: ClientKind,
+}
+
+/// Which in-process worker the bench runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum ClientKind {
+    Full,
+    Light,
 }
 
 /// One row of the table.
@@ -151,12 +165,29 @@ struct WorkersRun {
 /// Connects `workers` clients, then runs them all until Shutdown.
 async fn run_workers(
     context: WorkerContext,
-    workers: u32,
-    batch: u32,
+    (workers, batch): (u32, u32),
+    client: ClientKind,
 ) -> Result<WorkersRun, String> {
-    let clients = common::connect(context, "noop", workers).await?;
-    let (start, cpu_at_start) = (Instant::now(), own_cpu());
-    let done = common::run_noop(clients, batch, None).await?;
+    let (start, cpu_at_start, done) = match client {
+        ClientKind::Full => {
+            let clients = common::connect(context, "noop", workers).await?;
+            let (start, cpu_at_start) = (Instant::now(), own_cpu());
+            (
+                start,
+                cpu_at_start,
+                common::run_noop(clients, batch, None).await?,
+            )
+        }
+        ClientKind::Light => {
+            let clients = light_client::connect(&context, "noop", workers).await?;
+            let (start, cpu_at_start) = (Instant::now(), own_cpu());
+            (
+                start,
+                cpu_at_start,
+                light_client::run(clients, batch).await?,
+            )
+        }
+    };
     Ok(WorkersRun {
         start,
         cpu_at_start,
@@ -168,14 +199,14 @@ async fn run_workers(
 fn measure_once(
     runtime: &tokio::runtime::Runtime,
     (blocks, workers, batch): (u64, u32, u32),
-    conflict: bool,
+    settings: &Settings,
 ) -> Result<Measurement, String> {
     let dir = tempfile::tempdir().map_err(|e| e.to_string())?;
-    let mut driver = Driver::start(dir.path(), &pipeline_toml(blocks, conflict))?;
+    let mut driver = Driver::start(dir.path(), &pipeline_toml(blocks, settings.conflict))?;
     let context = driver.wait_for_context()?;
     let cpu_at_start = driver.cpu_so_far()?;
     let reaped_before = reaped_children_cpu();
-    let run = runtime.block_on(run_workers(context, workers, batch))?;
+    let run = runtime.block_on(run_workers(context, (workers, batch), settings.client))?;
     let workers_cpu = own_cpu() - run.cpu_at_start;
     let status = driver.child.wait().map_err(|e| e.to_string())?;
     let seconds = run.start.elapsed().as_secs_f64();
@@ -205,7 +236,7 @@ fn measure_ours(
 ) -> Result<Measurement, String> {
     let mut best: Option<Measurement> = None;
     for _ in 0..settings.runs.max(1) {
-        let m = measure_once(runtime, row, settings.conflict)?;
+        let m = measure_once(runtime, row, settings)?;
         if best.is_none_or(|b| m.seconds < b.seconds) {
             best = Some(m);
         }

@@ -31,9 +31,11 @@ use daisy_core::protocol::{FrameError, FromDriver, Hello, Message, ToDriver, Tra
 use outbox::{Shared, WriteEnd};
 use std::fmt;
 use std::future::poll_fn;
+use std::io;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
+use tokio::io::Interest;
 use tokio::net::TcpStream;
 use tokio::sync::{mpsc, oneshot, OwnedSemaphorePermit};
 use tokio_util::bytes::BytesMut;
@@ -395,13 +397,40 @@ async fn receive(
             return Ok(message);
         }
         socket.readable().await?;
-        read.reserve(1);
-        match socket.try_read_buf(read) {
+        match read_some(socket, read) {
             Ok(0) => return codec.decode_eof(read)?.ok_or(FrameError::Closed),
             Ok(_) => {}
-            Err(error) if error.kind() == std::io::ErrorKind::WouldBlock => {}
+            Err(error) if error.kind() == io::ErrorKind::WouldBlock => {}
             Err(error) => return Err(error.into()),
         }
+    }
+}
+
+/// Reads what the socket holds into `read` (`Ok(0)`: the peer closed).
+///
+/// A read that leaves room in `read` has emptied the socket, so the
+/// socket's readiness is cleared at once, as tokio's own `poll_read`
+/// does: otherwise the next wait for readiness would return at once and
+/// one more read, finding nothing, would clear it, a system call per
+/// round trip on a socket no cache still holds when thousands are open.
+/// The readiness cleared is the one seen before the read (`try_io` takes
+/// it first), so bytes that arrive after the read still wake the task.
+/// (Edge-triggered readiness, as on Linux and the BSDs, tells of every
+/// arrival; a level-triggered one would repeat it.)
+fn read_some(socket: &TcpStream, read: &mut BytesMut) -> io::Result<usize> {
+    read.reserve(1);
+    let room = read.capacity() - read.len();
+    let mut got = 0;
+    let result = socket.try_io(Interest::READABLE, || {
+        got = socket.try_read_buf(read)?;
+        match got {
+            n if 0 < n && n < room => Err(io::ErrorKind::WouldBlock.into()),
+            n => Ok(n),
+        }
+    });
+    match result {
+        Err(error) if error.kind() == io::ErrorKind::WouldBlock && got > 0 => Ok(got),
+        result => result,
     }
 }
 
@@ -761,6 +790,48 @@ mod tests {
             panic!("expected Closed");
         };
         assert!(clean);
+    }
+
+    /// Whether the socket is readable as far as tokio knows, without waiting.
+    async fn readable_now(socket: &TcpStream) -> bool {
+        poll_fn(|cx| std::task::Poll::Ready(socket.poll_read_ready(cx).is_ready())).await
+    }
+
+    #[tokio::test]
+    async fn a_read_that_empties_the_socket_clears_its_readiness_and_new_bytes_set_it() {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let mut peer = TcpStream::connect(listener.local_addr().unwrap())
+            .await
+            .unwrap();
+        let (socket, _) = listener.accept().await.unwrap();
+        let mut read = BytesMut::with_capacity(64);
+        peer.write_all(b"first").await.unwrap();
+        socket.readable().await.unwrap();
+        assert_eq!(read_some(&socket, &mut read).unwrap(), 5);
+        assert!(!readable_now(&socket).await, "an empty socket still ready");
+        peer.write_all(b" second").await.unwrap();
+        let ready = tokio::time::timeout(WAIT, socket.readable()).await;
+        ready.expect("new bytes make it ready").unwrap();
+        assert_eq!(read_some(&socket, &mut read).unwrap(), 7);
+        assert_eq!(&read[..], b"first second");
+    }
+
+    #[tokio::test]
+    async fn a_read_that_fills_the_buffer_leaves_the_socket_ready_for_the_rest() {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let mut peer = TcpStream::connect(listener.local_addr().unwrap())
+            .await
+            .unwrap();
+        let (socket, _) = listener.accept().await.unwrap();
+        let mut read = BytesMut::new();
+        let sent = vec![7u8; 4096];
+        peer.write_all(&sent).await.unwrap();
+        socket.readable().await.unwrap();
+        while read.len() < sent.len() {
+            assert!(readable_now(&socket).await, "bytes left unread, not ready");
+            read_some(&socket, &mut read).unwrap();
+        }
+        assert_eq!(&read[..], &sent[..]);
     }
 
     #[tokio::test]
