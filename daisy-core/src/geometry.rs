@@ -164,8 +164,8 @@ impl BlockGrid {
     }
 
     /// Some block of this grid, to move with [`Self::move_to_cell`].
-    pub fn some_block(&self) -> Block {
-        self.template
+    pub fn some_block(&self) -> &Block {
+        &self.template
     }
 
     #[inline(always)]
@@ -560,7 +560,7 @@ mod tests {
             let grid = BlockGrid::new(TaskIdx(0), &spec);
             let cells: u64 = grid.cells().iter().map(|n| n as u64).product();
             proptest::prop_assume!(cells > 0);
-            let mut block = grid.some_block();
+            let mut block = *grid.some_block();
             for index in order.iter().map(|i| i % cells) {
                 let cell = grid.cell_at_index(index).unwrap();
                 proptest::prop_assert_eq!(grid.index_of_cell(cell), index);

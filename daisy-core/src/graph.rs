@@ -119,7 +119,7 @@ impl TaskGraph {
     /// block is copied, where the iterator copies each into its caller
     /// (half the cost of a level walk).
     pub fn for_each_level_block(&self, level: usize, mut f: impl FnMut(&Block)) {
-        let mut block = self.grid.some_block();
+        let mut block = *self.grid.some_block();
         for cell in self.level_walk(level) {
             // The walk stays within the grid's cells, which the fit rule keeps.
             self.grid.move_to_cell(cell, &mut block);

@@ -59,6 +59,7 @@ use crate::id_hash::IdMap;
 use serde::{Deserialize, Serialize};
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashSet, VecDeque};
+use std::slice;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -332,7 +333,7 @@ impl Scheduler {
         task: TaskIdx,
         is_done: &mut dyn FnMut(&Block) -> bool,
     ) -> Option<Block> {
-        let mut block = self.graph.task_graph(task).grid().some_block();
+        let mut block = *self.graph.task_graph(task).grid().some_block();
         self.acquire_into(task, is_done, &mut block)
             .then_some(block)
     }
@@ -345,7 +346,10 @@ impl Scheduler {
         is_done: &mut dyn FnMut(&Block) -> bool,
         batch: &mut Vec<Block>,
     ) -> bool {
-        batch.push(self.graph.task_graph(task).grid().some_block());
+        // Copied from where it lies: a push would copy it twice.
+        batch.extend_from_slice(slice::from_ref(
+            self.graph.task_graph(task).grid().some_block(),
+        ));
         let block = batch.last_mut().expect("just pushed");
         let acquired = self.acquire_into(task, is_done, block);
         if !acquired {
@@ -430,7 +434,7 @@ impl Scheduler {
         if self.tasks[task.index()].peeked.is_some() {
             return true;
         }
-        let mut block = self.graph.task_graph(task).grid().some_block();
+        let mut block = *self.graph.task_graph(task).grid().some_block();
         let Some(cell) = self.next_runnable(task, is_done, &mut block) else {
             return false;
         };

@@ -257,7 +257,7 @@ impl Core {
     pub fn block(&self, at: BlockAt) -> Block {
         let grid = self.scheduler.graph().task_graph(at.id.task).grid();
         let cell = grid.cell_at_index(at.cell);
-        let mut block = grid.some_block();
+        let mut block = *grid.some_block();
         grid.move_to_cell(cell.expect("commands name blocks handed out"), &mut block);
         block
     }
