@@ -132,12 +132,13 @@ fn write_ints(out: &mut Vec<u8>, values: &[i64]) -> Written {
         short @ 0..16 => out.push(0x90 | short as u8),
         long => drop(encode::write_array_len(out, len(long)?)?),
     }
-    values
-        .iter()
-        .try_for_each(|&value| match u64::try_from(value) {
-            Ok(value) => Ok(write_uint(out, value)),
-            Err(_) => encode::write_sint(out, value).map(drop),
-        })
+    for &value in values {
+        match u64::try_from(value) {
+            Ok(value) => write_uint(out, value),
+            Err(_) => drop(encode::write_sint(out, value)?),
+        }
+    }
+    Ok(())
 }
 
 /// `value` in its shortest form, as rmp writes an unsigned or a
