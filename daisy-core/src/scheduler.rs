@@ -540,17 +540,6 @@ impl Scheduler {
         self.in_flight.get(&id).copied()
     }
 
-    /// A block that is handed out, by id, built again.
-    pub fn block_in_flight(&self, id: BlockId) -> Option<Block> {
-        let grid = self.graph.task_graph(id.task).grid();
-        grid.block_at_cell_index(self.cell_in_flight(id)?)
-    }
-
-    /// The blocks currently handed out, built again, for reclaiming them.
-    pub fn in_flight(&self) -> impl Iterator<Item = Block> + '_ {
-        (self.in_flight.keys()).filter_map(|&id| self.block_in_flight(id))
-    }
-
     /// Parks a retry until `due`; it counts as pending meanwhile.
     fn delay(&mut self, id: BlockId, cell: u64, due: Instant) {
         self.delayed_seq += 1;
