@@ -10,10 +10,10 @@
 //! - root blocks are enumerated lazily from the graph, as grid cells;
 //! - the ready queue, the blocks in flight and the delayed retries hold
 //!   blocks by their cell index (8 bytes; the block, 304 bytes, is built
-//!   again where it is needed: handed out, or released with a graph that
-//!   has blocks downstream). Each copy of a block costs a `memcpy`; built
-//!   in place, a block handed out is not copied at all on its way into
-//!   the caller's batch;
+//!   again where it is needed: handed out, or released when blocks may
+//!   wait for it or it failed for good). Each copy of a block costs a
+//!   `memcpy`; a block handed out is built where it ends up, in the
+//!   caller's batch, from one copy of the grid's template;
 //! - per task, a bit per **completed** block (run or skipped) and per
 //!   **dead** block (failed for good, orphaned or left), in [`CellSet`]s:
 //!   a block is ready when all its upstream blocks are completed, and no
