@@ -155,7 +155,7 @@ impl BlockGrid {
     /// `j`, which [`Self::holds_cell`] accepted, in place: cheaper than
     /// building a new one, which is 304 bytes to copy.
     #[inline(always)]
-    pub(crate) fn move_to_cell(&self, j: Coordinate, block: &mut Block) {
+    pub fn move_to_cell(&self, j: Coordinate, block: &mut Block) {
         if self.fit == Fit::Shrink {
             // Its ROIs may be clipped; the next cell's clip starts afresh.
             *block = self.template;
@@ -164,8 +164,8 @@ impl BlockGrid {
     }
 
     /// Some block of this grid, to move with [`Self::move_to_cell`].
-    pub(crate) fn some_block(&self) -> Block {
-        self.template
+    pub fn some_block(&self) -> &Block {
+        &self.template
     }
 
     #[inline(always)]
@@ -215,24 +215,34 @@ impl BlockGrid {
     #[inline]
     pub fn cell_index_of(&self, block: &Block) -> u64 {
         let (cell, _) = self.cell_size.div_rem(self.position_of(block));
-        (0..cell.dims()).fold(0, |index, d| {
-            index * self.cell_end[d] as u64 + cell[d].max(0) as u64
+        self.index_of_cell(cell)
+    }
+
+    /// The row-major position of grid cell `j` (see [`Self::cell_index_of`]).
+    #[inline]
+    pub fn index_of_cell(&self, j: Coordinate) -> u64 {
+        (0..j.dims()).fold(0, |index, d| {
+            index * self.cell_end[d] as u64 + j[d].max(0) as u64
         })
     }
 
     /// The block at row-major cell position `index` (the inverse of
     /// [`Self::cell_index_of`]); `None` past the last cell.
-    pub fn block_at_cell_index(&self, mut index: u64) -> Option<Block> {
+    pub fn block_at_cell_index(&self, index: u64) -> Option<Block> {
+        self.block_in_cell(self.cell_at_index(index)?)
+    }
+
+    /// The grid cell at row-major position `index` (the inverse of
+    /// [`Self::index_of_cell`]); `None` past the last cell.
+    #[inline]
+    pub fn cell_at_index(&self, mut index: u64) -> Option<Coordinate> {
         let mut cell = self.cell_end;
         for d in (0..cell.dims()).rev() {
             let n = cell[d].max(1) as u64;
             cell.set(d, (index % n) as i64);
             index /= n;
         }
-        if index > 0 {
-            return None;
-        }
-        self.block_in_cell(cell)
+        (index == 0).then_some(cell)
     }
 
     /// Blocks whose write region, as far as other tasks see it (clipped to
@@ -517,6 +527,48 @@ mod tests {
                 assert_eq!(grid.block_at_cell_index(index as u64), Some(*block));
             }
             assert_eq!(grid.block_at_cell_index(blocks.len() as u64), None);
+        }
+    }
+
+    proptest::proptest! {
+        /// The scheduler builds each block it hands out by moving one block
+        /// from cell to cell, in whatever order blocks become ready: each
+        /// must come out as the block of its cell, for every fit rule.
+        #[test]
+        fn a_block_moved_from_cell_to_cell_is_the_block_of_that_cell(
+            dims in 1usize..=MAX_DIMS,
+            fit in 0usize..3,
+            sizes in proptest::collection::vec((1i64..7, 1i64..4, 0i64..3, -2i64..3), MAX_DIMS),
+            order in proptest::collection::vec(proptest::num::u64::ANY, 1..40),
+        ) {
+            // Per dimension: total write shape, write shape, context,
+            // total offset.
+            let sizes = &sizes[..dims];
+            let per_dim = |f: fn(&(i64, i64, i64, i64)) -> i64| {
+                Coordinate::new(&sizes.iter().map(f).collect::<Vec<_>>())
+            };
+            let spec = TaskSpec {
+                fit: [Fit::Valid, Fit::Overhang, Fit::Shrink][fit],
+                ..TaskSpec::new(
+                    "t",
+                    Roi::new(per_dim(|s| s.3), per_dim(|s| s.0 + 2 * s.2)),
+                    Roi::new(Coordinate::zeros(dims), per_dim(|s| s.1 + 2 * s.2)),
+                    Roi::new(per_dim(|s| s.2), per_dim(|s| s.1)),
+                )
+            };
+            proptest::prop_assume!(geometry_problems(&spec).is_empty());
+            let grid = BlockGrid::new(TaskIdx(0), &spec);
+            let cells: u64 = grid.cells().iter().map(|n| n as u64).product();
+            proptest::prop_assume!(cells > 0);
+            let mut block = *grid.some_block();
+            for index in order.iter().map(|i| i % cells) {
+                let cell = grid.cell_at_index(index).unwrap();
+                proptest::prop_assert_eq!(grid.index_of_cell(cell), index);
+                grid.move_to_cell(cell, &mut block);
+                proptest::prop_assert_eq!(Some(block), grid.block_in_cell(cell), "{:?}", spec);
+                proptest::prop_assert_eq!(grid.cell_index_of(&block), index);
+            }
+            proptest::prop_assert_eq!(grid.cell_at_index(cells), None);
         }
     }
 

@@ -119,7 +119,7 @@ impl TaskGraph {
     /// block is copied, where the iterator copies each into its caller
     /// (half the cost of a level walk).
     pub fn for_each_level_block(&self, level: usize, mut f: impl FnMut(&Block)) {
-        let mut block = self.grid.some_block();
+        let mut block = *self.grid.some_block();
         for cell in self.level_walk(level) {
             // The walk stays within the grid's cells, which the fit rule keeps.
             self.grid.move_to_cell(cell, &mut block);
@@ -127,8 +127,9 @@ impl TaskGraph {
         }
     }
 
-    /// The cells of the blocks of `level`.
-    fn level_walk(&self, level: usize) -> GridWalk {
+    /// The cells of the blocks of `level`, in the order of
+    /// [`Self::level_blocks`].
+    pub fn level_walk(&self, level: usize) -> GridWalk {
         GridWalk::with_step(self.level_cells[level], self.grid.cells(), self.radix.get())
     }
 
@@ -430,6 +431,13 @@ impl DependencyGraph {
         &self.downstream_tasks[task.index()]
     }
 
+    /// False if no block waits for any block of `task` (one level, no
+    /// downstream tasks): a done block then unlocks nothing, found without
+    /// looking at the block.
+    pub fn has_downstream(&self, task: TaskIdx) -> bool {
+        self.task_graph(task).num_levels() > 1 || !self.downstream_tasks(task).is_empty()
+    }
+
     /// Every block `block` waits for, in its task and in upstream tasks,
     /// ordered by spatial id.
     pub fn upstream(&self, block: &Block) -> Vec<Block> {
@@ -458,6 +466,9 @@ impl DependencyGraph {
     /// Every block that waits for `block`, ordered by spatial id.
     pub fn downstream(&self, block: &Block) -> Vec<Block> {
         let mut out = Vec::new();
+        if !self.has_downstream(block.id.task) {
+            return out;
+        }
         self.task_graph(block.id.task).downstream(block, &mut out);
         let total_write = self.task_graph(block.id.task).grid().total_write;
         let written = block.write_roi.intersect(&total_write);

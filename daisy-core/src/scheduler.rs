@@ -7,9 +7,13 @@
 //! tested here without any I/O.
 //!
 //! Memory is a few bits per block, never a whole block:
-//! - root blocks are enumerated lazily from the graph;
-//! - the ready queue holds blocks by their cell index (8 bytes; the
-//!   block, 304 bytes, is built again when it is handed out);
+//! - root blocks are enumerated lazily from the graph, as grid cells;
+//! - the ready queue, the blocks in flight and the delayed retries hold
+//!   blocks by their cell index (8 bytes; the block, 304 bytes, is built
+//!   again where it is needed: handed out, or released when blocks may
+//!   wait for it or it failed for good). Each copy of a block costs a
+//!   `memcpy`; a block handed out is built where it ends up, in the
+//!   caller's batch, from one copy of the grid's template;
 //! - per task, a bit per **completed** block (run or skipped) and per
 //!   **dead** block (failed for good, orphaned or left), in [`CellSet`]s:
 //!   a block is ready when all its upstream blocks are completed, and no
@@ -48,12 +52,14 @@
 
 use crate::block::{Block, BlockId, TaskIdx};
 use crate::cell_set::CellSet;
-use crate::geometry::BlockGrid;
-use crate::graph::{DependencyGraph, LevelBlocks};
+use crate::coordinate::Coordinate;
+use crate::geometry::{BlockGrid, GridWalk};
+use crate::graph::DependencyGraph;
 use crate::id_hash::IdMap;
 use serde::{Deserialize, Serialize};
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashSet, VecDeque};
+use std::slice;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -127,14 +133,14 @@ pub enum Released {
 /// Where one task's ready blocks come from.
 struct TaskQueue {
     counters: TaskCounters,
-    /// Level-0 blocks of a root task not yet handed out.
-    roots: Option<LevelBlocks>,
+    /// The cells of level-0 blocks of a root task not yet handed out.
+    roots: Option<GridWalk>,
     /// Blocks made ready by their upstream, and retries, in FIFO order,
     /// by cell index.
     ready: VecDeque<u64>,
-    /// A ready block looked at by `has_runnable` and not handed out yet;
-    /// it comes first.
-    peeked: Option<Block>,
+    /// The cell of a ready block looked at by `has_runnable` and not
+    /// handed out yet; it comes first.
+    peeked: Option<Coordinate>,
     /// Failures so far of blocks that failed and may still be retried.
     retries: IdMap<BlockId, u32>,
     /// Blocks that succeeded (in this run or an earlier one).
@@ -154,7 +160,7 @@ impl TaskQueue {
     fn seeded(graph: &DependencyGraph, task: TaskIdx) -> Self {
         let task_graph = graph.task_graph(task);
         let root = graph.is_root(task) && task_graph.num_levels() > 0;
-        let roots = root.then(|| task_graph.level_blocks(0));
+        let roots = root.then(|| task_graph.level_walk(0));
         let grid = task_graph.grid();
         let seeds: VecDeque<u64> = (graph.blocks_without_upstream(task).iter())
             .map(|block| grid.cell_index_of(block))
@@ -195,11 +201,12 @@ struct DelayedRetry {
 pub struct Scheduler {
     graph: Arc<DependencyGraph>,
     tasks: Vec<TaskQueue>,
-    in_flight: IdMap<BlockId, Block>,
+    /// The cell index of each block handed out.
+    in_flight: IdMap<BlockId, u64>,
     /// Retries waiting for their backoff delay, earliest due first.
     delayed: BinaryHeap<Reverse<DelayedRetry>>,
-    /// The blocks of `delayed`, by id.
-    delayed_blocks: IdMap<BlockId, Block>,
+    /// The cell index of each block of `delayed`, by id.
+    delayed_blocks: IdMap<BlockId, u64>,
     /// Counts delayed retries, to order equal due times.
     delayed_seq: u64,
     /// The blocks this run may hand out, if restricted (see
@@ -304,8 +311,8 @@ impl Scheduler {
             let Some(Reverse(retry)) = self.delayed.pop() else {
                 break;
             };
-            if let Some(block) = self.delayed_blocks.remove(&retry.id) {
-                self.push_ready(block);
+            if let Some(cell) = self.delayed_blocks.remove(&retry.id) {
+                self.push_ready(retry.id.task, cell);
             }
             promoted += 1;
         }
@@ -326,34 +333,72 @@ impl Scheduler {
         task: TaskIdx,
         is_done: &mut dyn FnMut(&Block) -> bool,
     ) -> Option<Block> {
-        let block = self.next_runnable(task, is_done)?;
-        self.tasks[task.index()].counters.processing += 1;
-        self.in_flight.insert(block.id, block);
-        Some(block)
+        let mut block = *self.graph.task_graph(task).grid().some_block();
+        self.acquire_into(task, is_done, &mut block)
+            .then_some(block)
     }
 
-    /// The next ready block of `task` that needs running, skipping blocks
-    /// done in an earlier run and leaving those outside a restriction, up
-    /// to the limit of skips per call.
+    /// [`Self::acquire`] onto the end of `batch`, where the block is built:
+    /// false (and `batch` unchanged) if none is ready.
+    pub fn acquire_onto(
+        &mut self,
+        task: TaskIdx,
+        is_done: &mut dyn FnMut(&Block) -> bool,
+        batch: &mut Vec<Block>,
+    ) -> bool {
+        // Copied from where it lies: a push would copy it twice.
+        batch.extend_from_slice(slice::from_ref(
+            self.graph.task_graph(task).grid().some_block(),
+        ));
+        let block = batch.last_mut().expect("just pushed");
+        let acquired = self.acquire_into(task, is_done, block);
+        if !acquired {
+            batch.pop();
+        }
+        acquired
+    }
+
+    /// [`Self::acquire`] into `block`, a block of `task`'s grid.
+    fn acquire_into(
+        &mut self,
+        task: TaskIdx,
+        is_done: &mut dyn FnMut(&Block) -> bool,
+        block: &mut Block,
+    ) -> bool {
+        let Some(cell) = self.next_runnable(task, is_done, block) else {
+            return false;
+        };
+        self.tasks[task.index()].counters.processing += 1;
+        let index = self.graph.task_graph(task).grid().index_of_cell(cell);
+        self.in_flight.insert(block.id, index);
+        true
+    }
+
+    /// The cell of the next ready block of `task` that needs running, that
+    /// block built into `block`, skipping blocks done in an earlier run
+    /// and leaving those outside a restriction, up to the limit of skips
+    /// per call.
     fn next_runnable(
         &mut self,
         task: TaskIdx,
         is_done: &mut dyn FnMut(&Block) -> bool,
-    ) -> Option<Block> {
+        block: &mut Block,
+    ) -> Option<Coordinate> {
         self.tasks[task.index()].catching_up = false;
         for _ in 0..self.most_skips {
-            let block = self.next_ready(task)?;
-            if is_done(&block) {
+            let cell = self.next_ready(task)?;
+            self.graph.task_graph(task).grid().move_to_cell(cell, block);
+            if is_done(block) {
                 self.tasks[task.index()].counters.skipped += 1;
-                self.on_success(&block);
+                self.on_success(block);
             } else if self
                 .only
                 .as_ref()
                 .is_some_and(|only| !only.contains(&block.id))
             {
-                self.leave(&block);
+                self.leave(block);
             } else {
-                return Some(block);
+                return Some(cell);
             }
         }
         let queue = &mut self.tasks[task.index()];
@@ -361,24 +406,25 @@ impl Scheduler {
         None
     }
 
-    fn next_ready(&mut self, task: TaskIdx) -> Option<Block> {
+    /// The cell of the next ready block of `task`.
+    fn next_ready(&mut self, task: TaskIdx) -> Option<Coordinate> {
         let queue = &mut self.tasks[task.index()];
         if queue.counters.ready == 0 {
             return None;
         }
-        let block = match queue.peeked.take() {
+        let cell = match queue.peeked.take() {
             Some(peeked) => peeked,
             None => match queue.roots.as_mut().and_then(Iterator::next) {
                 Some(root) => root,
                 None => {
                     queue.roots = None;
                     let grid = self.graph.task_graph(task).grid();
-                    grid.block_at_cell_index(queue.ready.pop_front()?)?
+                    grid.cell_at_index(queue.ready.pop_front()?)?
                 }
             },
         };
         queue.counters.ready -= 1;
-        Some(block)
+        Some(cell)
     }
 
     /// True if `task` has a ready block that still needs running. Blocks
@@ -388,11 +434,12 @@ impl Scheduler {
         if self.tasks[task.index()].peeked.is_some() {
             return true;
         }
-        let Some(block) = self.next_runnable(task, is_done) else {
+        let mut block = *self.graph.task_graph(task).grid().some_block();
+        let Some(cell) = self.next_runnable(task, is_done, &mut block) else {
             return false;
         };
         let queue = &mut self.tasks[task.index()];
-        queue.peeked = Some(block);
+        queue.peeked = Some(cell);
         queue.counters.ready += 1;
         true
     }
@@ -419,7 +466,7 @@ impl Scheduler {
         outcome: BlockOutcome,
         now: Option<Instant>,
     ) -> Released {
-        let Some(block) = self.in_flight.remove(&id) else {
+        let Some(cell) = self.in_flight.remove(&id) else {
             return Released::Ignored;
         };
         let queue = &mut self.tasks[id.task.index()];
@@ -429,13 +476,13 @@ impl Scheduler {
         }
         match outcome {
             BlockOutcome::Success => Released::Succeeded {
-                unlocked: self.on_success(&block),
+                unlocked: self.on_released_success(id, cell),
             },
             BlockOutcome::Returned => {
-                self.push_ready(block);
+                self.push_ready(id.task, cell);
                 Released::Requeued
             }
-            BlockOutcome::Failure => self.on_failure(block, now),
+            BlockOutcome::Failure => self.on_failure(id, cell, now),
         }
     }
 
@@ -487,25 +534,21 @@ impl Scheduler {
         self.tasks[task.index()].abandoned
     }
 
-    /// A block that is handed out, by id.
-    pub fn block_in_flight(&self, id: BlockId) -> Option<&Block> {
-        self.in_flight.get(&id)
-    }
-
-    /// The blocks currently handed out, for reclaiming them.
-    pub fn in_flight(&self) -> impl Iterator<Item = &Block> {
-        self.in_flight.values()
+    /// The cell index of a block that is handed out (see
+    /// [`BlockGrid::block_at_cell_index`]), by id.
+    pub fn cell_in_flight(&self, id: BlockId) -> Option<u64> {
+        self.in_flight.get(&id).copied()
     }
 
     /// Parks a retry until `due`; it counts as pending meanwhile.
-    fn delay(&mut self, block: Block, due: Instant) {
+    fn delay(&mut self, id: BlockId, cell: u64, due: Instant) {
         self.delayed_seq += 1;
         self.delayed.push(Reverse(DelayedRetry {
             due,
             seq: self.delayed_seq,
-            id: block.id,
+            id,
         }));
-        self.delayed_blocks.insert(block.id, block);
+        self.delayed_blocks.insert(id, cell);
     }
 
     /// Forgets the delayed retries of an abandoned task; they are counted
@@ -515,9 +558,9 @@ impl Scheduler {
         self.delayed_blocks.retain(|id, _| id.task != task);
     }
 
-    fn push_ready(&mut self, block: Block) {
-        let cell = self.grid(&block).cell_index_of(&block);
-        let queue = &mut self.tasks[block.id.task.index()];
+    /// Queues the block of `task` in cell index `cell` as ready.
+    fn push_ready(&mut self, task: TaskIdx, cell: u64) {
+        let queue = &mut self.tasks[task.index()];
         if queue.abandoned {
             return;
         }
@@ -540,37 +583,61 @@ impl Scheduler {
         self.tasks[block.id.task.index()].dead.contains(cell)
     }
 
-    fn on_failure(&mut self, block: Block, now: Option<Instant>) -> Released {
-        let spec = self.graph.task(block.id.task);
+    fn on_failure(&mut self, id: BlockId, cell: u64, now: Option<Instant>) -> Released {
+        let spec = self.graph.task(id.task);
         let max_retries = spec.max_retries;
-        let queue = &mut self.tasks[block.id.task.index()];
-        let attempts = queue.retries.entry(block.id).or_insert(0);
+        let queue = &mut self.tasks[id.task.index()];
+        let attempts = queue.retries.entry(id).or_insert(0);
         if *attempts < max_retries {
             *attempts += 1;
             let attempt = *attempts;
             let delay = spec.retry_delay(attempt);
             match now.zip(delay).and_then(|(now, d)| now.checked_add(d)) {
-                Some(due) => self.delay(block, due),
-                None => self.push_ready(block),
+                Some(due) => self.delay(id, cell, due),
+                None => self.push_ready(id.task, cell),
             }
             return Released::Retrying { attempt };
         }
-        queue.retries.remove(&block.id);
+        queue.retries.remove(&id);
         queue.counters.failed += 1;
+        let block = self.block_at(id.task, cell);
         self.bury(&block);
         Released::FailedForGood {
             orphaned: self.orphan_downstream_of(&block),
         }
     }
 
+    /// The block of `task` in cell index `cell`, which holds one.
+    fn block_at(&self, task: TaskIdx, cell: u64) -> Block {
+        let grid = self.graph.task_graph(task).grid();
+        grid.block_at_cell_index(cell)
+            .expect("cells of the scheduler are cells of the grid")
+    }
+
+    /// [`Self::on_success`] of a block released by a worker, known by its
+    /// cell: the block is built again only if something may wait for it.
+    fn on_released_success(&mut self, id: BlockId, cell: u64) -> usize {
+        if !self.graph.has_downstream(id.task) {
+            self.complete(id, cell);
+            return 0;
+        }
+        let block = self.block_at(id.task, cell);
+        self.on_success(&block)
+    }
+
+    /// Counts a block completed (run or skipped) in its task.
+    fn complete(&mut self, id: BlockId, cell: u64) {
+        let queue = &mut self.tasks[id.task.index()];
+        queue.counters.completed += 1;
+        queue.retries.remove(&id);
+        queue.completed.insert(cell);
+    }
+
     /// Marks a completed block (run or skipped) and returns how many
     /// blocks became ready.
     fn on_success(&mut self, block: &Block) -> usize {
         let cell = self.grid(block).cell_index_of(block);
-        let queue = &mut self.tasks[block.id.task.index()];
-        queue.counters.completed += 1;
-        queue.retries.remove(&block.id);
-        queue.completed.insert(cell);
+        self.complete(block.id, cell);
         let mut unlocked = 0;
         let mut upstream = Vec::new();
         for down in self.graph.downstream(block) {
@@ -579,7 +646,8 @@ impl Scheduler {
                 upstream.iter().all(|up| self.is_completed(up))
             };
             if ready {
-                self.push_ready(down);
+                let cell = self.grid(&down).cell_index_of(&down);
+                self.push_ready(down.id.task, cell);
                 unlocked += 1;
             }
         }

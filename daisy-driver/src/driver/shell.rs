@@ -169,7 +169,9 @@ impl Shell {
         let mut marks = std::mem::take(&mut self.spare_marks);
         for command in commands.drain(..) {
             match command {
-                Command::MarkDone { block, attempt } => marks.push((block, attempt)),
+                Command::MarkDone { block, attempt } => {
+                    marks.push((self.core.block(block), attempt))
+                }
                 command => {
                     self.mark_done(&mut marks);
                     self.carry_out(command);
@@ -217,13 +219,19 @@ impl Shell {
                 self.launcher.start(requests.collect());
             }
             Command::CancelJobs(slots) => self.launcher.cancel(slots),
-            Command::MarkDone { block, attempt } => self.mark_done(&mut vec![(block, attempt)]),
+            Command::MarkDone { block, attempt } => {
+                let block = self.core.block(block);
+                self.mark_done(&mut vec![(block, attempt)])
+            }
             Command::RecordFailure {
                 block,
                 attempt,
                 error,
                 released,
-            } => self.recorder.failed(&block, attempt, &error, &released),
+            } => {
+                let block = self.core.block(block);
+                self.recorder.failed(&block, attempt, &error, &released)
+            }
             Command::Record(event) => self.recorder.record(&event),
         }
     }

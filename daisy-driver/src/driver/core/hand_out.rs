@@ -90,10 +90,12 @@ impl Core {
 
     /// Up to `max` ready blocks of `task`.
     fn take_blocks(&mut self, task: TaskIdx, max: u32, done_before: DoneBefore) -> Vec<Block> {
-        let scheduler = &mut self.scheduler;
-        std::iter::from_fn(|| scheduler.acquire(task, &mut |b| done_before(b)))
-            .take(max as usize)
-            .collect()
+        let ready = self.scheduler.counters(task).ready;
+        let mut blocks = Vec::with_capacity(ready.min(u64::from(max)) as usize);
+        while blocks.len() < max as usize
+            && (self.scheduler).acquire_onto(task, &mut |b| done_before(b), &mut blocks)
+        {}
+        blocks
     }
 
     /// True while a task is skipping blocks done before, a turn at a

@@ -38,7 +38,7 @@ use crate::summary::RunEnd;
 use crate::throttle::Throttle;
 use daisy_core::protocol::{FromDriver, Hello, ToDriver, Welcome};
 use daisy_core::scheduler::Released;
-use daisy_core::{Block, Scheduler, TaskIdx};
+use daisy_core::{Block, BlockId, Scheduler, TaskIdx};
 use peers::Peers;
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -100,18 +100,28 @@ pub enum Command {
     /// Mark the block done before anything later is carried out. If
     /// that fails the run must end: what follows must not happen.
     MarkDone {
-        block: Block,
+        block: BlockAt,
         attempt: Attempt,
     },
     /// Count a failed attempt the scheduler `released` as retried or
     /// failed for good; `error` is printable already.
     RecordFailure {
-        block: Block,
+        block: BlockAt,
         attempt: Attempt,
         error: String,
         released: Released,
     },
     Record(Event<'static>),
+}
+
+/// A block as commands name it: its id and its cell index in its task's
+/// grid (`BlockGrid::cell_index_of`), 24 bytes where the block is 304.
+/// Each command is moved a few times on its way to the shell, a `memcpy`
+/// each if it is big; [`Core::block`] builds the block again.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct BlockAt {
+    pub id: BlockId,
+    pub cell: u64,
 }
 
 /// The settings the core's rules read.
@@ -240,6 +250,16 @@ impl Core {
         for conn in self.peers.stop_all() {
             self.send(conn, shutdown(reason));
         }
+    }
+
+    /// The block a command names, built in place (no `Option` of a
+    /// block to copy out of).
+    pub fn block(&self, at: BlockAt) -> Block {
+        let grid = self.scheduler.graph().task_graph(at.id.task).grid();
+        let cell = grid.cell_at_index(at.cell);
+        let mut block = *grid.some_block();
+        grid.move_to_cell(cell.expect("commands name blocks handed out"), &mut block);
+        block
     }
 
     fn config(&self, task: TaskIdx) -> &TaskConfig {

@@ -3,7 +3,7 @@
 //! counted and retried or given up by the scheduler), and blocks handed
 //! back unfinished by a worker that leaves.
 
-use super::{Command, Core, DoneBefore};
+use super::{BlockAt, Command, Core, DoneBefore};
 use crate::connection::ConnId;
 use crate::events::Event;
 use crate::outcome_recorder::Attempt;
@@ -78,9 +78,10 @@ impl Core {
     /// first among the commands, so nothing this release unlocks happens
     /// before it is on disk.
     fn record_success(&mut self, id: BlockId, attempt: Attempt) {
-        let Some(block) = self.scheduler.block_in_flight(id).copied() else {
+        let Some(cell) = self.scheduler.cell_in_flight(id) else {
             return;
         };
+        let block = BlockAt { id, cell };
         self.commands.push(Command::MarkDone { block, attempt });
         self.scheduler.release(id, BlockOutcome::Success);
         self.tasks[id.task.index()].rate.record(self.now);
@@ -90,9 +91,10 @@ impl Core {
     /// worker sent it) is escaped before it reaches a log, the events or
     /// the terminal.
     pub(super) fn record_failure(&mut self, id: BlockId, attempt: Attempt, error: &str) {
-        let Some(block) = self.scheduler.block_in_flight(id).copied() else {
+        let Some(cell) = self.scheduler.cell_in_flight(id) else {
             return;
         };
+        let block = BlockAt { id, cell };
         let released = self
             .scheduler
             .release_at(id, BlockOutcome::Failure, self.now);
