@@ -82,8 +82,9 @@ pub struct Wire {
     /// Since when queued bytes wait for the driver to read them.
     stuck_since: Option<Instant>,
     /// One timer for the next heartbeat and the silence limit, whichever
-    /// comes first: each timer the loop polls costs a timer-wheel check
-    /// per wake-up, about as much as decoding a block. Armed when it
+    /// comes first: each timer the loop polls costs a few hundred
+    /// instructions per wake-up (an `Interval` and a `Sleep` were a
+    /// twentieth of relaying a block). Armed when it
     /// fires, never per frame: the silence limit only moves later as the
     /// driver is heard, so an alarm that fires early is just set again.
     alarm: Pin<Box<Sleep>>,
