@@ -294,8 +294,13 @@ impl SharedRunner {
         })
     }
 
-    /// See [`Runner::cannot_serve`]; after the batch is done.
+    /// See [`Runner::cannot_serve`]; after the batch is done. Only
+    /// in-process code finds out while running, so a worker command's
+    /// batch takes no lock for it (a lock and unlock per batch).
     pub async fn cannot_serve(&self) -> Option<String> {
+        if self.on_runtime {
+            return None;
+        }
         self.runner.lock().await.cannot_serve()
     }
 

@@ -386,9 +386,11 @@ impl Worker {
         // The runner may have stopped the batch for the walltime: say so
         // before handing blocks back.
         self.drain_if_walltime_short()?;
-        let (results, cut_short): (Vec<Ran>, Vec<Ran>) = ran
-            .into_iter()
-            .partition(|ran| !self.cut_short_by_signal(ran));
+        // Taken out in place: the results stay in the batch's vector.
+        let mut results = ran;
+        let cut_short: Vec<Ran> = results
+            .extract_if(.., |ran| self.cut_short_by_signal(ran))
+            .collect();
         let unable = self.runner.cannot_serve().await;
         let mut returned: Vec<u64> = block_ids
             .into_iter()

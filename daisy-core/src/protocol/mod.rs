@@ -15,6 +15,8 @@
 //! - [`tagged`]: decoding a map tagged with `type` in one pass.
 //! - [`outgoing`]: writing a message, `blocks` without serde.
 //! - `incoming`: reading `blocks` without serde, as drivers write it.
+//! - `worker_outgoing`: writing a worker's messages per block without
+//!   serde.
 
 pub mod explain;
 pub mod frame;
@@ -25,6 +27,7 @@ pub mod messages;
 pub mod outgoing;
 pub mod tagged;
 pub mod user_code;
+mod worker_outgoing;
 
 pub use frame::{FrameError, Transport};
 pub use limits::{MAX_HELLO_BYTES, MAX_NAME_BYTES, MAX_TEXT_BYTES};

@@ -23,7 +23,11 @@ pub trait Outgoing: Serialize {
     }
 }
 
-impl Outgoing for ToDriver {}
+impl Outgoing for ToDriver {
+    fn write_payload(&self, payload: &mut Vec<u8>) -> Result<(), rmp_serde::encode::Error> {
+        super::worker_outgoing::write_payload(self, payload)
+    }
+}
 
 impl Outgoing for FromDriver {
     fn write_payload(&self, payload: &mut Vec<u8>) -> Result<(), rmp_serde::encode::Error> {

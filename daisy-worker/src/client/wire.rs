@@ -23,7 +23,7 @@ use std::pin::Pin;
 use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
-use tokio::time::{interval_at, sleep_until, Instant, Interval, MissedTickBehavior, Sleep};
+use tokio::time::{sleep_until, Instant, Sleep};
 use tokio_util::bytes::{Buf, BytesMut};
 use tokio_util::codec::{Decoder, Encoder};
 
@@ -75,14 +75,19 @@ pub struct Wire {
     /// Encoded and not yet written.
     outgoing: BytesMut,
     liveness: Liveness,
-    heartbeat: Interval,
+    /// When the next `Heartbeat` is due.
+    heartbeat_at: Instant,
     /// When the driver was last heard from.
     heard: Instant,
     /// Since when queued bytes wait for the driver to read them.
     stuck_since: Option<Instant>,
-    /// Armed once and pushed back only when it fires early: a timer armed
-    /// per frame costs two updates of the runtime's timer wheel per message.
-    silence: Pin<Box<Sleep>>,
+    /// One timer for the next heartbeat and the silence limit, whichever
+    /// comes first: each timer the loop polls costs a few hundred
+    /// instructions per wake-up (an `Interval` and a `Sleep` were a
+    /// twentieth of relaying a block). Armed when it
+    /// fires, never per frame: the silence limit only moves later as the
+    /// driver is heard, so an alarm that fires early is just set again.
+    alarm: Pin<Box<Sleep>>,
     /// The first reason the connection broke; every later call fails with it.
     broken: Option<ClientError>,
 }
@@ -92,18 +97,16 @@ impl Wire {
     /// the Welcome.
     pub(super) fn new(stream: TcpStream, mut read: BytesMut, max: u32, liveness: Liveness) -> Self {
         read.reserve(READ_ROOM);
-        let interval = liveness.interval;
-        let mut heartbeat = interval_at(Instant::now() + interval, interval);
-        heartbeat.set_missed_tick_behavior(MissedTickBehavior::Delay);
         let heard = Instant::now();
+        let heartbeat_at = heard + liveness.interval;
         Self {
             stream,
             codec: Codec::new(max),
             incoming: read,
             outgoing: BytesMut::new(),
-            silence: Box::pin(sleep_until(heard + liveness.silence_limit())),
+            alarm: Box::pin(sleep_until(heartbeat_at)),
             liveness,
-            heartbeat,
+            heartbeat_at,
             heard,
             stuck_since: None,
             broken: None,
@@ -188,19 +191,27 @@ impl Wire {
                     ready.map_err(io_error)?;
                     self.flush_now()?;
                 }
-                _ = self.heartbeat.tick() => {
-                    self.queue(ToDriver::Heartbeat)?;
-                    self.flush_now()?;
-                }
-                () = self.silence.as_mut() => {
-                    if Instant::now() >= lost_at {
-                        let silent_for = self.liveness.silence_limit();
-                        return Err(ClientError::DriverLost { silent_for });
-                    }
-                    self.silence.as_mut().reset(lost_at);
-                }
+                () = self.alarm.as_mut() => self.on_alarm(lost_at)?,
             }
         }
+    }
+
+    /// Declares the driver lost past `lost_at`, sends the heartbeat if it
+    /// is due, and sets the alarm for whichever comes next.
+    fn on_alarm(&mut self, lost_at: Instant) -> Result<(), ClientError> {
+        let now = Instant::now();
+        if now >= lost_at {
+            let silent_for = self.liveness.silence_limit();
+            return Err(ClientError::DriverLost { silent_for });
+        }
+        if now >= self.heartbeat_at {
+            self.queue(ToDriver::Heartbeat)?;
+            self.flush_now()?;
+            self.heartbeat_at = next_heartbeat(self.heartbeat_at, now, self.liveness.interval);
+        }
+        let next = self.heartbeat_at.min(lost_at);
+        self.alarm.as_mut().reset(next);
+        Ok(())
     }
 
     /// The next whole message read, if any.
@@ -229,6 +240,18 @@ impl Wire {
     fn lost_at(&self) -> Instant {
         let since = self.stuck_since.map_or(self.heard, |s| s.min(self.heard));
         since + self.liveness.silence_limit()
+    }
+}
+
+/// When the heartbeat after the one due at `due`, sent at `now`, is due:
+/// an interval after `due`, or after `now` if that is already past (a
+/// late turn of the loop delays the heartbeats, never bunches them).
+fn next_heartbeat(due: Instant, now: Instant, interval: Duration) -> Instant {
+    let on_time = due + interval;
+    if on_time > now {
+        on_time
+    } else {
+        now + interval
     }
 }
 
@@ -262,5 +285,25 @@ pub(super) fn from_frame_error(error: FrameError) -> ClientError {
         other => ClientError::Protocol {
             reason: other.to_string(),
         },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::next_heartbeat;
+    use std::time::Duration;
+    use tokio::time::Instant;
+
+    #[test]
+    fn heartbeats_keep_their_interval_and_a_late_one_delays_the_next() {
+        let (start, interval) = (Instant::now(), Duration::from_secs(2));
+        let due = start + interval;
+        let a_bit_late = due + Duration::from_millis(3);
+        assert_eq!(next_heartbeat(due, a_bit_late, interval), due + interval);
+        let past_the_next = due + interval * 3;
+        assert_eq!(
+            next_heartbeat(due, past_the_next, interval),
+            past_the_next + interval
+        );
     }
 }

@@ -198,7 +198,8 @@ impl WorkerCommand {
             if sent.is_empty() {
                 break;
             }
-            outcomes.extend(self.next_answer(&mut sent, timeout, wait).await);
+            self.next_answer(&mut sent, &mut outcomes, timeout, wait)
+                .await;
         }
         outcomes
     }
@@ -231,14 +232,16 @@ impl WorkerCommand {
         }
     }
 
-    /// Waits for the next answer to one of `sent` and takes it out; if the
-    /// process ends or times out instead, all of `sent` fail.
+    /// Waits for the next answer to one of `sent`, takes it out and adds
+    /// its outcome to `outcomes` (no vector per answer); if the process
+    /// ends or times out instead, all of `sent` fail.
     async fn next_answer(
         &mut self,
         sent: &mut Vec<u64>,
+        outcomes: &mut Vec<Outcome>,
         timeout: Option<Duration>,
         wait: Wait,
-    ) -> Vec<Outcome> {
+    ) {
         let deadline = timeout.map(|timeout| Instant::now() + timeout);
         loop {
             let failure = match self.next_line(deadline, wait).await {
@@ -246,17 +249,14 @@ impl WorkerCommand {
                     Some(result) => {
                         self.meter.answered(result.block_id);
                         sent.retain(|&id| id != result.block_id);
-                        return vec![(result.block_id, outcome(result))];
+                        return outcomes.push((result.block_id, outcome(result)));
                     }
                     None => continue,
                 },
                 Next::Eof => self.on_exit(sent[0], wait).await,
                 Next::TimedOut => self.on_timeout(timeout.unwrap_or_default(), wait).await,
             };
-            return sent
-                .drain(..)
-                .map(|id| (id, Err(failure.clone())))
-                .collect();
+            return outcomes.extend(sent.drain(..).map(|id| (id, Err(failure.clone()))));
         }
     }
 
