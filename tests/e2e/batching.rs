@@ -49,20 +49,13 @@ async fn take(client: &mut Client, max: u32) -> Vec<u64> {
     }
 }
 
-fn ok(block_id: u64) -> BlockResult {
-    BlockResult {
-        block_id,
-        ok: true,
-        error: None,
-        seconds: None,
-        cost: None,
-    }
-}
-
 /// Takes and releases batches until the driver says Shutdown.
 async fn serve_the_rest(client: &mut Client) {
     while let Acquired::Blocks(blocks) = client.acquire(64).await.unwrap() {
-        let results = blocks.iter().map(|b| ok(b.block_id)).collect();
+        let results = blocks
+            .iter()
+            .map(|b| BlockResult::succeeded(b.block_id))
+            .collect();
         client.release(results).await.unwrap();
     }
 }
@@ -100,7 +93,7 @@ fn a_batch_of_eight_is_handed_to_one_worker_and_released_together() {
         let batch = take(&mut client, 8).await;
         assert_eq!(batch.len(), 8, "exactly the 8 asked for: {batch:?}");
         client
-            .release(batch.iter().map(|&id| ok(id)).collect())
+            .release(batch.iter().map(|&id| BlockResult::succeeded(id)).collect())
             .await
             .unwrap();
         serve_the_rest(&mut client).await;

@@ -110,6 +110,17 @@ pub struct BlockResult {
 }
 
 impl BlockResult {
+    /// A block done, with nothing measured or said about it.
+    pub fn succeeded(block_id: u64) -> Self {
+        Self {
+            block_id,
+            ok: true,
+            error: None,
+            seconds: None,
+            cost: None,
+        }
+    }
+
     /// The result a worker command's stdout line is, if it is a JSON
     /// object that reads as one. The common answer, `{"block_id": N, "ok":
     /// true}` (any JSON spacing), is read in place, a fraction of what
@@ -120,13 +131,7 @@ impl BlockResult {
             return None;
         }
         match plain_ok(line) {
-            Some(block_id) => Some(Self {
-                block_id,
-                ok: true,
-                error: None,
-                seconds: None,
-                cost: None,
-            }),
+            Some(block_id) => Some(Self::succeeded(block_id)),
             None => serde_json::from_str(line).ok(),
         }
     }

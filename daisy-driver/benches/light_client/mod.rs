@@ -89,7 +89,10 @@ impl LightWorker {
                 return Ok(done);
             };
             done += blocks.len() as u64;
-            results = blocks.iter().map(|b| ok(b.block_id)).collect();
+            results = blocks
+                .iter()
+                .map(|b| BlockResult::succeeded(b.block_id))
+                .collect();
         }
     }
 
@@ -121,16 +124,6 @@ impl LightWorker {
                 other => return Err(format!("unexpected {}", other.kind())),
             }
         }
-    }
-}
-
-fn ok(block_id: u64) -> BlockResult {
-    BlockResult {
-        block_id,
-        ok: true,
-        error: None,
-        seconds: None,
-        cost: None,
     }
 }
 

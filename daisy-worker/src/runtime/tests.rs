@@ -105,16 +105,6 @@ fn sh(script: &str) -> Option<TaskCode> {
     Some(block_command(&["sh", "-c", script]))
 }
 
-fn ok(block_id: u64) -> BlockResult {
-    BlockResult {
-        block_id,
-        ok: true,
-        error: None,
-        seconds: None,
-        cost: None,
-    }
-}
-
 fn failed(block_id: u64, error: &str) -> BlockResult {
     BlockResult {
         block_id,
@@ -140,7 +130,14 @@ async fn blocks_are_released_ok_or_with_their_failure_until_shutdown() {
     let mut started = start(sh(&script), dir.path(), 10.0, 3).await;
     let results = hand_out(&mut started.conn, &[1, 2, 3]).await;
     let failure = "exit status 3; stderr tail: broken";
-    assert_eq!(results, [ok(1), failed(2, failure), ok(3)]);
+    assert_eq!(
+        results,
+        [
+            BlockResult::succeeded(1),
+            failed(2, failure),
+            BlockResult::succeeded(3)
+        ]
+    );
     shut_down(&mut started.conn).await;
     let stopped = ended(started.worker).await.unwrap();
     let reason = "no more blocks".to_string();
@@ -175,7 +172,7 @@ async fn a_stop_during_a_block_lets_it_finish_and_be_released() {
     };
     assert_eq!(conn.recv().await, draining);
     std::fs::write(&go, "").unwrap();
-    assert_eq!(released(conn).await, [ok(4)]);
+    assert_eq!(released(conn).await, [BlockResult::succeeded(4)]);
     conn.expect_closed().await;
     let stopped = ended(started.worker).await.unwrap();
     let reason = "told to stop".to_string();
@@ -192,7 +189,7 @@ async fn the_worker_heartbeats_while_a_block_runs() {
         assert!(matches!(heard, Ok(ToDriver::Heartbeat)), "{heard:?}");
     }
     std::fs::write(&go, "").unwrap();
-    assert_eq!(released(conn).await, [ok(4)]);
+    assert_eq!(released(conn).await, [BlockResult::succeeded(4)]);
     shut_down(conn).await;
     assert!(matches!(
         ended(started.worker).await,
@@ -291,7 +288,7 @@ async fn a_stop_mid_batch_releases_what_ran_and_hands_back_the_rest() {
     let conn = &mut started.conn;
     assert!(matches!(conn.recv().await, ToDriver::Draining { .. }));
     std::fs::write(&go, "").unwrap();
-    assert_eq!(released(conn).await, [ok(4)]);
+    assert_eq!(released(conn).await, [BlockResult::succeeded(4)]);
     let returned = ToDriver::ReturnBlocks {
         block_ids: vec![5, 6],
         reason: "told to stop".into(),
@@ -346,7 +343,7 @@ async fn a_walltime_too_short_for_another_block_drains_the_worker() {
         panic!("expected Draining");
     };
     assert!(reason.contains("walltime"), "{reason}");
-    assert_eq!(released(conn).await, [ok(4)]);
+    assert_eq!(released(conn).await, [BlockResult::succeeded(4)]);
     let ToDriver::ReturnBlocks { block_ids, .. } = conn.recv().await else {
         panic!("expected the rest of the batch back");
     };
@@ -393,7 +390,14 @@ async fn a_worker_command_is_restarted_after_it_dies_and_finished_at_shutdown() 
     let mut started = start(Some(code), dir.path(), 10.0, 3).await;
     let results = hand_out(&mut started.conn, &[1, 2, 3]).await;
     let failure = "worker command ended before answering block 2: exit status 3; stderr was empty";
-    assert_eq!(results, [ok(1), failed(2, failure), ok(3)]);
+    assert_eq!(
+        results,
+        [
+            BlockResult::succeeded(1),
+            failed(2, failure),
+            BlockResult::succeeded(3)
+        ]
+    );
     shut_down(&mut started.conn).await;
     assert!(matches!(
         ended(started.worker).await,
@@ -551,7 +555,14 @@ async fn a_worker_command_asks_for_enough_blocks_to_prefetch() {
     assert_eq!(conn.recv().await, ToDriver::AcquireBlocks { max: 3 });
     let blocks = vec![block(1), block(2), block(3)];
     conn.send(&FromDriver::Blocks { blocks }).await;
-    assert_eq!(released(conn).await, [ok(1), ok(2), ok(3)]);
+    assert_eq!(
+        released(conn).await,
+        [
+            BlockResult::succeeded(1),
+            BlockResult::succeeded(2),
+            BlockResult::succeeded(3)
+        ]
+    );
     shut_down_after_request(conn).await;
     assert!(matches!(
         ended(started.worker).await,
