@@ -792,6 +792,14 @@ mod tests {
         assert!(clean);
     }
 
+    /// Both ends of a fresh loopback connection: the peer's, then ours.
+    async fn loopback_pair() -> (TcpStream, TcpStream) {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let peer = TcpStream::connect(listener.local_addr().unwrap());
+        let (peer, accepted) = tokio::join!(peer, listener.accept());
+        (peer.unwrap(), accepted.unwrap().0)
+    }
+
     /// Whether the socket is readable as far as tokio knows, without waiting.
     async fn readable_now(socket: &TcpStream) -> bool {
         poll_fn(|cx| std::task::Poll::Ready(socket.poll_read_ready(cx).is_ready())).await
@@ -799,11 +807,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_read_that_empties_the_socket_clears_its_readiness_and_new_bytes_set_it() {
-        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let mut peer = TcpStream::connect(listener.local_addr().unwrap())
-            .await
-            .unwrap();
-        let (socket, _) = listener.accept().await.unwrap();
+        let (mut peer, socket) = loopback_pair().await;
         let mut read = BytesMut::with_capacity(64);
         peer.write_all(b"first").await.unwrap();
         socket.readable().await.unwrap();
@@ -818,11 +822,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_read_that_fills_the_buffer_leaves_the_socket_ready_for_the_rest() {
-        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let mut peer = TcpStream::connect(listener.local_addr().unwrap())
-            .await
-            .unwrap();
-        let (socket, _) = listener.accept().await.unwrap();
+        let (mut peer, socket) = loopback_pair().await;
         let mut read = BytesMut::new();
         let sent = vec![7u8; 4096];
         peer.write_all(&sent).await.unwrap();
