@@ -38,7 +38,7 @@ impl Outgoing for FromDriver {
     }
 }
 
-type Written = Result<(), ValueWriteError<std::io::Error>>;
+pub(super) type Written = Result<(), ValueWriteError<std::io::Error>>;
 
 /// `{"type": "blocks", "blocks": [..]}`, field order as serde's.
 fn write_blocks(out: &mut Vec<u8>, blocks: &[WireBlock]) -> Written {
@@ -148,7 +148,7 @@ fn write_ints(out: &mut Vec<u8>, values: &[i64]) -> Written {
 /// `value` in its shortest form, as rmp writes an unsigned or a
 /// non-negative signed number: a positive fixint, or a marker and the
 /// number big-endian in 1, 2, 4 or 8 bytes.
-fn write_uint(out: &mut Vec<u8>, value: u64) {
+pub(super) fn write_uint(out: &mut Vec<u8>, value: u64) {
     let bytes = value.to_be_bytes();
     match value {
         0..0x80 => out.push(value as u8),
@@ -170,7 +170,7 @@ fn write_key(out: &mut Vec<u8>, key: &str) -> Written {
 }
 
 /// A MessagePack array holds at most `u32::MAX` items.
-fn len(items: usize) -> Result<u32, ValueWriteError<std::io::Error>> {
+pub(super) fn len(items: usize) -> Result<u32, ValueWriteError<std::io::Error>> {
     u32::try_from(items).map_err(|_| {
         let too_long = std::io::Error::other("an array longer than u32::MAX");
         ValueWriteError::InvalidMarkerWrite(too_long)

@@ -7,10 +7,9 @@
 //! cost, is written by serde.
 
 use crate::protocol::messages::ToDriver;
+use crate::protocol::outgoing::{len, write_uint, Written};
 use crate::protocol::user_code::BlockResult;
-use rmp::encode::{self, ValueWriteError};
-
-type Written = Result<(), ValueWriteError<std::io::Error>>;
+use rmp::encode;
 
 /// Appends `message`'s MessagePack map to `out`, as serde writes it.
 pub(super) fn write_payload(
@@ -18,7 +17,10 @@ pub(super) fn write_payload(
     out: &mut Vec<u8>,
 ) -> Result<(), rmp_serde::encode::Error> {
     let written = match message {
-        ToDriver::AcquireBlocks { max } => write_acquire(out, *max),
+        ToDriver::AcquireBlocks { max } => {
+            write_acquire(out, *max);
+            Ok(())
+        }
         ToDriver::ReleaseBlocks { results } if results.iter().all(is_plain) => {
             write_release(out, results)
         }
@@ -45,37 +47,31 @@ const SECONDS: &[u8] = b"\xa7seconds\xcb";
 /// `{"type": "acquire_blocks", "max": max}`. Keys are written as bytes
 /// made once (rmp's encoders write a string through `io::Write` a piece at
 /// a time).
-fn write_acquire(out: &mut Vec<u8>, max: u32) -> Written {
+fn write_acquire(out: &mut Vec<u8>, max: u32) {
     out.extend_from_slice(ACQUIRE);
-    encode::write_uint(out, u64::from(max)).map(drop)
+    write_uint(out, u64::from(max));
 }
 
 /// `{"type": "release_blocks", "results": [..]}`.
 fn write_release(out: &mut Vec<u8>, results: &[BlockResult]) -> Written {
     out.extend_from_slice(RELEASE);
-    let count = u32::try_from(results.len()).map_err(|_| {
-        let too_long = std::io::Error::other("an array longer than u32::MAX");
-        ValueWriteError::InvalidMarkerWrite(too_long)
-    })?;
-    encode::write_array_len(out, count)?;
-    results
-        .iter()
-        .try_for_each(|result| write_result(out, result))
+    encode::write_array_len(out, len(results.len())?)?;
+    results.iter().for_each(|result| write_result(out, result));
+    Ok(())
 }
 
 /// `{"block_id": N, "ok": B}`, with `"seconds": S` if known.
-fn write_result(out: &mut Vec<u8>, result: &BlockResult) -> Written {
+fn write_result(out: &mut Vec<u8>, result: &BlockResult) {
     // A fixmap of 2 or 3 entries.
     out.push(0x82 + u8::from(result.seconds.is_some()));
     out.extend_from_slice(BLOCK_ID);
-    encode::write_uint(out, result.block_id)?;
+    write_uint(out, result.block_id);
     out.extend_from_slice(OK);
     out.push(if result.ok { 0xc3 } else { 0xc2 });
     if let Some(seconds) = result.seconds {
         out.extend_from_slice(SECONDS);
         out.extend_from_slice(&seconds.to_be_bytes());
     }
-    Ok(())
 }
 
 #[cfg(test)]
