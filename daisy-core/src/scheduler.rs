@@ -607,11 +607,13 @@ impl Scheduler {
         }
     }
 
-    /// The block of `task` in cell index `cell`, which holds one.
-    fn block_at(&self, task: TaskIdx, cell: u64) -> Block {
+    /// The block of `task` in cell index `cell`, one the scheduler holds
+    /// or handed out (see [`Self::cell_in_flight`]); built where it is
+    /// returned, with no `Option` of a block to copy out of.
+    pub fn block_at(&self, task: TaskIdx, cell: u64) -> Block {
         let grid = self.graph.task_graph(task).grid();
-        grid.block_at_cell_index(cell)
-            .expect("cells of the scheduler are cells of the grid")
+        let cell = grid.cell_at_index(cell);
+        grid.block_in_held_cell(cell.expect("cells of the scheduler are cells of the grid"))
     }
 
     /// [`Self::on_success`] of a block released by a worker, known by its

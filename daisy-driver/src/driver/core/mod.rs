@@ -252,14 +252,9 @@ impl Core {
         }
     }
 
-    /// The block a command names, built in place (no `Option` of a
-    /// block to copy out of).
+    /// The block a command names.
     pub fn block(&self, at: BlockAt) -> Block {
-        let grid = self.scheduler.graph().task_graph(at.id.task).grid();
-        let cell = grid.cell_at_index(at.cell);
-        let mut block = *grid.some_block();
-        grid.move_to_cell(cell.expect("commands name blocks handed out"), &mut block);
-        block
+        self.scheduler.block_at(at.id.task, at.cell)
     }
 
     fn config(&self, task: TaskIdx) -> &TaskConfig {
