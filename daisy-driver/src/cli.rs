@@ -137,6 +137,12 @@ pub struct RunOpts {
     /// other block is left for a later run without this flag.
     #[arg(long, conflicts_with = "reset")]
     pub retry_failed: bool,
+    /// Start every task over without asking: no block is skipped because
+    /// an earlier run in this run directory finished it (its done markers
+    /// are deleted first). A run of a daisy program without done tracking
+    /// (Python's run_blockwise) is such a run.
+    #[arg(long, conflicts_with_all = ["reset", "retry_failed"])]
+    pub fresh: bool,
     /// Start TASK over before running: delete its done markers and those
     /// of its downstream tasks (asks first, see --yes). Repeatable.
     #[arg(long, value_name = "TASK")]
@@ -272,7 +278,11 @@ fn command_run(opts: RunOpts) -> anyhow::Result<u8> {
     let (pipeline, run_dir) = load(&opts.pipeline)?;
     let (worker, _) = worker_program(opts.worker_bin.as_deref())?;
     refuse_programs_that_cannot_start(&pipeline, (!opts.serial).then_some(&*worker))?;
-    let resets = crate::reset::markers_to_delete(&pipeline, &run_dir, &opts.reset)?;
+    let reset_tasks = match opts.fresh {
+        true => pipeline.tasks.iter().map(|t| t.spec.id.clone()).collect(),
+        false => opts.reset.clone(),
+    };
+    let resets = crate::reset::markers_to_delete(&pipeline, &run_dir, &reset_tasks)?;
     crate::run_start::check_markers(&pipeline, &run_dir, &resets)?;
     if !opts.reset.is_empty() {
         crate::reset::confirm(&resets, opts.yes)?;
@@ -289,6 +299,9 @@ fn command_run(opts: RunOpts) -> anyhow::Result<u8> {
     let _lock = crate::run_lock::RunLock::acquire(&run_dir, "run")?;
     crate::earlier_jobs::cancel(&run_dir, launch_settings(&opts))?;
     crate::reset::delete(&resets)?;
+    if !opts.fresh {
+        crate::reset::announce_deleted(&resets);
+    }
     run_dir.record_pipeline(&opts.pipeline.pipeline)?;
     let summary = match server {
         None => {
@@ -415,6 +428,7 @@ fn command_reset(opts: ResetOpts) -> anyhow::Result<u8> {
     if !markers.is_empty() {
         let _lock = crate::run_lock::RunLock::acquire(&run_dir, "reset")?;
         crate::reset::delete(&markers)?;
+        crate::reset::announce_deleted(&markers);
     }
     Ok(0)
 }

@@ -96,11 +96,17 @@ pub fn delete(markers: &[MarkerToDelete]) -> anyhow::Result<()> {
     for m in markers {
         done_marker::reset(&m.dir).with_context(|| format!("resetting task {:?}", m.task))?;
     }
-    eprintln!(
-        "daisy-driver: reset: deleted {} done markers",
-        markers.len()
-    );
     Ok(())
+}
+
+/// Says on stderr that `markers` were deleted, if there were any.
+pub fn announce_deleted(markers: &[MarkerToDelete]) {
+    if !markers.is_empty() {
+        eprintln!(
+            "daisy-driver: reset: deleted {} done markers",
+            markers.len()
+        );
+    }
 }
 
 fn ask() -> anyhow::Result<()> {

@@ -25,6 +25,10 @@ use daisy_worker::user_code::{BlockCommand, BlockFailure, BlockLog, WorkerComman
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
+/// The worker id in-process code is given in a serial run: there is one
+/// worker, the driver itself.
+const SERIAL_WORKER_ID: u64 = 0;
+
 /// Runs `pipeline`, resuming from the done markers in `run_dir`; only
 /// the blocks in `only` if given (`--retry-failed`); a progress line every
 /// `progress_every` if given.
@@ -112,7 +116,7 @@ impl<'a> TaskRunner<'a> {
             ),
             UserCommand::Worker(_) => UserCode::Worker(None),
             UserCommand::Function { .. } => UserCode::Embedded(
-                embedded::code_for(id, &config.task_code())
+                embedded::code_for(id, SERIAL_WORKER_ID, &config.task_code())
                     .map_err(|reason| anyhow::anyhow!("task {id:?}: {reason}"))?,
                 config.resource_tracking.then(embedded::own_meter),
             ),

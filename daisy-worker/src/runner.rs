@@ -77,12 +77,17 @@ pub struct Embedded {
 }
 
 impl Embedded {
-    fn new(task_id: &str, code: &TaskCode, timeout: Option<Duration>) -> Result<Self, String> {
+    fn new(
+        task_id: &str,
+        worker_id: u64,
+        code: &TaskCode,
+        timeout: Option<Duration>,
+    ) -> Result<Self, String> {
         let watched = timeout.map(Watchdog::start).transpose();
         let watched = watched.map_err(|e| format!("cannot start the block watchdog: {e}"))?;
         let (watchdog, overdue) = watched.unzip();
         Ok(Self {
-            code: embedded::code_for(task_id, code)?,
+            code: embedded::code_for(task_id, worker_id, code)?,
             watchdog,
             overdue,
             meter: code.resource_tracking.then(embedded::own_meter),
@@ -178,7 +183,7 @@ impl Runner {
                 process: None,
             })),
             CodeKind::ProcessFunction | CodeKind::WorkerFunction => {
-                Self::Embedded(Embedded::new(task_id, code, timeout)?)
+                Self::Embedded(Embedded::new(task_id, worker_id, code, timeout)?)
             }
             CodeKind::Unknown => {
                 return Err("the driver sent a kind of code this worker does not know: \

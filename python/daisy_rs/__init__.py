@@ -1,4 +1,4 @@
-"""daisy_rs: daisy 2.0's Python API on a Rust engine built for clusters.
+"""daisy_rs: daisy's Python API (1.x and 2.0) on a Rust engine built for clusters.
 
     import daisy_rs as daisy
 
@@ -12,6 +12,11 @@
     )
     daisy.run_blockwise([task])
 
+Programs written for daisy run unchanged with ``import daisy`` giving this
+package: ``daisy_rs.install_as_daisy()`` before anything imports daisy,
+``DAISY_RS_AS_DAISY=1`` in the environment, or ``python -m daisy_rs run
+script.py``; every process of the run inherits the switch.
+
 Blocks are served by the engine's driver (``python -m daisy_rs.driver``,
 the same program as ``daisy-driver``) to workers started by its
 launchers (local processes, sbatch, bsub, slurmrestd) or by hand
@@ -21,31 +26,35 @@ See docs/python.md for what is the same as daisy and what differs.
 
 from funlib.geometry import Coordinate, Roi
 
+from _daisy_rs_switch import install_as_daisy
+from daisy_rs import logging
 from daisy_rs.block import Block, BlockStatus
 from daisy_rs.client import Client
+from daisy_rs.context import Context
+from daisy_rs.logging import get_worker_log_basename, redirect_stdouterr
 from daisy_rs.run import PipelineError, RunError, TaskState, run_blockwise, states
+from daisy_rs.server import SerialServer, Server
 from daisy_rs.task import Pipeline, Task
+from daisy_rs.tracking import (
+    get_done_marker_basedir,
+    get_tracking_basedir,
+    set_done_marker_basedir,
+    set_tracking_basedir,
+)
 
-#: daisy 2.0's names this package leaves out on purpose, and what to use.
+#: daisy's names this package leaves out on purpose, and what to use.
 _DIFFERS = {
-    "set_tracking_basedir": "done markers live in the run directory: run_blockwise(run_dir=...)",
-    "get_tracking_basedir": "done markers live in the run directory: run_blockwise(run_dir=...)",
-    "set_done_marker_basedir": "done markers live in the run directory: run_blockwise(run_dir=...)",
-    "get_done_marker_basedir": "done markers live in the run directory: run_blockwise(run_dir=...)",
     "Scheduler": "the scheduler is the driver's; `python -m daisy_rs.driver plan` shows blocks and levels",
-    "Server": "the server is the driver: run_blockwise runs it",
-    "SerialServer": "run_blockwise(tasks, multiprocessing=False) runs serially",
-    "Context": "workers find their driver themselves (DAISY_CONTEXT, or --context-file)",
     "BlockwiseDependencyGraph": "not exposed; `python -m daisy_rs.driver plan` shows blocks and levels",
     "DependencyGraph": "not exposed; `python -m daisy_rs.driver plan` shows blocks and levels",
-    "profile_block": "per-block resource measurements are not recorded yet",
+    "profile_block": "per-block measurements: Task(resource_tracking=True), shown by `status` and `report`",
 }
 
 
 def __getattr__(name):
     if name in _DIFFERS:
         raise AttributeError(
-            f"daisy_rs has no {name}: it differs from daisy 2.0 on purpose: {_DIFFERS[name]} "
+            f"daisy_rs has no {name}: it differs from daisy on purpose: {_DIFFERS[name]} "
             "(docs/python.md, 'What differs')"
         )
     raise AttributeError(f"module 'daisy_rs' has no attribute {name!r}")
@@ -55,13 +64,24 @@ __all__ = [
     "Block",
     "BlockStatus",
     "Client",
+    "Context",
     "Coordinate",
     "Pipeline",
     "PipelineError",
     "Roi",
     "RunError",
+    "SerialServer",
+    "Server",
     "Task",
     "TaskState",
+    "get_done_marker_basedir",
+    "get_tracking_basedir",
+    "get_worker_log_basename",
+    "install_as_daisy",
+    "logging",
+    "redirect_stdouterr",
     "run_blockwise",
+    "set_done_marker_basedir",
+    "set_tracking_basedir",
     "states",
 ]

@@ -12,12 +12,17 @@ the user's interpreter for a serial run.
 from __future__ import annotations
 
 import importlib
+import os
 import pickle
+import socket
 import sys
 import threading
 import traceback
 
+from daisy_rs import logging as daisy_logging
+from daisy_rs._relay import Relay
 from daisy_rs.block import Block, BlockStatus
+from daisy_rs.context import Context
 
 #: The reference a serial run gives its function tasks: the functions are
 #: this interpreter's own objects, registered by `run_blockwise`.
@@ -25,9 +30,12 @@ IN_PROCESS = "daisy_rs._code:in_process"
 
 _in_process: dict[str, tuple] = {}
 
-#: The feed of the worker function running in this process, and its
-#: task's check function, if any.
+#: The process id, the feed of the worker function running in that
+#: process, and its task's check function, if any.
 _worker = None
+
+#: The process id and the block relay of this worker process.
+_relay = None
 
 _TRACEBACK_LINES = 12
 
@@ -42,10 +50,37 @@ def forget_in_process():
     global _worker
     _in_process.clear()
     _worker = None
+    _restore_context()
 
 
-def load(task_id, source_kind, source, search_path):
-    """``(call, check)`` for a task; ``check`` may be None."""
+#: ``DAISY_CONTEXT`` as it was before a worker function set it in this
+#: process: a serial run leaves the user's interpreter as it found it.
+_context_before = ()
+
+
+def _set_context(context):
+    global _context_before
+    if _context_before == ():
+        _context_before = (os.environ.get(Context.ENV_VARIABLE),)
+    os.environ[Context.ENV_VARIABLE] = context.to_env()
+
+
+def _restore_context():
+    global _context_before
+    if _context_before == ():
+        return
+    (before,) = _context_before
+    _context_before = ()
+    if before is None:
+        os.environ.pop(Context.ENV_VARIABLE, None)
+    else:
+        os.environ[Context.ENV_VARIABLE] = before
+
+
+def load(task_id, worker_id, source_kind, source, search_path):
+    """``(call, check)`` for a task; ``check`` may be None. A pickled
+    function's payload also carries the log directory the program set,
+    which this worker takes on (daisy 1.x's ``Client`` does the same)."""
     for directory in reversed(search_path):
         if directory not in sys.path:
             sys.path.insert(0, directory)
@@ -57,6 +92,10 @@ def load(task_id, source_kind, source, search_path):
         return _import(source), None
     with open(source, "rb") as file:
         payload = pickle.load(file)
+    logdir = payload.get("logdir")
+    if logdir is not None:
+        daisy_logging.set_log_basedir(logdir)
+        daisy_logging.link_worker_logs(logdir, task_id, worker_id)
     return payload["function"], payload.get("check_function")
 
 
@@ -95,14 +134,58 @@ def run_block(function, check, task_id, block_id, read, write):
 def start_worker_function(function, check, feed):
     """Calls ``function()`` on a daemon thread whose `Client` reads
     ``feed``, skipping the blocks ``check`` (if not None) calls done;
-    returns the thread."""
+    returns the thread. Processes the function starts find the feed
+    through the relay named in ``DAISY_CONTEXT``."""
     global _worker
-    _worker = (feed, check)
+    _worker = (os.getpid(), feed, check)
+    relay = _relay_of_this_process()
+    relay.serve(feed, lambda f: next_unchecked(f, check))
+    basedir = daisy_logging.get_log_basedir()
+    context = relay.context(feed.task_id, feed.worker_id, "" if basedir is None else basedir.absolute())
+    _set_context(context)
     thread = threading.Thread(
         target=_run_worker_function, args=(function, feed), name="daisy-worker-function", daemon=True
     )
     thread.start()
     return thread
+
+
+def _relay_of_this_process():
+    global _relay
+    if _relay is None or _relay[0] != os.getpid():
+        _relay = (os.getpid(), Relay(_host_name()))
+    return _relay[1]
+
+
+def _host_name():
+    """How processes on other hosts reach this one: its name, where the
+    name resolves (as on cluster nodes), else the loopback address."""
+    name = socket.gethostname()
+    try:
+        socket.getaddrinfo(name, None)
+    except OSError:
+        return "127.0.0.1"
+    return name
+
+
+def next_unchecked(feed, check):
+    """The next block of ``feed`` that ``check`` (if not None) does not
+    call done, or None when the feed ended. Blocks it calls done are
+    released as done; a check that raises fails its block."""
+    while True:
+        wire = feed.next_block()
+        if wire is None:
+            return None
+        block = Block._from_wire(*wire)
+        if check is None:
+            return block
+        try:
+            if not check(block):
+                return block
+        except Exception as error:  # noqa: BLE001 — the block's failure
+            feed.release(block._spatial_id, describe(error))
+            continue
+        feed.release(block._spatial_id, None)
 
 
 def _run_worker_function(function, feed):
@@ -115,5 +198,9 @@ def _run_worker_function(function, feed):
 
 
 def current_worker():
-    """``(feed, check)`` of the worker function running here, or None."""
-    return _worker
+    """``(feed, check)`` of the worker function running in this process,
+    or None (none runs, or this is a process forked from the worker,
+    whose copy of the feed leads nowhere: it uses the relay)."""
+    if _worker is None or _worker[0] != os.getpid():
+        return None
+    return _worker[1:]

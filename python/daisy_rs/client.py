@@ -9,42 +9,64 @@
                     break
                 predict(model, block)
 
-Blocks come from the worker this function runs in (``python -m
-daisy_rs.worker``): it keeps the connection to the driver, its
-heartbeats, its batches and prefetch, and hands blocks to the function
-in process. An exception inside ``with`` fails the block (its traceback
-is the block's error) and propagates, as in daisy.
+Inside a worker function, blocks come from the worker it runs in
+(``python -m daisy_rs.worker``), in process: it keeps the connection to
+the driver, its heartbeats, its batches and prefetch. In any other
+process that has a daisy context (one the function started: a
+subprocess, a forked fetcher, an ``sbatch --wait`` job), the client reads
+``DAISY_CONTEXT`` and gets the same worker's blocks through its relay
+(`daisy_rs._relay`). An exception inside ``with`` fails the block (its
+traceback is the block's error) and propagates, as in daisy 2.0.
 """
 
 from __future__ import annotations
 
+import logging
 from contextlib import contextmanager
 
 from daisy_rs import _code
+from daisy_rs import logging as daisy_logging
+from daisy_rs._relay import RelayClient
 from daisy_rs.block import Block, BlockStatus
+from daisy_rs.context import Context
+
+logger = logging.getLogger(__name__)
 
 
 class Client:
-    """The blocks of the worker function running in this process.
+    """The blocks of the worker this process belongs to.
 
-    ``context`` is accepted for daisy's signature and ignored: the worker
-    already knows its driver.
+    ``context``: where to find them; by default ``DAISY_CONTEXT`` (a
+    `KeyError` in a process no daisy worker started, as in daisy).
+    ``worker_id``, ``task_id`` and ``context`` are daisy's attributes.
     """
 
     def __init__(self, context=None):
-        worker = _code.current_worker()
-        if worker is None:
-            raise RuntimeError(
-                "daisy_rs.Client() works inside a worker function that daisy_rs runs "
-                "(a Task whose process_function takes no argument); unlike daisy 2.0 it "
-                "does not connect a script of its own to a driver: start such workers "
-                "with `python -m daisy_rs.worker` (see docs/python.md)"
+        in_process = _code.current_worker() if context is None else None
+        if context is None:
+            context = Context.from_env()
+        self.context = context
+        daisy_logging.set_log_basedir(context.get("logdir") or None)
+        self.task_id = context["task_id"]
+        self.worker_id = int(context["worker_id"])
+        self._relay = None
+        if in_process is not None:
+            self._feed, self._check = in_process
+            return
+        try:
+            self._relay = RelayClient(context)
+        except ConnectionRefusedError:
+            # As in daisy 2.0: a worker already gone means the run ended.
+            logger.warning(
+                "the daisy worker at %s:%s is not reachable; assuming the run has ended",
+                context.get("hostname"),
+                context.get("port"),
             )
-        self._feed, self._check = worker
+            self._relay = _Ended()
 
     @contextmanager
     def acquire_block(self):
-        block = self._next_unchecked()
+        block = self._next()
         if block is None:
             yield None
             return
@@ -52,28 +74,40 @@ class Client:
             yield block
         except BaseException as error:
             block.status = BlockStatus.FAILED
-            self._feed.release(block._spatial_id, _code.describe(error))
+            self._release(block._spatial_id, _code.describe(error))
             raise
         if block.status == BlockStatus.FAILED:
-            self._feed.release(block._spatial_id, "the worker function set the block's status to FAILED")
+            self._release(block._spatial_id, "the worker function set the block's status to FAILED")
         else:
             block.status = BlockStatus.SUCCESS
-            self._feed.release(block._spatial_id, None)
+            self._release(block._spatial_id, None)
 
-    def _next_unchecked(self):
-        """The next block the task's check_function does not call done
-        (those are released as done, or failed if the check raises)."""
-        while True:
-            wire = self._feed.next_block()
-            if wire is None:
-                return None
-            block = Block._from_wire(*wire)
-            if self._check is None:
-                return block
-            try:
-                if not self._check(block):
-                    return block
-            except Exception as error:  # noqa: BLE001 — the block's failure
-                self._feed.release(block._spatial_id, _code.describe(error))
-                continue
-            self._feed.release(block._spatial_id, None)
+    def _next(self):
+        if self._relay is None:
+            return _code.next_unchecked(self._feed, self._check)
+        wire = self._relay.acquire()
+        return None if wire is None else Block._from_wire(*wire)
+
+    def _release(self, block_id, error):
+        if self._relay is None:
+            self._feed.release(block_id, error)
+        else:
+            self._relay.release(block_id, error)
+
+    def __del__(self):
+        relay = getattr(self, "_relay", None)
+        if relay is not None:
+            relay.close()
+
+
+class _Ended:
+    """The relay of a worker that is gone: no blocks."""
+
+    def acquire(self):
+        return None
+
+    def release(self, block_id, error):
+        pass
+
+    def close(self):
+        pass

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import ctypes
 import hashlib
+import importlib.machinery
 import inspect
 import json
 import operator
@@ -35,7 +36,9 @@ from pathlib import Path
 
 import cloudpickle
 
-from daisy_rs import _code, _native
+from daisy_rs import _code, _native, tracking
+from daisy_rs import logging as daisy_logging
+from daisy_rs.context import Context
 from daisy_rs.task import Pipeline, seconds
 
 #: How long a stopped driver gets to stop its workers before it is killed.
@@ -66,51 +69,46 @@ class PipelineError(ValueError):
         super().__init__(f"the pipeline has {len(self.problems)} problem(s):\n{listed}")
 
 
-#: daisy 2.0's `TaskState` fields a state read from the run directory lacks.
-_STATE_DIFFERS = frozenset(
-    (
-        "started",
-        "ready_count",
-        "processing_count",
-        "worker_failure_count",
-        "worker_restart_count",
-        "last_worker_error",
-        "first_worker_error",
-        "worker_start_count",
-        "timeout_reclaim_count",
-        "timeout_secs",
-    )
-)
-
-
 class TaskState:
-    """Where a task stands after a run (daisy 2.0's names)."""
+    """Where a task stands after a run, with daisy's counters. Read back
+    from the run directory once the run ended: nothing is ready or
+    processing then, and ``completed_count`` includes blocks done before
+    (with tracking) and blocks skipped."""
 
     def __init__(self, status: dict):
         self.task_id = status["id"]
+        self.started = True
         self.total_block_count = status["total"]
         self.completed_count = status["done"]
         self.failed_count = status["failed"]
         self.orphaned_count = status["orphaned"]
         self.skipped_count = status.get("skipped", 0)
-        self.pending_count = status["remaining"]
+        self.ready_count = 0
+        self.processing_count = 0
         self.abandon_reason = status.get("abandoned")
         self.abandoned = self.abandon_reason is not None
         self.failed_blocks = status.get("failed_blocks", [])
+        self._remaining = status["remaining"]
+
+    @property
+    def pending_count(self):
+        return self._remaining
 
     def is_done(self) -> bool:
-        return self.pending_count == 0
+        return self.total_block_count - self.completed_count - self.failed_count - self.orphaned_count <= 0
 
-    def __getattr__(self, name):
-        if name in _STATE_DIFFERS:
-            raise AttributeError(
-                f"TaskState has no {name}: it differs from daisy 2.0 on purpose: "
-                "the state is read back from the run directory, which records blocks done "
-                "(in this run or before), failed and orphaned; worker counts are in "
-                "`python -m daisy_rs.driver status` and events.jsonl "
-                "(docs/python.md, 'What differs')"
-            )
-        raise AttributeError(f"'TaskState' object has no attribute {name!r}")
+    def __str__(self):
+        return (
+            f"Started: {self.started}\n"
+            f"Total Blocks: {self.total_block_count}\n"
+            f"Ready: {self.ready_count}\n"
+            f"Processing: {self.processing_count}\n"
+            f"Pending: {self.pending_count}\n"
+            f"Completed: {self.completed_count}\n"
+            f"Skipped: {self.skipped_count}\n"
+            f"Failed: {self.failed_count}\n"
+            f"Orphaned: {self.orphaned_count}\n"
+        )
 
     def __repr__(self):
         return (
@@ -145,24 +143,40 @@ def run_blockwise(
     ``resource_tracking`` (measure what each block costs, for every task;
     ``Task(resource_tracking=True)`` for one).
     """
-    if not block_tracking:
-        raise ValueError(
-            "block_tracking=False differs here on purpose: finished blocks are always "
-            "recorded in the run directory; start over with a new run_dir= "
-            "(docs/python.md, 'What differs')"
-        )
     pipeline = Pipeline.of(tasks)
     name = name or _default_name(pipeline)
-    run_dir = Path(run_dir or os.environ.get("DAISY_RUN_DIR") or Path("daisy_run") / name).absolute()
+    run_dir, tracked = _run_dir(pipeline, name, run_dir, block_tracking)
+    _call_init_callbacks(pipeline)
     try:
         top = {"resources": resources, "launcher": launcher, "resource_tracking": resource_tracking}
-        shown = _shown(progress, summary)
-        status = _run(pipeline, name, run_dir, top, host, multiprocessing, shown)
+        options = _shown(progress, summary) + ([] if tracked else ["--fresh"])
+        status = _run(pipeline, name, run_dir, top, host, multiprocessing, options)
     finally:
         _code.forget_in_process()  # a serial run's functions, and what they hold
     if return_states:
         return states(run_dir)
     return status == 0
+
+
+def _run_dir(pipeline, name, run_dir, block_tracking):
+    """The run directory and whether done tracking is on: it is when the
+    program asked for it (see `daisy_rs.tracking`); ``block_tracking=False``
+    turns it off whatever else says."""
+    basedir = tracking.get_tracking_basedir()
+    from_env = os.environ.get("DAISY_RUN_DIR")
+    asked = run_dir is not None or from_env or basedir is not None
+    asked = asked or any(task.tracking_path for task in pipeline.tasks)
+    default = (basedir or Path("daisy_run")) / name
+    return Path(run_dir or from_env or default).absolute(), bool(block_tracking and asked)
+
+
+def _call_init_callbacks(pipeline):
+    """daisy 1.x's ``init_callback_fn(context)``, once per task before it
+    runs, in this process; the context names the task and the log
+    directory (workers get their own, see `daisy_rs.context`)."""
+    for task in pipeline.tasks:
+        if task.init_callback_fn is not None:
+            task.init_callback_fn(Context(task_id=task.task_id))
 
 
 def _shown(progress, summary):
@@ -173,9 +187,9 @@ def _shown(progress, summary):
     return [flag for flag, on in [("--no-progress", progress), ("--no-summary", summary)] if not on]
 
 
-def _run(pipeline, name, run_dir, top, host, multiprocessing, shown):
+def _run(pipeline, name, run_dir, top, host, multiprocessing, options):
     """Writes the pipeline file (``top``: its top-level fields) and runs
-    the driver on it (``shown``: its output arguments); its exit status,
+    the driver on it (``options``: its arguments); its exit status,
     unless it was interrupted or did not run."""
     spec, payloads = _pipeline_file(pipeline, name, top, run_dir, not multiprocessing)
     text = json.dumps(spec, indent=1, default=_unwritable)
@@ -191,7 +205,7 @@ def _run(pipeline, name, run_dir, top, host, multiprocessing, shown):
         raise PipelineError(problems)
     others = {path: data for path, data in payloads.items() if path not in masks}
     written += [path for path, data in others.items() if _write_once(path, data)]
-    args = ["run", str(file), "--run-dir", str(run_dir), *shown]
+    args = ["run", str(file), "--run-dir", str(run_dir), *options]
     if host is not None:
         args += ["--listen", f"{host}:0"]
     if multiprocessing:
@@ -395,8 +409,18 @@ def _interpreter_dirs():
 
 
 def _pickle(task, kind, function):
-    payload = {"function": function, "check_function": task.check_function}
+    """The function's payload for workers: the function and the check
+    function (by value where workers could not import their modules by
+    name), and the log directory the program set."""
+    payload = {
+        "function": function,
+        "check_function": task.check_function,
+        "logdir": daisy_logging.chosen_log_basedir(),
+    }
+    by_value = _modules_workers_cannot_import(function, task.check_function)
     try:
+        for module in by_value:
+            cloudpickle.register_pickle_by_value(module)
         return cloudpickle.dumps(payload)
     except Exception as error:
         captured = _unpicklable_captures(function) or _unpicklable_captures(task.check_function)
@@ -406,6 +430,28 @@ def _pickle(task, kind, function):
             "Create such objects inside the function (a worker function loads them once), "
             "or run with multiprocessing=False"
         ) from error
+    finally:
+        for module in by_value:
+            cloudpickle.unregister_pickle_by_value(module)
+
+
+def _modules_workers_cannot_import(*functions):
+    """The modules of ``functions`` that a worker could not import by name
+    from the search path it gets: modules loaded from a file path
+    (``importlib``'s ``spec_from_file_location``, as dacapo loads its
+    worker files). cloudpickle would pickle their functions by reference."""
+    found = []
+    for function in functions:
+        module = sys.modules.get(getattr(function, "__module__", None) or "")
+        if module is None or module.__name__ == "__main__" or module in found:
+            continue
+        top = module.__name__.partition(".")[0]
+        if top in sys.builtin_module_names:
+            continue
+        spec = importlib.machinery.PathFinder.find_spec(top, sys.path)
+        if spec is None:
+            found.append(module)
+    return found
 
 
 def _unpicklable_captures(function):

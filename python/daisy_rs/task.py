@@ -12,31 +12,61 @@ from __future__ import annotations
 import datetime
 import inspect
 import numbers
+import warnings
 
 from daisy_rs.block import _as_roi
 
 _FITS = ("valid", "overhang", "shrink")
 
-#: Arguments of daisy 2.0's `Task` this engine does not take, and why.
-_DIFFERS = {
-    "done_marker_path": "done markers live in the run directory (run_blockwise(run_dir=...)), "
-    "in daisy 2.0's layout: done/<task>/",
-    "tracking_path": "done markers live in the run directory (run_blockwise(run_dir=...)), "
-    "in daisy 2.0's layout: done/<task>/",
-}
+#: daisy 2.0's positional arguments after ``check_function``, in order.
+_V2_POSITIONS = (
+    "read_write_conflict",
+    "fit",
+    "max_workers",
+    "max_retries",
+    "timeout",
+    "done_marker_path",
+    "resource_tracking",
+    "requires",
+    "max_worker_restarts",
+    "skip_mask",
+)
+
+#: daisy 1.x's positional arguments after ``check_function``, in order.
+_V1_POSITIONS = (
+    "init_callback_fn",
+    "read_write_conflict",
+    "num_workers",
+    "max_retries",
+    "fit",
+    "timeout",
+    "upstream_tasks",
+)
 
 
 class Task:
-    """One blockwise task: daisy 2.0's signature, positions included
-    (``done_marker_path`` is refused unless left at its default), then
-    keyword-only daisy 1.x's
-    ``upstream_tasks`` and ``num_workers`` and this engine's own fields.
+    """One blockwise task, as daisy 1.x and 2.0 define it.
+
+    ``Task(task_id, total_roi, read_roi, write_roi, process_function,
+    check_function, ...)``: the arguments after ``check_function`` may come
+    in daisy 2.0's positions (``read_write_conflict, fit, max_workers,
+    max_retries, timeout, done_marker_path, resource_tracking, requires,
+    max_worker_restarts, skip_mask``) or in daisy 1.x's
+    (``init_callback_fn, read_write_conflict, num_workers, max_retries,
+    fit, timeout, upstream_tasks``): a bool in the seventh place is 2.0's
+    ``read_write_conflict``, anything else 1.x's ``init_callback_fn``.
+    Every argument of both also works by keyword, and so do this engine's
+    own (``batch_size``, ``prefetch``, ``retry_backoff``, ``idle_timeout``,
+    ``launcher``, ``worker_function``, ``worker_program``).
 
     ``process_function`` takes a block, or nothing: a function without
-    parameters is a *worker function* that loops over its own
-    ``daisy_rs.Client()``. It may also be ``"module:function"``, which
-    workers import instead of receiving a pickle. ``timeout`` is in
-    seconds (or a `datetime.timedelta`).
+    positional parameters (daisy's rule) is a *worker function* that loops
+    over its own ``daisy.Client()``, or starts processes that do. It may
+    also be ``"module:function"``, which workers import instead of
+    receiving a pickle. ``timeout`` is in seconds (or a
+    `datetime.timedelta`). ``tracking_path`` (or a tracking base
+    directory, see `daisy_rs.tracking`) turns on resuming from done
+    markers.
     """
 
     def __init__(
@@ -47,17 +77,51 @@ class Task:
         write_roi,
         process_function=None,
         check_function=None,
+        *positional,
+        **keywords,
+    ):
+        names = _V2_POSITIONS
+        if positional and not isinstance(positional[0], bool):
+            names = _V1_POSITIONS
+            warnings.warn(
+                "Task(...) with daisy 1.x's positional arguments after check_function "
+                "(init_callback_fn, read_write_conflict, num_workers, ...): pass them by "
+                "keyword",
+                DeprecationWarning,
+                stacklevel=2,
+            )
+        if len(positional) > len(names):
+            raise TypeError(
+                f"Task() takes at most {6 + len(names)} positional arguments "
+                f"({6 + len(positional)} given)"
+            )
+        for name, value in zip(names, positional):
+            if name in keywords:
+                raise TypeError(f"Task() got multiple values for argument {name!r}")
+            keywords[name] = value
+        self._configure(task_id, total_roi, read_roi, write_roi, process_function, check_function, **keywords)
+
+    def _configure(
+        self,
+        task_id,
+        total_roi,
+        read_roi,
+        write_roi,
+        process_function,
+        check_function,
+        *,
         read_write_conflict=True,
         fit="valid",
         max_workers=None,
         max_retries=2,
         timeout=None,
         done_marker_path=None,
+        tracking_path=None,
         resource_tracking=False,
         requires=None,
         max_worker_restarts=10,
         skip_mask=None,
-        *,
+        init_callback_fn=None,
         upstream_tasks=None,
         num_workers=None,
         worker_function=None,
@@ -67,13 +131,21 @@ class Task:
         idle_timeout=None,
         launcher=None,
         worker_program=None,
-        **unsupported,
+        **unknown,
     ):
-        _refuse_unsupported(task_id, unsupported)
-        given = {"done_marker_path": done_marker_path}
-        _refuse_unsupported(task_id, {k: v for k, v in given.items() if v is not None})
+        for name in unknown:
+            raise TypeError(f"Task() got an unexpected keyword argument {name!r}")
         if num_workers is not None and max_workers is not None:
             raise TypeError("pass either max_workers or num_workers (daisy 1.x), not both")
+        if num_workers is not None:
+            _deprecated("Task(num_workers=N) is daisy 1.x's name; use max_workers=N")
+        if upstream_tasks:
+            _deprecated("Task(upstream_tasks=[...]) is daisy 1.x's form; compose with `upstream + task`")
+        if done_marker_path is not None:
+            if tracking_path is not None:
+                raise TypeError("pass either tracking_path or done_marker_path (its deprecated alias), not both")
+            _deprecated("Task(done_marker_path=...) is deprecated; use tracking_path=...")
+            tracking_path = done_marker_path
         if fit not in _FITS:
             raise ValueError(f"task {task_id!r}: fit = {fit!r} is not one of {', '.join(_FITS)}")
         self.task_id = task_id
@@ -83,11 +155,15 @@ class Task:
         self.process_function = process_function
         self.worker_function = worker_function
         self.check_function = check_function
+        self.init_callback_fn = init_callback_fn
         self.read_write_conflict = bool(read_write_conflict)
         self.fit = fit
         self.max_workers = _first(max_workers, num_workers, 1)
         self.max_retries = max_retries
         self.timeout = timeout
+        #: Where this task's done markers are tracked; False or None:
+        #: not asked for (see `daisy_rs.tracking`).
+        self.tracking_path = tracking_path
         self.upstream_tasks = list(upstream_tasks or [])
         self.requires = dict(requires or {})
         self.max_worker_restarts = max_worker_restarts
@@ -102,6 +178,16 @@ class Task:
         self.idle_timeout = idle_timeout
         self.launcher = dict(launcher or {})
         self.worker_program = worker_program
+
+    @property
+    def done_marker_path(self):
+        """daisy 2.0's deprecated name of ``tracking_path``."""
+        return self.tracking_path
+
+    @property
+    def timeout_secs(self):
+        """``timeout`` in seconds, or None (daisy 2.0's name)."""
+        return None if self.timeout is None else seconds(self.timeout, f"task {self.task_id!r}: timeout")
 
     @property
     def num_workers(self):
@@ -232,27 +318,19 @@ def _first(*values):
 
 
 def _takes_no_argument(function) -> bool:
-    """daisy's rule: a function without positional parameters (``self``
-    aside; one with a default counts, as in daisy) is a worker function."""
+    """daisy's rule: a function whose named positional parameters are
+    none (``self`` aside; ``*args`` does not count, so a ``(*args,
+    **kwargs)`` wrapper is a worker function, as in daisy 1.x and 2.0) is
+    a worker function; so is a callable without a signature, as in 2.0."""
     try:
-        parameters = inspect.signature(function).parameters.values()
-    except (TypeError, ValueError):
-        return False
-    positional = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
-    return not any(
-        p.kind in positional or p.kind == inspect.Parameter.VAR_POSITIONAL
-        for p in parameters
-    )
+        named = inspect.getfullargspec(function).args
+    except TypeError:
+        return True
+    return not [name for name in named if name != "self"]
 
 
-def _refuse_unsupported(task_id, unsupported):
-    for name in unsupported:
-        if name in _DIFFERS:
-            raise TypeError(
-                f"task {task_id!r}: {name}= is daisy 2.0's and differs here on purpose: "
-                f"{_DIFFERS[name]} (docs/python.md, 'What differs')"
-            )
-        raise TypeError(f"Task() got an unexpected keyword argument {name!r}")
+def _deprecated(message):
+    warnings.warn(message, DeprecationWarning, stacklevel=4)
 
 
 def seconds(value, what):

@@ -12,13 +12,18 @@ use pyo3::prelude::*;
 /// Makes daisy-worker (and the driver's serial run) call this
 /// interpreter's functions for function tasks.
 pub fn register_factory() {
-    embedded::register(Box::new(|task_id: &str, code: &TaskCode| {
-        Python::attach(|py| load(py, task_id, code))
+    embedded::register(Box::new(|task_id: &str, worker_id: u64, code: &TaskCode| {
+        Python::attach(|py| load(py, task_id, worker_id, code))
             .map_err(|error| Python::attach(|py| describe(py, &error)))
     }));
 }
 
-fn load(py: Python<'_>, task_id: &str, code: &TaskCode) -> PyResult<Box<dyn EmbeddedCode>> {
+fn load(
+    py: Python<'_>,
+    task_id: &str,
+    worker_id: u64,
+    code: &TaskCode,
+) -> PyResult<Box<dyn EmbeddedCode>> {
     let function = code
         .function
         .as_ref()
@@ -30,13 +35,14 @@ fn load(py: Python<'_>, task_id: &str, code: &TaskCode) -> PyResult<Box<dyn Embe
     let helpers = py.import("daisy_rs._code")?;
     let loaded = helpers.getattr("load")?.call1((
         task_id,
+        worker_id,
         source_kind,
         source,
         function.search_path.clone(),
     ))?;
     let (call, check): (Py<PyAny>, Py<PyAny>) = loaded.extract()?;
     Ok(match code.kind {
-        CodeKind::WorkerFunction => Box::new(WorkerFunction::new(py, task_id, call, check, code)?),
+        CodeKind::WorkerFunction => Box::new(WorkerFunction::new(task_id, worker_id, call, check, code)),
         _ => Box::new(ProcessFunction::new(py, task_id, call, check)?),
     })
 }

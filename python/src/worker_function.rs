@@ -42,12 +42,21 @@ enum Report {
     Ended { error: Option<String>, asked: bool },
 }
 
-/// The blocks of one run of a worker function, as its `Client` sees them.
+/// The blocks of one run of a worker function, as its `Client`s see them
+/// (the function's own, and those of the processes it starts, through
+/// `daisy_rs._relay`).
 #[pyclass(module = "daisy_rs._native")]
 pub struct Feed {
+    #[pyo3(get)]
     task_id: String,
+    /// The worker's id, which the processes the function starts are told.
+    #[pyo3(get)]
+    worker_id: u64,
     /// `None` ends the feed.
     blocks: Mutex<Receiver<Option<WireBlock>>>,
+    /// The feed ended: every later ask gets `None` at once (several
+    /// clients may be waiting, and one `None` ends only one wait).
+    ended: AtomicBool,
     reports: Sender<Report>,
     /// The function asked for a block: it got past its set-up.
     asked: AtomicBool,
@@ -61,9 +70,13 @@ impl Feed {
         self.asked.store(true, Ordering::Relaxed);
         let next = py.detach(|| {
             let blocks = self.blocks.lock().unwrap_or_else(|e| e.into_inner());
+            if self.ended.load(Ordering::Relaxed) {
+                return None;
+            }
             blocks.recv().ok().flatten()
         });
         let Some(block) = next else {
+            self.ended.store(true, Ordering::Relaxed);
             return Ok(None);
         };
         let read = roi(py, &block.read_roi)?;
@@ -93,6 +106,7 @@ struct Running {
 
 pub struct WorkerFunction {
     task_id: String,
+    worker_id: u64,
     function: Py<PyAny>,
     /// The task's check_function (or None), asked by `Client` per block.
     check: Py<PyAny>,
@@ -106,21 +120,22 @@ pub struct WorkerFunction {
 
 impl WorkerFunction {
     pub fn new(
-        _py: Python<'_>,
         task_id: &str,
+        worker_id: u64,
         function: Py<PyAny>,
         check: Py<PyAny>,
         code: &TaskCode,
-    ) -> PyResult<Self> {
-        Ok(Self {
+    ) -> Self {
+        Self {
             task_id: task_id.to_string(),
+            worker_id,
             function,
             check,
             depth: 1 + code.prefetch as usize,
             running: None,
             interrupted: false,
             unable: None,
-        })
+        }
     }
 
     /// Starts the function again; what a run before it found no longer
@@ -135,7 +150,9 @@ impl WorkerFunction {
         let (reports_tx, reports_rx) = channel();
         let feed = Feed {
             task_id: self.task_id.clone(),
+            worker_id: self.worker_id,
             blocks: Mutex::new(blocks_rx),
+            ended: AtomicBool::new(false),
             reports: reports_tx,
             asked: AtomicBool::new(false),
         };

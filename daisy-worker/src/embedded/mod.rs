@@ -84,11 +84,13 @@ pub trait EmbeddedCode: Send {
     fn finish(&mut self) {}
 }
 
-/// Makes the code of one task from the driver's [`TaskCode`], or says why
-/// it cannot run here (a module that does not import, a pickle that does
-/// not load).
+/// Makes the code of one task (its id, the worker's id, the driver's
+/// [`TaskCode`]), or says why it cannot run here (a module that does not
+/// import, a pickle that does not load). The worker id is the one the
+/// driver gave this worker (0 in a serial run): user code that starts
+/// processes of its own tells them which worker they belong to.
 pub type EmbeddedFactory =
-    dyn Fn(&str, &TaskCode) -> Result<Box<dyn EmbeddedCode>, String> + Send + Sync;
+    dyn Fn(&str, u64, &TaskCode) -> Result<Box<dyn EmbeddedCode>, String> + Send + Sync;
 
 static FACTORY: OnceLock<Box<EmbeddedFactory>> = OnceLock::new();
 
@@ -100,11 +102,15 @@ pub fn register(factory: Box<EmbeddedFactory>) {
     }
 }
 
-/// The code of task `task_id`, a function kind, from the registered
-/// factory.
-pub fn code_for(task_id: &str, code: &TaskCode) -> Result<Box<dyn EmbeddedCode>, String> {
+/// The code of task `task_id` for worker `worker_id`, a function kind,
+/// from the registered factory.
+pub fn code_for(
+    task_id: &str,
+    worker_id: u64,
+    code: &TaskCode,
+) -> Result<Box<dyn EmbeddedCode>, String> {
     match FACTORY.get() {
-        Some(factory) => factory(task_id, code),
+        Some(factory) => factory(task_id, worker_id, code),
         None => Err(not_embedded(code.kind)),
     }
 }

@@ -1,0 +1,179 @@
+"""The block relay: how processes that a worker function starts get the
+worker's blocks, as daisy 1.x's spawn pattern needs.
+
+In daisy 1.x a worker function often does not process blocks itself: it
+starts ``python child.py``, a ``volara-cli`` command or an ``sbatch
+--wait`` job, and that process calls ``daisy.Client()`` and loops over
+``acquire_block()``. Here the worker (``python -m daisy_rs.worker``)
+holds the one connection to the driver; a `Relay` in it listens on a port
+of its own, puts its address in ``DAISY_CONTEXT`` (inherited by whatever
+the function starts), and hands those clients the blocks of the worker's
+feed. So a child is accounted as the worker that started it: the driver
+sees one worker, its heartbeats and its releases; several clients (forked
+fetchers, a job array) share it. A client that goes away while it holds
+blocks fails them with the reason, and a client whose worker is gone gets
+an error, never a silent wait.
+
+One JSON object per line each way. A client first sends ``{"token": T,
+"pid": P}`` and is answered ``{"ok": true}`` or ``{"refused": why}``; then
+``{"op": "acquire"}`` is answered ``{"block": [task_id, block_id, read,
+write]}`` (ROIs as ``[offset, shape]``) or ``{"block": null}`` when there
+are no more, and ``{"op": "release", "block_id": N, "error": E}`` (E null
+for success) is not answered.
+"""
+
+from __future__ import annotations
+
+import json
+import secrets
+import socket
+import threading
+
+from daisy_rs.context import Context
+
+#: The longest line a relay reads: a release with a long traceback.
+_MAX_LINE = 1 << 20
+
+#: How long a client waits for the relay's answer to its hello.
+_HELLO_TIMEOUT_S = 30
+
+
+class Relay:
+    """Serves the blocks of the current worker function's feed to clients
+    in other processes. One per worker process, started on first use."""
+
+    def __init__(self, host: str):
+        self._lock = threading.Lock()
+        self._feed = None
+        self._next_unchecked = None
+        self.token = secrets.token_hex(16)
+        self._socket = socket.create_server(("0.0.0.0", 0), backlog=64)
+        self.hostname = host
+        self.port = self._socket.getsockname()[1]
+        threading.Thread(target=self._accept, name="daisy-relay", daemon=True).start()
+
+    def serve(self, feed, next_unchecked):
+        """Clients from now on get blocks from ``feed`` through
+        ``next_unchecked(feed)`` (which applies the task's check function)."""
+        with self._lock:
+            self._feed, self._next_unchecked = feed, next_unchecked
+
+    def context(self, task_id, worker_id, logdir) -> Context:
+        return Context(
+            hostname=self.hostname,
+            port=self.port,
+            task_id=task_id,
+            worker_id=worker_id,
+            logdir=logdir,
+            token=self.token,
+        )
+
+    def _accept(self):
+        while True:
+            try:
+                connection, _ = self._socket.accept()
+            except OSError:
+                return
+            threading.Thread(target=self._serve_client, args=(connection,), name="daisy-relay-client", daemon=True).start()
+
+    def _serve_client(self, connection):
+        held = {}
+        pid = "?"
+        with connection, connection.makefile("rwb") as stream:
+            try:
+                hello = _read(stream)
+                pid = hello.get("pid", "?")
+                if not secrets.compare_digest(str(hello.get("token", "")), self.token):
+                    _write(stream, {"refused": "wrong token: this is not the context of this worker"})
+                    return
+                _write(stream, {"ok": True})
+                while True:
+                    request = _read(stream)
+                    if request is None:
+                        break
+                    with self._lock:
+                        feed, next_unchecked = self._feed, self._next_unchecked
+                    if request.get("op") == "acquire":
+                        block = next_unchecked(feed)
+                        if block is None:
+                            _write(stream, {"block": None})
+                            continue
+                        held[block._spatial_id] = feed
+                        _write(stream, {"block": [block.task_id, block._spatial_id, list(block._read), list(block._write)]})
+                    elif request.get("op") == "release":
+                        block_id = int(request["block_id"])
+                        owner = held.pop(block_id, None)
+                        if owner is not None:
+                            owner.release(block_id, request.get("error"))
+            except (OSError, ValueError, KeyError, TypeError):
+                pass  # a client that broke the exchange is a client gone
+            finally:
+                for block_id, owner in held.items():
+                    owner.release(
+                        block_id,
+                        f"the process that held this block (pid {pid}, a daisy.Client of this "
+                        "worker) ended or disconnected before it released it",
+                    )
+
+
+class RelayClient:
+    """A connection to the relay named by a context."""
+
+    def __init__(self, context: Context):
+        for key in ("hostname", "port", "token"):
+            if key not in context:
+                raise ValueError(
+                    f"DAISY_CONTEXT has no {key!r}: daisy_rs workers put their relay's "
+                    "hostname, port and token in it; this context was written by something else "
+                    f"({context!r})"
+                )
+        address = (context["hostname"], int(context["port"]))
+        self._socket = socket.create_connection(address, timeout=_HELLO_TIMEOUT_S)
+        self._stream = self._socket.makefile("rwb")
+        import os
+
+        _write(self._stream, {"token": context["token"], "pid": os.getpid()})
+        answer = _read(self._stream)
+        if answer is None:
+            raise ConnectionError(f"the daisy worker at {address[0]}:{address[1]} closed the connection")
+        if "refused" in answer:
+            raise ConnectionError(f"the daisy worker at {address[0]}:{address[1]} refused this client: {answer['refused']}")
+        # Blocks may take as long as their upstream blocks to become ready.
+        self._socket.settimeout(None)
+
+    def acquire(self):
+        """``(task_id, block_id, read, write)``, or None when there are no more."""
+        _write(self._stream, {"op": "acquire"})
+        answer = _read(self._stream)
+        if answer is None:
+            raise ConnectionError(
+                "the daisy worker this process belongs to ended (its connection closed while "
+                "this process asked for a block)"
+            )
+        block = answer["block"]
+        if block is None:
+            return None
+        task_id, block_id, read, write = block
+        return task_id, block_id, tuple(map(tuple, read)), tuple(map(tuple, write))
+
+    def release(self, block_id, error):
+        _write(self._stream, {"op": "release", "block_id": block_id, "error": error})
+
+    def close(self):
+        try:
+            self._stream.close()
+            self._socket.close()
+        except OSError:
+            pass
+
+
+def _write(stream, message):
+    stream.write(json.dumps(message).encode() + b"\n")
+    stream.flush()
+
+
+def _read(stream):
+    line = stream.readline(_MAX_LINE)
+    if not line:
+        return None
+    return json.loads(line)

@@ -1,0 +1,110 @@
+"""`Context`: what a worker needs to reach the blocks of its task, as the
+one string daisy 1.x and 2.0 put in ``DAISY_CONTEXT``
+(``key=value:key=value``).
+
+A function that runs inside a worker (``python -m daisy_rs.worker``) finds
+``DAISY_CONTEXT`` in its environment, and so does every process it starts,
+on this host or through ``srun``/``sbatch``: ``hostname`` and ``port`` name
+the worker's block relay (not the driver), ``task_id`` and ``worker_id``
+the worker those processes are accounted to, ``logdir`` the run's daisy
+log directory and ``token`` what the relay asks of a client. The driver's
+own context (its addresses and the run token) never reaches user code.
+"""
+
+from __future__ import annotations
+
+import copy
+import os
+
+from daisy_rs.logging import get_log_basedir
+
+__all__ = ["Context"]
+
+
+class Context:
+    """A mapping of strings, written as ``key=value:key=value``."""
+
+    ENV_VARIABLE = "DAISY_CONTEXT"
+
+    def __init__(self, **kwargs):
+        self._items = {}
+        basedir = get_log_basedir()
+        self["logdir"] = "" if basedir is None else basedir
+        for key, value in kwargs.items():
+            self[key] = value
+
+    def copy(self):
+        return copy.deepcopy(self)
+
+    def to_env(self) -> str:
+        return ":".join(f"{key}={value}" for key, value in self._items.items())
+
+    def __setitem__(self, key, value):
+        key, value = str(key), str(value)
+        if "=" in key or ":" in key:
+            raise RuntimeError(f"Context keys must not contain = or : (got {key!r})")
+        if "=" in value or ":" in value:
+            raise RuntimeError(f"Context values must not contain = or : ({key} = {value!r})")
+        self._items[key] = value
+
+    def __getitem__(self, key):
+        return self._items[key]
+
+    def __delitem__(self, key):
+        del self._items[key]
+
+    def __contains__(self, key):
+        return key in self._items
+
+    def __iter__(self):
+        return iter(self._items)
+
+    def __len__(self):
+        return len(self._items)
+
+    def __eq__(self, other):
+        return isinstance(other, Context) and self._items == other._items
+
+    def get(self, key, default=None):
+        return self._items.get(key, default)
+
+    def keys(self):
+        return list(self._items)
+
+    def values(self):
+        return list(self._items.values())
+
+    def items(self):
+        return list(self._items.items())
+
+    def __repr__(self):
+        shown = {k: ("***" if k == "token" else v) for k, v in self._items.items()}
+        return ":".join(f"{key}={value}" for key, value in shown.items())
+
+    @staticmethod
+    def from_env() -> "Context":
+        """The context of this process; `KeyError` when there is none (the
+        process was not started by a daisy worker)."""
+        try:
+            text = os.environ[Context.ENV_VARIABLE]
+        except KeyError:
+            raise KeyError(
+                f"{Context.ENV_VARIABLE} is not set: this process was not started by a daisy "
+                "worker (daisy.Client() and Context.from_env() work inside a task's function "
+                "and in the processes it starts)"
+            ) from None
+        return Context.parse(text)
+
+    @staticmethod
+    def parse(text: str) -> "Context":
+        """A context from its ``key=value:key=value`` string."""
+        context = Context()
+        for token in text.split(":"):
+            key, sep, value = token.partition("=")
+            if not sep or "=" in value:
+                raise ValueError(
+                    f"{Context.ENV_VARIABLE} = {text!r} is not a daisy context: "
+                    f"{token!r} is not key=value"
+                )
+            context[key] = value
+        return context
