@@ -39,6 +39,10 @@ _relay = None
 
 _TRACEBACK_LINES = 12
 
+#: How long a returning worker function waits for the processes it
+#: started to be done with their blocks (see `Relay.settle`).
+_SETTLE_S = 2.0
+
 
 def register_in_process(task_id, call, check):
     _in_process[task_id] = (call, check)
@@ -192,8 +196,10 @@ def _run_worker_function(function, feed):
     try:
         function()
     except BaseException as error:  # noqa: BLE001 — reported, the worker decides
+        _relay_of_this_process().settle(_SETTLE_S)
         feed.ended(describe(error))
     else:
+        _relay_of_this_process().settle(_SETTLE_S)
         feed.ended(None)
 
 

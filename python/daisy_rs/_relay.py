@@ -44,6 +44,9 @@ class Relay:
 
     def __init__(self, host: str):
         self._lock = threading.Lock()
+        #: Notified when a client lets go of blocks.
+        self._let_go = threading.Condition(self._lock)
+        self._held = 0
         self._feed = None
         self._next_unchecked = None
         self.token = secrets.token_hex(16)
@@ -57,6 +60,19 @@ class Relay:
         ``next_unchecked(feed)`` (which applies the task's check function)."""
         with self._lock:
             self._feed, self._next_unchecked = feed, next_unchecked
+
+    def settle(self, timeout_s):
+        """Waits (at most ``timeout_s``) until no client holds a block: a
+        worker function that started a process returns as that process
+        exits, and what the process held is its failure to report, not
+        the function's."""
+        with self._let_go:
+            self._let_go.wait_for(lambda: self._held == 0, timeout_s)
+
+    def _hold(self, count):
+        with self._let_go:
+            self._held += count
+            self._let_go.notify_all()
 
     def context(self, task_id, worker_id, logdir) -> Context:
         return Context(
@@ -99,12 +115,14 @@ class Relay:
                             _write(stream, {"block": None})
                             continue
                         held[block._spatial_id] = feed
+                        self._hold(1)
                         _write(stream, {"block": [block.task_id, block._spatial_id, list(block._read), list(block._write)]})
                     elif request.get("op") == "release":
                         block_id = int(request["block_id"])
                         owner = held.pop(block_id, None)
                         if owner is not None:
                             owner.release(block_id, request.get("error"))
+                            self._hold(-1)
             except (OSError, ValueError, KeyError, TypeError):
                 pass  # a client that broke the exchange is a client gone
             finally:
@@ -114,6 +132,7 @@ class Relay:
                         f"the process that held this block (pid {pid}, a daisy.Client of this "
                         "worker) ended or disconnected before it released it",
                     )
+                self._hold(-len(held))
 
 
 class RelayClient:

@@ -20,7 +20,7 @@ use pyo3::types::PyTuple;
 use std::collections::{BTreeMap, VecDeque};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{channel, Receiver, RecvError, RecvTimeoutError, Sender};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 /// How long the function gets to return once its feed ended.
@@ -53,7 +53,7 @@ pub struct Feed {
     #[pyo3(get)]
     worker_id: u64,
     /// `None` ends the feed.
-    blocks: Mutex<Receiver<Option<WireBlock>>>,
+    blocks: Arc<Mutex<Receiver<Option<WireBlock>>>>,
     /// The feed ended: every later ask gets `None` at once (several
     /// clients may be waiting, and one `None` ends only one wait).
     ended: AtomicBool,
@@ -100,6 +100,9 @@ impl Feed {
 /// A running function: its feed's sending end and its thread.
 struct Running {
     blocks: Sender<Option<WireBlock>>,
+    /// The feed's end: blocks still in it when the function ends were
+    /// never handed to it.
+    untaken: Arc<Mutex<Receiver<Option<WireBlock>>>>,
     reports: Receiver<Report>,
     thread: Py<PyAny>,
 }
@@ -147,11 +150,12 @@ impl WorkerFunction {
 
     fn start(&self) -> PyResult<Running> {
         let (blocks_tx, blocks_rx) = channel();
+        let blocks_rx = Arc::new(Mutex::new(blocks_rx));
         let (reports_tx, reports_rx) = channel();
         let feed = Feed {
             task_id: self.task_id.clone(),
             worker_id: self.worker_id,
-            blocks: Mutex::new(blocks_rx),
+            blocks: Arc::clone(&blocks_rx),
             ended: AtomicBool::new(false),
             reports: reports_tx,
             asked: AtomicBool::new(false),
@@ -165,6 +169,7 @@ impl WorkerFunction {
         })?;
         Ok(Running {
             blocks: blocks_tx,
+            untaken: blocks_rx,
             reports: reports_rx,
             thread,
         })
@@ -348,6 +353,7 @@ fn feed_ahead(
                 return Fed::unable(error);
             }
             Ok(Ok(Report::Ended { error, .. })) => {
+                hand_back_untaken(&running.untaken, &mut fed, control);
                 end_fed(fed, error, control, done);
                 return Fed {
                     ended: true,
@@ -384,6 +390,25 @@ fn next_report(reports: &Receiver<Report>) -> Result<Result<Report, RecvError>, 
                     return Err(Interrupted);
                 }
             }
+        }
+    }
+}
+
+/// Takes the blocks the function was fed but never asked for out of
+/// `fed`: they did not run, so they go back to the driver unfailed. A
+/// client still waiting on the feed holds its lock, and then the feed is
+/// empty: there is nothing to take.
+fn hand_back_untaken(
+    untaken: &Mutex<Receiver<Option<WireBlock>>>,
+    fed: &mut BTreeMap<u64, Instant>,
+    control: &dyn BlockControl,
+) {
+    let Ok(untaken) = untaken.try_lock() else {
+        return;
+    };
+    while let Ok(Some(block)) = untaken.try_recv() {
+        if fed.remove(&block.block_id).is_some() {
+            control.finished(block.block_id);
         }
     }
 }

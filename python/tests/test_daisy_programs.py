@@ -1,0 +1,279 @@
+"""Programs written for daisy, unchanged, on this engine: the switch that
+makes ``import daisy`` give daisy_rs in every process of a run, daisy
+1.x's spawn pattern (a worker function starting processes that call
+``daisy.Client()``), forked clients, ``Context``, ``SerialServer`` with
+``CLMonitor``, daisy 1.x's ``Task`` positions, opt-in done tracking and
+functions from modules loaded by file path. Each runs real scripts with
+real drivers and workers, with daisy 2.0.0 installed beside daisy_rs (the
+test environment has it), so the switch must win over the real package."""
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from conftest import events
+
+
+def run_script(workdir, source, *, how="env", args=(), check=True, timeout=300):
+    """Runs ``source`` as ``main.py`` in ``workdir`` with ``import daisy``
+    switched to daisy_rs ``how``: "env" (DAISY_RS_AS_DAISY=1) or "module"
+    (``python -m daisy_rs run``); its completed process."""
+    (workdir / "main.py").write_text(textwrap.dedent(source))
+    env = {k: v for k, v in os.environ.items() if k not in ("DAISY_RS_AS_DAISY", "DAISY_CONTEXT")}
+    if how == "env":
+        env["DAISY_RS_AS_DAISY"] = "1"
+        command = [sys.executable, "main.py", *args]
+    else:
+        command = [sys.executable, "-m", "daisy_rs", "run", "main.py", *args]
+    done = subprocess.run(command, cwd=workdir, env=env, capture_output=True, text=True, timeout=timeout)
+    if check:
+        assert done.returncode == 0, f"exit {done.returncode}\n{done.stdout}\n{done.stderr}"
+    return done
+
+
+CHILD = """
+import os, sys
+import daisy
+
+client = daisy.Client()
+assert daisy.__name__ == "daisy_rs", daisy.__name__
+while True:
+    with client.acquire_block() as block:
+        if block is None:
+            break
+        if os.environ.get("FAIL_BLOCK") == str(block.block_id[1]):
+            os._exit(3)  # dies holding the block
+        (Path := __import__("pathlib").Path)("out").mkdir(exist_ok=True)
+        Path(f"out/{block.block_id[1]}-{os.getpid()}").write_text(
+            f"{client.worker_id} {client.task_id} {client.context['logdir']}"
+        )
+"""
+
+SPAWNING = """
+import subprocess, sys
+import daisy
+
+daisy.logging.set_log_basedir("logs")
+
+def start_worker():
+    context = daisy.Context.from_env()
+    assert context["task_id"] == "spawn"
+    subprocess.run([sys.executable, "child.py"], check=False)
+
+task = daisy.Task(
+    "spawn", daisy.Roi((0,), (24,)), daisy.Roi((0,), (1,)), daisy.Roi((0,), (1,)),
+    start_worker, read_write_conflict=False, num_workers=2, max_retries={retries},
+)
+states = daisy.run_blockwise([task], return_states=True)
+state = states["spawn"]
+print("STATE", state.completed_count, state.failed_count, state.total_block_count)
+"""
+
+
+def outputs(workdir):
+    return {int(p.name.split("-")[0]): p.read_text().split() for p in (workdir / "out").glob("*")}
+
+
+@pytest.mark.parametrize("how", ["env", "module"])
+def test_the_switch_reaches_every_process_and_wins_over_an_installed_daisy(workdir, how):
+    (workdir / "child.py").write_text(CHILD)
+    done = run_script(workdir, SPAWNING.format(retries=2), how=how)
+    assert "STATE 24 0 24" in done.stdout, done.stdout + done.stderr
+    written = outputs(workdir)
+    assert sorted(written) == list(range(24))
+    # The children are accounted as the workers that started them: two
+    # workers connected, and every child reports one of their ids.
+    connected = [e["worker_id"] for e in events(workdir / "daisy_run" / "spawn") if e.get("event") == "worker_connected"]
+    assert len(connected) == 2
+    assert {int(worker) for worker, _, _ in written.values()} <= set(connected)
+    assert {Path(logdir) for _, _, logdir in written.values()} == {workdir / "logs"}
+    # Worker logs where daisy 1.x puts them, once a program sets a basedir.
+    logs = sorted(p.name for p in (workdir / "logs" / "spawn").iterdir())
+    assert logs == sorted(f"worker_{w}.{s}" for w in connected for s in ("out", "err"))
+
+
+def test_a_child_that_dies_holding_a_block_fails_that_block_and_the_run_goes_on(workdir):
+    (workdir / "child.py").write_text(CHILD.replace('os.environ.get("FAIL_BLOCK")', '"5"'))
+    done = run_script(workdir, SPAWNING.format(retries=0))
+    assert "STATE 23 1 24" in done.stdout, done.stdout + done.stderr
+    failed = [e for e in events(workdir / "daisy_run" / "spawn") if e.get("event") == "block_failed"]
+    assert [e["block_id"] for e in failed] == [5]
+    assert "ended or disconnected before it released it" in failed[0]["error"]
+
+
+def test_forked_clients_share_their_worker(workdir):
+    """gunpowder's DaisyRequestBlocks(num_workers=2): the worker function
+    forks fetchers, each with its own daisy.Client()."""
+    run_script(
+        workdir,
+        """
+        import multiprocessing, os
+        import daisy
+
+        def fetch():
+            client = daisy.Client()
+            while True:
+                with client.acquire_block() as block:
+                    if block is None:
+                        return
+                    open(f"out/{block.block_id[1]}", "w").write(str(os.getpid()))
+
+        def start_worker():
+            fetchers = [multiprocessing.get_context("fork").Process(target=fetch) for _ in range(2)]
+            for f in fetchers:
+                f.start()
+            for f in fetchers:
+                f.join()
+
+        os.makedirs("out")
+        task = daisy.Task("fork", daisy.Roi((0, 0), (6, 6)), daisy.Roi((0, 0), (1, 1)),
+                          daisy.Roi((0, 0), (1, 1)), process_function=start_worker,
+                          read_write_conflict=False, max_workers=1, prefetch=1)
+        assert daisy.run_blockwise([task])
+        """,
+    )
+    assert len(list((workdir / "out").iterdir())) == 36
+
+
+def test_client_and_context_outside_a_worker_say_why(workdir):
+    done = run_script(
+        workdir,
+        """
+        import daisy
+        try:
+            daisy.Client()
+        except KeyError as error:
+            print("KEYERROR", error)
+        context = daisy.Context(hostname="localhost", port=1234, task_id="t", worker_id=0)
+        assert daisy.Context.ENV_VARIABLE == "DAISY_CONTEXT"
+        import os
+        os.environ["DAISY_CONTEXT"] = context.to_env()
+        back = daisy.Context.from_env()
+        print("BACK", back["hostname"], back["port"], back["worker_id"], back["logdir"])
+        try:
+            daisy.Client()
+        except ValueError as error:
+            print("VALUEERROR", error)
+        """,
+    )
+    assert "KEYERROR" in done.stdout and "not started by a daisy worker" in done.stdout
+    assert "BACK localhost 1234 0 daisy_logs" in done.stdout
+    assert "VALUEERROR" in done.stdout and "no 'token'" in done.stdout
+
+
+def test_serial_server_with_cl_monitor_and_daisy1_positions(workdir):
+    done = run_script(
+        workdir,
+        """
+        import daisy
+        from daisy.cl_monitor import CLMonitor
+        from daisy.block import BlockStatus
+
+        seen = []
+        def process(block):
+            seen.append(block.block_id[1])
+            if block.block_id[1] == 3:
+                block.status = BlockStatus.FAILED
+
+        # daisy 1.x's 13 arguments, by position (as dacapo passes them)
+        first = daisy.Task("first", daisy.Roi((0,), (8,)), daisy.Roi((0,), (1,)), daisy.Roi((0,), (1,)),
+                           process, None, None, False, 1, 0, "valid", None, None)
+
+        class Second(daisy.Task):
+            def __init__(self, label, **kwargs):  # keywords of its own
+                self.label = label
+                super().__init__(**kwargs)
+
+        second = Second("x", task_id="second", total_roi=daisy.Roi((0,), (8,)),
+                        read_roi=daisy.Roi((0,), (1,)), write_roi=daisy.Roi((0,), (1,)),
+                        process_function=process, read_write_conflict=False, upstream_tasks=[first])
+        server = daisy.SerialServer()
+        CLMonitor(server)
+        states = server.run_blockwise([first, second])
+        for task_id, state in sorted(states.items()):
+            print("STATE", task_id, state.completed_count, state.failed_count, state.orphaned_count,
+                  state.ready_count, state.processing_count, state.is_done())
+        """,
+    )
+    assert "STATE first 7 1 0 0 0 True" in done.stdout, done.stdout
+    assert "STATE second 7 0 1 0 0 True" in done.stdout, done.stdout
+
+
+def test_done_tracking_is_opt_in(workdir):
+    source = """
+    import os, sys
+    import daisy
+
+    def process(block):
+        open(f"ran-{sys.argv[1]}-{block.block_id[1]}", "w").close()
+
+    if sys.argv[2] == "basedir":
+        daisy.set_tracking_basedir("tracking")
+    task = daisy.Task("t", daisy.Roi((0,), (5,)), daisy.Roi((0,), (1,)), daisy.Roi((0,), (1,)),
+                      process_function=process, read_write_conflict=False)
+    assert daisy.run_blockwise([task], multiprocessing=False)
+    """
+    for run in ("1", "2"):
+        run_script(workdir, source, args=(run, "none"))
+    assert len(list(workdir.glob("ran-2-*"))) == 5, "a run without tracking skipped blocks"
+    for run in ("3", "4"):
+        run_script(workdir, source, args=(run, "basedir"))
+    assert len(list(workdir.glob("ran-3-*"))) == 5
+    assert len(list(workdir.glob("ran-4-*"))) == 0, "a tracked run did not resume"
+    assert (workdir / "tracking" / "t" / "done" / "t").is_dir()
+
+
+def test_functions_of_modules_loaded_by_file_path_and_unwrapped_wrappers(workdir):
+    (workdir / "tasks").mkdir()
+    (workdir / "tasks" / "work.py").write_text(
+        textwrap.dedent(
+            """
+            import daisy
+
+            def process(block):
+                open(f"out/{block.block_id[1]}", "w").close()
+
+            def start():
+                client = daisy.Client()
+                while True:
+                    with client.acquire_block() as block:
+                        if block is None:
+                            return
+                        process(block)
+
+            def wrapped(*args, **kwargs):  # no functools.wraps: a worker function, as in daisy
+                return start(*args, **kwargs)
+            """
+        )
+    )
+    run_script(
+        workdir,
+        """
+        import importlib.util, os
+        import daisy
+
+        spec = importlib.util.spec_from_file_location("loaded_by_path", "tasks/work.py")
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        os.makedirs("out")
+        make = lambda name, f: daisy.Task(name, daisy.Roi((0,), (6,)), daisy.Roi((0,), (1,)),
+                                          daisy.Roi((0,), (1,)), process_function=f,
+                                          read_write_conflict=False, max_workers=2)
+        assert daisy.run_blockwise([make("per-block", module.process)])
+        assert daisy.run_blockwise([make("wrapped", module.wrapped)])
+        """,
+    )
+    assert len(list((workdir / "out").iterdir())) == 6
+
+
+def test_install_as_daisy_after_daisy_was_imported_says_what_to_do(workdir):
+    (workdir / "main.py").write_text("import daisy\nimport daisy_rs\ndaisy_rs.install_as_daisy()\n")
+    env = {k: v for k, v in os.environ.items() if k != "DAISY_RS_AS_DAISY"}
+    done = subprocess.run([sys.executable, "main.py"], cwd=workdir, env=env, capture_output=True, text=True)
+    assert done.returncode != 0
+    assert "daisy was imported before install_as_daisy()" in done.stderr
