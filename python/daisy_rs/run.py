@@ -79,7 +79,8 @@ class TaskState:
         self.task_id = status["id"]
         self.started = True
         self.total_block_count = status["total"]
-        self.completed_count = status["done"]
+        # daisy counts skipped blocks as completed
+        self.completed_count = status["done"] + status.get("skipped", 0)
         self.failed_count = status["failed"]
         self.orphaned_count = status["orphaned"]
         self.skipped_count = status.get("skipped", 0)

@@ -33,14 +33,16 @@ def test_a_block_takes_task_id_then_block_id_as_daisy_2_does():
 def test_a_task_takes_daisy_2s_positional_order():
     task = daisy.Task("a", TOTAL, ONE, ONE, touch, None, True, "valid", 3, 2, None, None, False, {"cpu": 1}, 5)
     assert (task.max_workers, task.requires, task.max_worker_restarts) == (3, {"cpu": 1}, 5)
-    with pytest.raises(TypeError, match="'a': done_marker_path= is daisy 2.0's and differs here"):
-        daisy.Task("a", TOTAL, ONE, ONE, touch, None, True, "valid", 3, 2, None, "/tmp/done")
+    with pytest.warns(DeprecationWarning, match="use tracking_path"):
+        tracked = daisy.Task("a", TOTAL, ONE, ONE, touch, None, True, "valid", 3, 2, None, "/tmp/done")
+    assert tracked.tracking_path == "/tmp/done"
 
 
-def test_task_state_says_which_daisy_2_fields_it_lacks():
-    state = daisy.TaskState({"id": "a", "total": 1, "done": 1, "failed": 0, "orphaned": 0, "remaining": 0})
-    with pytest.raises(AttributeError, match="no ready_count: it differs from daisy 2.0 on purpose"):
-        state.ready_count
+def test_task_state_has_daisys_counters_after_a_run():
+    state = daisy.TaskState({"id": "a", "total": 3, "done": 1, "skipped": 1, "failed": 1, "orphaned": 0, "remaining": 0})
+    assert (state.ready_count, state.processing_count, state.pending_count) == (0, 0, 0)
+    assert (state.completed_count, state.skipped_count) == (2, 1)
+    assert state.is_done()
 
 
 def test_numpy_integers_are_taken_where_daisy_takes_integers(workdir):
