@@ -10,22 +10,24 @@ environment) gets the same switch.
 """
 
 import importlib
-import importlib.abc
-import importlib.util
 import os
 import sys
 
 ENV_VARIABLE = "DAISY_RS_AS_DAISY"
 
 
-class _Alias(importlib.abc.MetaPathFinder, importlib.abc.Loader):
-    """Finds ``daisy`` and ``daisy.x`` as ``daisy_rs`` and ``daisy_rs.x``:
+class _Alias:
+    """Finds ``daisy`` and ``daisy.x`` as ``daisy_rs`` and ``daisy_rs.x``
+    (a meta path finder and its loader, duck-typed: importlib.abc costs an
+    interpreter's start-up tens of ms):
     the same module objects, so there is one state (log directory,
     tracking base directory) whichever name a program uses."""
 
     def find_spec(self, fullname, path=None, target=None):
         if fullname != "daisy" and not fullname.startswith("daisy."):
             return None
+        import importlib.util  # here, not at start-up: it costs tens of ms
+
         real = "daisy_rs" + fullname[len("daisy") :]
         if importlib.util.find_spec(real) is None:
             return None
@@ -54,16 +56,16 @@ def install_as_daisy():
     one starts. Call it before anything imports daisy."""
     found = sys.modules.get("daisy")
     if found is not None and not found.__name__.startswith("daisy_rs"):
-        raise RuntimeError(
-            f"daisy was imported before install_as_daisy() (from {getattr(found, '__file__', found)}): "
-            "call daisy_rs.install_as_daisy() first, or set DAISY_RS_AS_DAISY=1 in the environment, "
-            "or run the program with `python -m daisy_rs run script.py`"
-        )
+        if not getattr(getattr(found, "__spec__", None), "_initializing", False):
+            raise RuntimeError(
+                f"daisy was imported before install_as_daisy() (from {getattr(found, '__file__', found)}): "
+                "call daisy_rs.install_as_daisy() first, or set DAISY_RS_AS_DAISY=1 in the environment, "
+                "or run the program with `python -m daisy_rs run script.py`"
+            )
+        # A module named daisy that is being imported calls this (a shim
+        # package that stands in for daisy): the import ends with daisy_rs.
+        sys.modules["daisy"] = importlib.import_module("daisy_rs")
     os.environ[ENV_VARIABLE] = "1"
     install_finder()
 
 
-def install_if_asked():
-    """The start-up hook's call: the finder, if the environment asks."""
-    if os.environ.get(ENV_VARIABLE, "") not in ("", "0"):
-        install_finder()

@@ -17,9 +17,9 @@ import pickle
 import socket
 import sys
 import threading
-import traceback
 
 from daisy_rs import logging as daisy_logging
+from daisy_rs._feed import describe, next_unchecked
 from daisy_rs._relay import Relay
 from daisy_rs.block import Block, BlockStatus
 from daisy_rs.context import Context
@@ -34,10 +34,13 @@ _in_process: dict[str, tuple] = {}
 #: process, and its task's check function, if any.
 _worker = None
 
+#: The pickle each task's check function came from, by task id: what
+#: the processes a worker function starts load it from.
+_check_payloads: dict[str, str] = {}
+
 #: The process id and the block relay of this worker process.
 _relay = None
 
-_TRACEBACK_LINES = 12
 
 #: How long a returning worker function waits for the processes it
 #: started to be done with their blocks (see `Relay.settle`).
@@ -96,6 +99,7 @@ def load(task_id, worker_id, source_kind, source, search_path):
         return _import(source), None
     with open(source, "rb") as file:
         payload = pickle.load(file)
+    _check_payloads[task_id] = source
     logdir = payload.get("logdir")
     if logdir is not None:
         daisy_logging.set_log_basedir(logdir)
@@ -109,15 +113,6 @@ def _import(reference):
     for name in attribute.split("."):
         found = getattr(found, name)
     return found
-
-
-def describe(error: BaseException) -> str:
-    """The end of the traceback of ``error``: what `status` shows."""
-    lines = traceback.format_exception(type(error), error, error.__traceback__)
-    text = "".join(lines).rstrip().splitlines()
-    if len(text) > _TRACEBACK_LINES:
-        text = ["..."] + text[-_TRACEBACK_LINES:]
-    return "\n".join(text)
 
 
 def run_block(function, check, task_id, block_id, read, write):
@@ -143,7 +138,7 @@ def start_worker_function(function, check, feed):
     global _worker
     _worker = (os.getpid(), feed, check)
     relay = _relay_of_this_process()
-    relay.serve(feed, lambda f: next_unchecked(f, check))
+    relay.serve(feed, check, _check_payloads.get(feed.task_id) if check is not None else None)
     basedir = daisy_logging.get_log_basedir()
     context = relay.context(feed.task_id, feed.worker_id, "" if basedir is None else basedir.absolute())
     _set_context(context)
@@ -170,26 +165,6 @@ def _host_name():
     except OSError:
         return "127.0.0.1"
     return name
-
-
-def next_unchecked(feed, check):
-    """The next block of ``feed`` that ``check`` (if not None) does not
-    call done, or None when the feed ended. Blocks it calls done are
-    released as done; a check that raises fails its block."""
-    while True:
-        wire = feed.next_block()
-        if wire is None:
-            return None
-        block = Block._from_wire(*wire)
-        if check is None:
-            return block
-        try:
-            if not check(block):
-                return block
-        except Exception as error:  # noqa: BLE001 — the block's failure
-            feed.release(block._spatial_id, describe(error))
-            continue
-        feed.release(block._spatial_id, None)
 
 
 def _run_worker_function(function, feed):

@@ -25,10 +25,13 @@ for success) is not answered.
 from __future__ import annotations
 
 import json
+import os
+import pickle
 import secrets
 import socket
 import threading
 
+from daisy_rs._feed import next_unchecked
 from daisy_rs.context import Context
 
 #: The longest line a relay reads: a release with a long traceback.
@@ -47,19 +50,21 @@ class Relay:
         #: Notified when a client lets go of blocks.
         self._let_go = threading.Condition(self._lock)
         self._held = 0
-        self._feed = None
-        self._next_unchecked = None
+        self._feed = self._check = self._check_payload = None
         self.token = secrets.token_hex(16)
         self._socket = socket.create_server(("0.0.0.0", 0), backlog=64)
         self.hostname = host
         self.port = self._socket.getsockname()[1]
         threading.Thread(target=self._accept, name="daisy-relay", daemon=True).start()
 
-    def serve(self, feed, next_unchecked):
-        """Clients from now on get blocks from ``feed`` through
-        ``next_unchecked(feed)`` (which applies the task's check function)."""
+    def serve(self, feed, check, check_payload):
+        """Clients from now on get blocks from ``feed``. The task's
+        ``check`` function (or None) is the client's to call where
+        ``check_payload`` names the pickle it comes from: daisy calls it
+        where the program set its state up, and a started process sets up
+        its own (volara's log directory); else the relay calls it here."""
         with self._lock:
-            self._feed, self._next_unchecked = feed, next_unchecked
+            self._feed, self._check, self._check_payload = feed, check, check_payload
 
     def settle(self, timeout_s):
         """Waits (at most ``timeout_s``) until no client holds a block: a
@@ -102,15 +107,17 @@ class Relay:
                 if not secrets.compare_digest(str(hello.get("token", "")), self.token):
                     _write(stream, {"refused": "wrong token: this is not the context of this worker"})
                     return
-                _write(stream, {"ok": True})
+                with self._lock:
+                    shipped = self._check_payload
+                _write(stream, {"ok": True, "check_payload": shipped})
                 while True:
                     request = _read(stream)
                     if request is None:
                         break
                     with self._lock:
-                        feed, next_unchecked = self._feed, self._next_unchecked
+                        feed, check = self._feed, self._check
                     if request.get("op") == "acquire":
-                        block = next_unchecked(feed)
+                        block = next_unchecked(feed, None if shipped else check)
                         if block is None:
                             _write(stream, {"block": None})
                             continue
@@ -136,7 +143,9 @@ class Relay:
 
 
 class RelayClient:
-    """A connection to the relay named by a context."""
+    """A connection to the relay named by a context: a feed of blocks
+    (``next_block``, ``release``) like the worker's own, and the task's
+    check function if the relay leaves it to this process (``check``)."""
 
     def __init__(self, context: Context):
         for key in ("hostname", "port", "token"):
@@ -149,8 +158,6 @@ class RelayClient:
         address = (context["hostname"], int(context["port"]))
         self._socket = socket.create_connection(address, timeout=_HELLO_TIMEOUT_S)
         self._stream = self._socket.makefile("rwb")
-        import os
-
         _write(self._stream, {"token": context["token"], "pid": os.getpid()})
         answer = _read(self._stream)
         if answer is None:
@@ -159,8 +166,12 @@ class RelayClient:
             raise ConnectionError(f"the daisy worker at {address[0]}:{address[1]} refused this client: {answer['refused']}")
         # Blocks may take as long as their upstream blocks to become ready.
         self._socket.settimeout(None)
+        self.check = None
+        if answer.get("check_payload"):
+            with open(answer["check_payload"], "rb") as file:
+                self.check = pickle.load(file)["check_function"]
 
-    def acquire(self):
+    def next_block(self):
         """``(task_id, block_id, read, write)``, or None when there are no more."""
         _write(self._stream, {"op": "acquire"})
         answer = _read(self._stream)

@@ -21,16 +21,14 @@ traceback is the block's error) and propagates, as in daisy 2.0.
 
 from __future__ import annotations
 
-import logging
 from contextlib import contextmanager
 
 from daisy_rs import _code
 from daisy_rs import logging as daisy_logging
+from daisy_rs._feed import describe, next_unchecked
 from daisy_rs._relay import RelayClient
-from daisy_rs.block import Block, BlockStatus
+from daisy_rs.block import BlockStatus
 from daisy_rs.context import Context
-
-logger = logging.getLogger(__name__)
 
 
 class Client:
@@ -49,24 +47,26 @@ class Client:
         daisy_logging.set_log_basedir(context.get("logdir") or None)
         self.task_id = context["task_id"]
         self.worker_id = int(context["worker_id"])
-        self._relay = None
         if in_process is not None:
             self._feed, self._check = in_process
             return
         try:
-            self._relay = RelayClient(context)
+            self._feed = RelayClient(context)
         except ConnectionRefusedError:
             # As in daisy 2.0: a worker already gone means the run ended.
-            logger.warning(
+            import logging
+
+            logging.getLogger(__name__).warning(
                 "the daisy worker at %s:%s is not reachable; assuming the run has ended",
                 context.get("hostname"),
                 context.get("port"),
             )
-            self._relay = _Ended()
+            self._feed = _Ended()
+        self._check = self._feed.check
 
     @contextmanager
     def acquire_block(self):
-        block = self._next()
+        block = next_unchecked(self._feed, self._check)
         if block is None:
             yield None
             return
@@ -74,36 +74,26 @@ class Client:
             yield block
         except BaseException as error:
             block.status = BlockStatus.FAILED
-            self._release(block._spatial_id, _code.describe(error))
+            self._feed.release(block._spatial_id, describe(error))
             raise
         if block.status == BlockStatus.FAILED:
-            self._release(block._spatial_id, "the worker function set the block's status to FAILED")
+            self._feed.release(block._spatial_id, "the worker function set the block's status to FAILED")
         else:
             block.status = BlockStatus.SUCCESS
-            self._release(block._spatial_id, None)
-
-    def _next(self):
-        if self._relay is None:
-            return _code.next_unchecked(self._feed, self._check)
-        wire = self._relay.acquire()
-        return None if wire is None else Block._from_wire(*wire)
-
-    def _release(self, block_id, error):
-        if self._relay is None:
-            self._feed.release(block_id, error)
-        else:
-            self._relay.release(block_id, error)
+            self._feed.release(block._spatial_id, None)
 
     def __del__(self):
-        relay = getattr(self, "_relay", None)
-        if relay is not None:
-            relay.close()
+        close = getattr(getattr(self, "_feed", None), "close", None)
+        if close is not None:
+            close()
 
 
 class _Ended:
     """The relay of a worker that is gone: no blocks."""
 
-    def acquire(self):
+    check = None
+
+    def next_block(self):
         return None
 
     def release(self, block_id, error):

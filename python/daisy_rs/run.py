@@ -22,7 +22,6 @@ from __future__ import annotations
 import ctypes
 import hashlib
 import importlib.machinery
-import inspect
 import json
 import operator
 import os
@@ -34,7 +33,6 @@ import sys
 import sysconfig
 from pathlib import Path
 
-import cloudpickle
 
 from daisy_rs import _code, _native, tracking
 from daisy_rs import logging as daisy_logging
@@ -418,6 +416,8 @@ def _pickle(task, kind, function):
         "check_function": task.check_function,
         "logdir": daisy_logging.chosen_log_basedir(),
     }
+    import cloudpickle  # here: the driver and the workers import this module without pickling
+
     by_value = _modules_workers_cannot_import(function, task.check_function)
     try:
         for module in by_value:
@@ -458,6 +458,10 @@ def _modules_workers_cannot_import(*functions):
 def _unpicklable_captures(function):
     """The names (and types) of what ``function`` refers to that cannot
     be pickled: closure cells, globals, or an object's attributes."""
+    import inspect
+
+    import cloudpickle
+
     if function is None:
         return []
     try:

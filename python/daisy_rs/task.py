@@ -10,7 +10,6 @@ ROI); ``a | b`` runs both side by side. daisy 1.x's
 from __future__ import annotations
 
 import datetime
-import inspect
 import numbers
 import warnings
 
@@ -322,6 +321,8 @@ def _takes_no_argument(function) -> bool:
     none (``self`` aside; ``*args`` does not count, so a ``(*args,
     **kwargs)`` wrapper is a worker function, as in daisy 1.x and 2.0) is
     a worker function; so is a callable without a signature, as in 2.0."""
+    import inspect  # here: workers import this module and never ask
+
     try:
         named = inspect.getfullargspec(function).args
     except TypeError:
