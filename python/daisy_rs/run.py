@@ -57,6 +57,18 @@ class RunError(RuntimeError):
     """The driver did not run the pipeline; its message is on stderr."""
 
 
+class TaskAbandoned(RuntimeError):
+    """A task was abandoned (its workers failed ``max_worker_restarts``
+    times with blocks left), which daisy 2.0 raises as a `RuntimeError`
+    whether or not states were asked for. ``states`` holds every task's
+    `TaskState`."""
+
+    def __init__(self, abandoned, states):
+        self.states = states
+        reasons = "; ".join(f"task {task_id!r}: {state.abandon_reason}" for task_id, state in abandoned.items())
+        super().__init__(f"abandoned {reasons}")
+
+
 class PipelineError(ValueError):
     """The pipeline breaks rules; ``problems`` lists every one, each as
     ``daisy-driver`` prints it."""
@@ -152,8 +164,12 @@ def run_blockwise(
         status = _run(pipeline, name, run_dir, top, host, multiprocessing, options)
     finally:
         _code.forget_in_process()  # a serial run's functions, and what they hold
+    found = states(run_dir)
+    abandoned = {task_id: state for task_id, state in found.items() if state.abandoned}
+    if abandoned:
+        raise TaskAbandoned(abandoned, found)
     if return_states:
-        return states(run_dir)
+        return found
     return status == 0
 
 

@@ -6,6 +6,7 @@ import json
 import os
 import shutil
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -88,3 +89,42 @@ def test_a_python_task_runs_through_the_lsf_stand_in(workdir, slurm, monkeypatch
     for job_file in (workdir / "lsf-state" / "jobs").glob("*/job.json"):
         slurm_ids.append(str(json.loads(job_file.read_text())["slurm_id"]))
     wait_until_no_job_left(slurm_ids)
+
+
+def test_daisy_1x_spawn_pattern_through_sbatch_wait(workdir, slurm):
+    """A worker function that submits `sbatch --wait` jobs whose script
+    calls daisy.Client(), as daisy 1.x cluster scripts and volara's
+    SlurmWorker do: the jobs are served as the workers that submitted
+    them, and `import daisy` is daisy_rs inside the jobs too."""
+    (workdir / "child.py").write_text(
+        "import os, daisy\n"
+        "assert daisy.__name__ == 'daisy_rs'\n"
+        "client = daisy.Client()\n"
+        "while True:\n"
+        "    with client.acquire_block() as block:\n"
+        "        if block is None:\n"
+        "            break\n"
+        "        open(f'out/{block.block_id[1]}', 'w').write(os.environ['SLURM_JOB_ID'])\n"
+    )
+    (workdir / "main.py").write_text(
+        "import subprocess, sys, os\n"
+        "import daisy\n"
+        "os.makedirs('out')\n"
+        "def submit():\n"
+        "    subprocess.run(['sbatch', '--wait', '--time', '00:05:00', '-o', 'job-%j.out',\n"
+        "                    '--wrap', f'{sys.executable} child.py'], check=True)\n"
+        "task = daisy.Task('sb', daisy.Roi((0,), (8,)), daisy.Roi((0,), (1,)), daisy.Roi((0,), (1,)),\n"
+        "                  submit, read_write_conflict=False, max_workers=2)\n"
+        "assert daisy.run_blockwise([task], run_dir='run')\n"
+    )
+    env = {k: v for k, v in os.environ.items() if k != "DAISY_CONTEXT"}
+    env["DAISY_RS_AS_DAISY"] = "1"
+    done = subprocess.run([sys.executable, "main.py"], cwd=workdir, env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stdout + done.stderr
+    written = {p.name: p.read_text() for p in (workdir / "out").iterdir()}
+    assert sorted(written, key=int) == [str(i) for i in range(8)]
+    jobs = set(written.values())
+    assert 1 <= len(jobs) <= 2, f"blocks ran in the submitted jobs: {jobs}"
+    connected = [e for e in events("run") if e.get("event") == "worker_connected"]
+    assert len(connected) == 2, "the jobs were no workers of their own"
+    wait_until_no_job_left(sorted(jobs))
