@@ -31,8 +31,10 @@ from daisy_rs import logging
 from daisy_rs.block import Block, BlockStatus
 from daisy_rs.client import Client
 from daisy_rs.context import Context
+from daisy_rs.dependency_graph import BlockwiseDependencyGraph, DependencyGraph
 from daisy_rs.logging import get_worker_log_basename, redirect_stdouterr
 from daisy_rs.run import PipelineError, RunError, TaskState, run_blockwise, states
+from daisy_rs.scheduler import Scheduler
 from daisy_rs.server import SerialServer, Server
 from daisy_rs.task import Pipeline, Task
 from daisy_rs.tracking import (
@@ -44,9 +46,6 @@ from daisy_rs.tracking import (
 
 #: daisy's names this package leaves out on purpose, and what to use.
 _DIFFERS = {
-    "Scheduler": "the scheduler is the driver's; `python -m daisy_rs.driver plan` shows blocks and levels",
-    "BlockwiseDependencyGraph": "not exposed; `python -m daisy_rs.driver plan` shows blocks and levels",
-    "DependencyGraph": "not exposed; `python -m daisy_rs.driver plan` shows blocks and levels",
     "profile_block": "per-block measurements: Task(resource_tracking=True), shown by `status` and `report`",
 }
 
@@ -63,13 +62,16 @@ def __getattr__(name):
 __all__ = [
     "Block",
     "BlockStatus",
+    "BlockwiseDependencyGraph",
     "Client",
     "Context",
     "Coordinate",
+    "DependencyGraph",
     "Pipeline",
     "PipelineError",
     "Roi",
     "RunError",
+    "Scheduler",
     "SerialServer",
     "Server",
     "Task",

@@ -12,13 +12,17 @@
 //! - `entry`: the two command lines, and logging.
 //! - `functions`: loading a task's function (through `daisy_rs._code`)
 //!   and registering the embedded-code factory daisy-worker asks.
+//! - `graphs`, `scheduler`: daisy-core's dependency graph and scheduler
+//!   driven by hand, under `daisy_rs.dependency_graph` and `daisy_rs.scheduler`.
 //! - `process_function`: a function called once per block.
 //! - `worker_function`: a function that loops over its own `Client`,
 //!   fed blocks through a [`worker_function::Feed`].
 
 mod entry;
 mod functions;
+mod graphs;
 mod process_function;
+mod scheduler;
 mod worker_function;
 
 use pyo3::prelude::*;
@@ -31,5 +35,8 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(entry::pipeline_problems, m)?)?;
     m.add_function(wrap_pyfunction!(entry::status_json, m)?)?;
     m.add_class::<worker_function::Feed>()?;
+    m.add_class::<graphs::Graph>()?;
+    m.add_class::<graphs::LevelIter>()?;
+    m.add_class::<scheduler::Scheduler>()?;
     Ok(())
 }
