@@ -33,7 +33,7 @@ from daisy_rs.client import Client
 from daisy_rs.context import Context
 from daisy_rs.dependency_graph import BlockwiseDependencyGraph, DependencyGraph
 from daisy_rs.logging import get_worker_log_basename, redirect_stdouterr
-from daisy_rs.run import PipelineError, RunError, TaskState, run_blockwise, states
+from daisy_rs.run import PipelineError, RunError, TaskAbandoned, TaskState, run_blockwise, states
 from daisy_rs.scheduler import Scheduler
 from daisy_rs.server import SerialServer, Server
 from daisy_rs.task import Pipeline, Task
@@ -75,6 +75,7 @@ __all__ = [
     "SerialServer",
     "Server",
     "Task",
+    "TaskAbandoned",
     "TaskState",
     "get_done_marker_basedir",
     "get_tracking_basedir",

@@ -12,10 +12,12 @@ use pyo3::prelude::*;
 /// Makes daisy-worker (and the driver's serial run) call this
 /// interpreter's functions for function tasks.
 pub fn register_factory() {
-    embedded::register(Box::new(|task_id: &str, worker_id: u64, code: &TaskCode| {
-        Python::attach(|py| load(py, task_id, worker_id, code))
-            .map_err(|error| Python::attach(|py| describe(py, &error)))
-    }));
+    embedded::register(Box::new(
+        |task_id: &str, worker_id: u64, code: &TaskCode| {
+            Python::attach(|py| load(py, task_id, worker_id, code))
+                .map_err(|error| Python::attach(|py| describe(py, &error)))
+        },
+    ));
 }
 
 fn load(
@@ -42,7 +44,9 @@ fn load(
     ))?;
     let (call, check): (Py<PyAny>, Py<PyAny>) = loaded.extract()?;
     Ok(match code.kind {
-        CodeKind::WorkerFunction => Box::new(WorkerFunction::new(task_id, worker_id, call, check, code)),
+        CodeKind::WorkerFunction => {
+            Box::new(WorkerFunction::new(task_id, worker_id, call, check, code))
+        }
         _ => Box::new(ProcessFunction::new(py, task_id, call, check)?),
     })
 }

@@ -204,7 +204,9 @@ def test_every_validation_problem_is_listed_in_one_exception(workdir):
 
 def test_a_worker_that_cannot_import_the_function_gives_up_without_burning_retries(workdir):
     task = grid_task("imp", "no_such_module_anywhere:process", max_worker_restarts=1)
-    states = daisy.run_blockwise([task], run_dir="run", return_states=True)
+    with pytest.raises(daisy.TaskAbandoned, match="'imp'") as raised:
+        daisy.run_blockwise([task], run_dir="run")
+    states = raised.value.states
     assert states["imp"].abandoned
     assert "No module named 'no_such_module_anywhere'" in states["imp"].abandon_reason
     failed = [e for e in events("run") if e.get("event") == "block_failed"]
@@ -274,7 +276,9 @@ def test_a_worker_function_that_fails_before_its_first_block_gives_up_with_the_r
     def start_worker():
         raise RuntimeError("model weights not found")
 
-    states = daisy.run_blockwise([grid_task("load", start_worker, max_workers=2)], run_dir="run", return_states=True)
+    with pytest.raises(daisy.TaskAbandoned, match="model weights not found") as raised:
+        daisy.run_blockwise([grid_task("load", start_worker, max_workers=2)], run_dir="run", return_states=True)
+    states = raised.value.states
     assert states["load"].abandoned
     assert "model weights not found" in states["load"].abandon_reason, states["load"].abandon_reason
     failed = [e for e in events("run") if e.get("event") == "block_failed"]
