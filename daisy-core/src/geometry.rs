@@ -339,11 +339,19 @@ impl Iterator for GridWalk {
 pub struct GeometryProblem {
     pub field: &'static str,
     pub message: String,
+    /// The regions are sound but leave no block. A pipeline file refuses
+    /// such a task (its downstream tasks would wait for output that never
+    /// comes); daisy runs it with no blocks, and so does the Python package.
+    pub holds_no_block: bool,
 }
 
 impl GeometryProblem {
     fn new(field: &'static str, message: String) -> Self {
-        Self { field, message }
+        Self {
+            field,
+            message,
+            holds_no_block: false,
+        }
     }
 }
 
@@ -413,7 +421,12 @@ fn block_count_problem(spec: &TaskSpec) -> Option<GeometryProblem> {
     let per_axis = blocks_per_axis(&grid);
     let count = (per_axis.iter()).try_fold(1u64, |n, k| n.checked_mul(k.max(0) as u64));
     let problem = match count {
-        Some(0) => no_blocks(spec, &grid),
+        Some(0) => {
+            return Some(GeometryProblem {
+                holds_no_block: true,
+                ..GeometryProblem::new("total_roi", no_blocks(spec, &grid))
+            })
+        }
         Some(_) => return level_count_problem(spec, &grid),
         None => format!(
             "{} splits into {per_axis} blocks per axis, more than 2^64 in all",

@@ -23,6 +23,7 @@ import ctypes
 import hashlib
 import importlib.machinery
 import json
+import logging
 import operator
 import os
 import re
@@ -154,7 +155,9 @@ def run_blockwise(
     ``resource_tracking`` (measure what each block costs, for every task;
     ``Task(resource_tracking=True)`` for one).
     """
-    pipeline = Pipeline.of(tasks)
+    pipeline, empty = _without_empty_tasks(Pipeline.of(tasks))
+    if not pipeline.tasks:
+        return empty if return_states else True
     name = name or _default_name(pipeline)
     run_dir, tracked = _run_dir(pipeline, name, run_dir, block_tracking)
     _call_init_callbacks(pipeline)
@@ -164,13 +167,41 @@ def run_blockwise(
         status = _run(pipeline, name, run_dir, top, host, multiprocessing, options)
     finally:
         _code.forget_in_process()  # a serial run's functions, and what they hold
-    found = states(run_dir)
+    found = {**states(run_dir), **empty}
     abandoned = {task_id: state for task_id, state in found.items() if state.abandoned}
     if abandoned:
         raise TaskAbandoned(abandoned, found)
     if return_states:
         return found
     return status == 0
+
+
+def _without_empty_tasks(pipeline):
+    """The pipeline less the tasks whose regions hold no block, and those
+    tasks' states. daisy runs such a task with no blocks (its downstream
+    tasks wait for nothing of it); the driver would refuse the pipeline,
+    so it never sees them. Each is named with its regions, as a warning."""
+    empty = {}
+    for task in pipeline.tasks:
+        wire = (task.task_id, _roi_pair(task.total_roi), _roi_pair(task.read_roi), _roi_pair(task.write_roi))
+        try:
+            reason = _native.no_block_reason((*wire, task.fit, task.read_write_conflict, 0, []))
+        except (ValueError, TypeError, OverflowError):
+            reason = None  # regions wrong in another way: the driver says how
+        if reason is not None:
+            logging.getLogger("daisy_rs").warning("task %r runs with no blocks: %s", task.task_id, reason)
+            empty[task.task_id] = TaskState(
+                {"id": task.task_id, "total": 0, "done": 0, "failed": 0, "orphaned": 0, "remaining": 0}
+            )
+    if not empty:
+        return pipeline, empty
+    kept = [task for task in pipeline.tasks if task.task_id not in empty]
+    edges = [(u, d) for u, d in pipeline.edges if u.task_id not in empty and d.task_id not in empty]
+    return Pipeline(kept, edges), empty
+
+
+def _roi_pair(roi):
+    return (tuple(int(x) for x in roi.offset), tuple(int(x) for x in roi.shape))
 
 
 def _run_dir(pipeline, name, run_dir, block_tracking):

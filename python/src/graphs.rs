@@ -13,6 +13,7 @@
 
 use daisy_core::block::BlockId;
 use daisy_core::coordinate::{MAX_COORDINATE, MAX_DIMS};
+use daisy_core::geometry::geometry_problems;
 use daisy_core::graph::LevelBlocks;
 use daisy_core::{Block, Coordinate, DependencyGraph, Fit, Roi, TaskIdx, TaskSpec};
 use pyo3::exceptions::{PyIndexError, PyValueError};
@@ -312,4 +313,16 @@ pub(crate) fn wire_block<'py>(py: Python<'py>, block: &Block) -> PyResult<Bound<
 
 fn wire_blocks<'py>(py: Python<'py>, blocks: &[Block]) -> PyResult<Vec<Bound<'py, PyTuple>>> {
     blocks.iter().map(|b| wire_block(py, b)).collect()
+}
+
+/// Why a task's regions hold no block (daisy runs such a task with none),
+/// or `None` when they hold some or are wrong in another way (the
+/// driver's checks say how).
+#[pyfunction]
+pub fn no_block_reason(task: TaskArg) -> PyResult<Option<String>> {
+    let problems = geometry_problems(&task_spec(task)?);
+    Ok(match problems.as_slice() {
+        [only] if only.holds_no_block => Some(only.message.clone()),
+        _ => None,
+    })
 }

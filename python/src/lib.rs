@@ -34,6 +34,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(entry::worker_main, m)?)?;
     m.add_function(wrap_pyfunction!(entry::pipeline_problems, m)?)?;
     m.add_function(wrap_pyfunction!(entry::status_json, m)?)?;
+    m.add_function(wrap_pyfunction!(graphs::no_block_reason, m)?)?;
     m.add_class::<worker_function::Feed>()?;
     m.add_class::<graphs::Graph>()?;
     m.add_class::<graphs::LevelIter>()?;

@@ -277,3 +277,27 @@ def test_install_as_daisy_after_daisy_was_imported_says_what_to_do(workdir):
     done = subprocess.run([sys.executable, "main.py"], cwd=workdir, env=env, capture_output=True, text=True)
     assert done.returncode != 0
     assert "daisy was imported before install_as_daisy()" in done.stderr
+
+
+def test_a_task_whose_regions_hold_no_block_runs_with_none_and_a_warning(workdir):
+    done = run_script(
+        workdir,
+        """
+        import daisy
+
+        def process(block):
+            open(f"ran-{block.block_id[0]}-{block.block_id[1]}", "w").close()
+
+        empty = daisy.Task("empty", daisy.Roi((0, 0), (4, 4)), daisy.Roi((0, 0), (8, 8)),
+                           daisy.Roi((0, 0), (8, 8)), process)
+        down = daisy.Task("down", daisy.Roi((0, 0), (4, 4)), daisy.Roi((0, 0), (2, 2)),
+                          daisy.Roi((0, 0), (2, 2)), process, upstream_tasks=[empty])
+        states = daisy.run_blockwise([empty, down], return_states=True)
+        for task_id, state in sorted(states.items()):
+            print("STATE", task_id, state.total_block_count, state.completed_count, state.is_done())
+        """,
+    )
+    assert "STATE down 4 4 True" in done.stdout and "STATE empty 0 0 True" in done.stdout, done.stdout
+    assert "task 'empty' runs with no blocks" in done.stderr
+    assert "shape [8, 8]" in done.stderr, "the warning names the regions"
+    assert len(list(workdir.glob("ran-down-*"))) == 4
