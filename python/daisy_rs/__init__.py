@@ -24,25 +24,42 @@ launchers (local processes, sbatch, bsub, slurmrestd) or by hand
 See docs/python.md for what is the same as daisy and what differs.
 """
 
-from funlib.geometry import Coordinate, Roi
+import importlib
 
-from _daisy_rs_switch import install_as_daisy
-from daisy_rs import logging
-from daisy_rs.block import Block, BlockStatus
-from daisy_rs.client import Client
-from daisy_rs.context import Context
-from daisy_rs.dependency_graph import BlockwiseDependencyGraph, DependencyGraph
-from daisy_rs.logging import get_worker_log_basename, redirect_stdouterr
-from daisy_rs.run import PipelineError, RunError, TaskAbandoned, TaskState, run_blockwise, states
-from daisy_rs.scheduler import Scheduler
-from daisy_rs.server import SerialServer, Server
-from daisy_rs.task import Pipeline, Task
-from daisy_rs.tracking import (
-    get_done_marker_basedir,
-    get_tracking_basedir,
-    set_done_marker_basedir,
-    set_tracking_basedir,
-)
+#: Where each public name lives. Loaded on first use (PEP 562): every
+#: worker and the driver process import this package, and a block's
+#: start-up is what a small run costs.
+_HOMES = {
+    "Coordinate": "funlib.geometry",
+    "Roi": "funlib.geometry",
+    "install_as_daisy": "_daisy_rs_switch",
+    "Block": "daisy_rs.block",
+    "BlockStatus": "daisy_rs.block",
+    "Client": "daisy_rs.client",
+    "Context": "daisy_rs.context",
+    "BlockwiseDependencyGraph": "daisy_rs.dependency_graph",
+    "DependencyGraph": "daisy_rs.dependency_graph",
+    "get_worker_log_basename": "daisy_rs.logging",
+    "redirect_stdouterr": "daisy_rs.logging",
+    "PipelineError": "daisy_rs.run",
+    "RunError": "daisy_rs.run",
+    "TaskAbandoned": "daisy_rs.run",
+    "TaskState": "daisy_rs.run",
+    "run_blockwise": "daisy_rs.run",
+    "states": "daisy_rs.run",
+    "Scheduler": "daisy_rs.scheduler",
+    "SerialServer": "daisy_rs.server",
+    "Server": "daisy_rs.server",
+    "Pipeline": "daisy_rs.task",
+    "Task": "daisy_rs.task",
+    "get_done_marker_basedir": "daisy_rs.tracking",
+    "get_tracking_basedir": "daisy_rs.tracking",
+    "set_done_marker_basedir": "daisy_rs.tracking",
+    "set_tracking_basedir": "daisy_rs.tracking",
+}
+
+#: Submodules that are attributes of the package, as in daisy.
+_SUBMODULES = frozenset(("logging", "block", "client", "context", "cl_monitor", "task", "server"))
 
 #: daisy's names this package leaves out on purpose, and what to use.
 _DIFFERS = {
@@ -51,12 +68,22 @@ _DIFFERS = {
 
 
 def __getattr__(name):
+    if name in _HOMES:
+        value = getattr(importlib.import_module(_HOMES[name]), name)
+        globals()[name] = value
+        return value
+    if name in _SUBMODULES:
+        return importlib.import_module(f"daisy_rs.{name}")
     if name in _DIFFERS:
         raise AttributeError(
             f"daisy_rs has no {name}: it differs from daisy on purpose: {_DIFFERS[name]} "
             "(docs/python.md, 'What differs')"
         )
     raise AttributeError(f"module 'daisy_rs' has no attribute {name!r}")
+
+
+def __dir__():
+    return sorted({*globals(), *_HOMES, *_SUBMODULES})
 
 
 __all__ = [
