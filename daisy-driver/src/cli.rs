@@ -232,11 +232,21 @@ const STOP_GRACE: Duration = Duration::from_millis(500);
 /// Heartbeats more often than this would only load the network.
 const MIN_HEARTBEAT: Duration = Duration::from_millis(100);
 
+/// What stops a distributed run as Ctrl-C does: for the CLI, Ctrl-C or
+/// SIGTERM; a program that embeds the driver on a thread of its own (the
+/// Python package) passes its own, and so installs no signal handler.
+pub type StopSignal = std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>>;
+
 /// Runs the parsed command line and picks the exit code.
 pub fn main(cli: Cli) -> anyhow::Result<u8> {
+    main_stopped_by(cli, Box::pin(stop_signal()))
+}
+
+/// [`main`], with a distributed run stopped by `stop`.
+pub fn main_stopped_by(cli: Cli, stop: StopSignal) -> anyhow::Result<u8> {
     match cli.command {
         Command::Plan(opts) => command_plan(opts),
-        Command::Run(opts) => command_run(opts),
+        Command::Run(opts) => command_run(opts, stop),
         Command::Status(opts) => command_status(opts),
         Command::Reset(opts) => command_reset(opts),
         Command::Report(opts) => command_report(opts),
@@ -273,7 +283,7 @@ fn command_plan(opts: PlanOpts) -> anyhow::Result<u8> {
 /// not start, done markers of another layout, --reset's answer, the port,
 /// the launcher, the lock) is checked before the run directory is written
 /// to, so a run that does not start leaves it as it was.
-fn command_run(opts: RunOpts) -> anyhow::Result<u8> {
+fn command_run(opts: RunOpts, stop: StopSignal) -> anyhow::Result<u8> {
     crate::stdout::set_quiet(opts.quiet);
     let (pipeline, run_dir) = load(&opts.pipeline)?;
     let (worker, _) = worker_program(opts.worker_bin.as_deref())?;
@@ -308,7 +318,7 @@ fn command_run(opts: RunOpts) -> anyhow::Result<u8> {
             let progress_every = opts.progress_every();
             crate::serial_run::run(&pipeline, &run_dir, only_blocks.as_ref(), progress_every)?
         }
-        Some(server) => server.run(pipeline, &run_dir)?,
+        Some(server) => server.run(pipeline, &run_dir, stop)?,
     };
     if !opts.no_summary {
         crate::stdout::print(format_args!("{}", summary.render()));
@@ -366,6 +376,7 @@ impl BlockServer {
         self,
         pipeline: Pipeline,
         run_dir: &RunDir,
+        stop: StopSignal,
     ) -> anyhow::Result<crate::summary::RunSummary> {
         self.runtime.block_on(crate::driver::run(
             Arc::new(pipeline),
@@ -373,7 +384,7 @@ impl BlockServer {
             self.options,
             self.listener,
             self.launcher,
-            stop_signal(),
+            stop,
         ))
     }
 }

@@ -7,11 +7,12 @@ functions pickles beside it (cloudpickle; a function given as
 workers read them from the shared file system and a running driver's
 files are never overwritten. Then:
 
-- ``multiprocessing=True``: ``python -m daisy_rs.driver run`` as a
-  child process, exactly ``daisy-driver run`` (progress bars, summary,
-  run directory, resume); its workers are ``python -m daisy_rs.worker``
-  started by the pipeline's launcher. Ctrl-C stops it as it stops the
-  CLI, and is raised again here once it has.
+- ``multiprocessing=True``: ``daisy-driver run`` on a thread of this
+  interpreter (progress bars, summary, run directory), with no signal
+  handler of its own; its workers are ``python -m daisy_rs.worker``
+  processes started by the pipeline's launcher. Ctrl-C stops it as it
+  stops the CLI, and is raised again here once it has. If this process
+  dies, the workers see the driver's connections close and stop.
 - ``multiprocessing=False``: the driver's serial run inside this
   interpreter, calling the original functions (no pickling), one block
   at a time: for pdb, and closures over live objects.
@@ -19,7 +20,6 @@ files are never overwritten. Then:
 
 from __future__ import annotations
 
-import ctypes
 import hashlib
 import importlib.machinery
 import json
@@ -27,9 +27,7 @@ import logging
 import operator
 import os
 import re
-import signal
 import site
-import subprocess
 import sys
 import sysconfig
 from pathlib import Path
@@ -40,11 +38,8 @@ from daisy_rs import logging as daisy_logging
 from daisy_rs.context import Context
 from daisy_rs.task import Pipeline, seconds
 
-#: How long a stopped driver gets to stop its workers before it is killed.
-_STOP_GRACE_S = 60
-
-#: prctl(2)'s option for the signal a process gets when its parent dies.
-_PR_SET_PDEATHSIG = 1
+#: How often a wait for the driver lets Python look at its signals.
+_SIGNAL_CHECK_S = 0.1
 
 #: daisy-driver's exit status for a run stopped by Ctrl-C or SIGTERM.
 _INTERRUPTED = 130
@@ -277,38 +272,25 @@ def states(run_dir):
 
 
 def _run_driver(args):
-    """The driver as a child: its exit status and pid; Ctrl-C here stops
-    it, then is raised."""
-    command = [sys.executable, "-m", "daisy_rs.driver", *args]
-    with subprocess.Popen(command, preexec_fn=_stop_with_parent()) as driver:
-        try:
-            return driver.wait(), driver.pid
-        except KeyboardInterrupt:
-            _stop(driver)
-            raise
-
-
-def _stop_with_parent():
-    """What the driver's process runs before the driver (on Linux): the
-    kernel is to send it SIGTERM (which stops a run as Ctrl-C does) if
-    this process dies without stopping it, so that no driver and no
-    workers outlive it. Looked up here: a forked child should only call."""
-    if sys.platform != "linux":
-        return None
-    prctl = ctypes.CDLL(None, use_errno=True).prctl
-    return lambda: prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
-
-
-def _stop(driver):
-    """SIGINT, as a terminal's Ctrl-C sends it, then waiting for the
-    driver to stop its workers."""
-    if driver.poll() is None:
-        driver.send_signal(signal.SIGINT)
+    """The driver on a thread of this interpreter: its exit status and
+    this process's pid (which its run directory lock names). Ctrl-C here
+    stops it as Ctrl-C stops the CLI, then is raised."""
+    driver = _native.start_driver(args)
     try:
-        driver.wait(timeout=_STOP_GRACE_S)
-    except subprocess.TimeoutExpired:
-        driver.kill()
-        driver.wait()
+        return _wait(driver), os.getpid()
+    except KeyboardInterrupt:
+        driver.stop()
+        _wait(driver)
+        raise
+
+
+def _wait(driver):
+    """The driver's exit status, waited for in slices so that Ctrl-C
+    reaches this thread as a `KeyboardInterrupt`."""
+    while True:
+        status = driver.wait(_SIGNAL_CHECK_S)
+        if status is not None:
+            return status
 
 
 def _pipeline_file(pipeline, name, top, run_dir, in_process):

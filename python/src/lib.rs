@@ -10,6 +10,8 @@
 //!
 //! # Layout
 //! - `entry`: the two command lines, and logging.
+//! - `driver_thread`: `run_blockwise`'s driver on a thread of the
+//!   interpreter.
 //! - `functions`: loading a task's function (through `daisy_rs._code`)
 //!   and registering the embedded-code factory daisy-worker asks.
 //! - `graphs`, `scheduler`: daisy-core's dependency graph and scheduler
@@ -18,6 +20,7 @@
 //! - `worker_function`: a function that loops over its own `Client`,
 //!   fed blocks through a [`worker_function::Feed`].
 
+mod driver_thread;
 mod entry;
 mod functions;
 mod graphs;
@@ -31,6 +34,8 @@ use pyo3::prelude::*;
 fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     functions::register_factory();
     m.add_function(wrap_pyfunction!(entry::driver_main, m)?)?;
+    m.add_function(wrap_pyfunction!(driver_thread::start_driver, m)?)?;
+    m.add_class::<driver_thread::DriverRun>()?;
     m.add_function(wrap_pyfunction!(entry::worker_main, m)?)?;
     m.add_function(wrap_pyfunction!(entry::pipeline_problems, m)?)?;
     m.add_function(wrap_pyfunction!(entry::status_json, m)?)?;
