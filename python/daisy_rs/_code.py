@@ -20,9 +20,7 @@ import threading
 
 from daisy_rs import logging as daisy_logging
 from daisy_rs._feed import describe, next_unchecked
-from daisy_rs._relay import Relay
 from daisy_rs.block import Block, BlockStatus
-from daisy_rs.context import Context
 
 #: The reference a serial run gives its function tasks: the functions are
 #: this interpreter's own objects, registered by `run_blockwise`.
@@ -66,6 +64,8 @@ _context_before = ()
 
 
 def _set_context(context):
+    from daisy_rs.context import Context
+
     global _context_before
     if _context_before == ():
         _context_before = (os.environ.get(Context.ENV_VARIABLE),)
@@ -73,6 +73,8 @@ def _set_context(context):
 
 
 def _restore_context():
+    from daisy_rs.context import Context
+
     global _context_before
     if _context_before == ():
         return
@@ -150,6 +152,9 @@ def start_worker_function(function, check, feed):
 
 
 def _relay_of_this_process():
+    # Imported here: a process function's worker never needs a relay.
+    from daisy_rs._relay import Relay
+
     global _relay
     if _relay is None or _relay[0] != os.getpid():
         _relay = (os.getpid(), Relay(_host_name()))

@@ -7,8 +7,6 @@ error)``: the worker's own (`daisy_rs._native.Feed`) or a relay's
 
 from __future__ import annotations
 
-import traceback
-
 from daisy_rs.block import Block
 
 _TRACEBACK_LINES = 12
@@ -16,6 +14,7 @@ _TRACEBACK_LINES = 12
 
 def describe(error: BaseException) -> str:
     """The end of the traceback of ``error``: what `status` shows."""
+    import traceback  # here: most workers never see a failure
     lines = traceback.format_exception(type(error), error, error.__traceback__)
     text = "".join(lines).rstrip().splitlines()
     if len(text) > _TRACEBACK_LINES:
