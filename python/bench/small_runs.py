@@ -25,6 +25,8 @@ import sys
 import tempfile
 import textwrap
 
+from engines import environment, print_ratios
+
 RUN = textwrap.dedent(
     """
     import inspect, json, os, sys, time
@@ -53,9 +55,7 @@ RUN = textwrap.dedent(
 
 def timings(python, repeat, switched):
     """Seconds per run, ``repeat`` runs in one interpreter."""
-    env = {k: v for k, v in os.environ.items() if k != "DAISY_RS_AS_DAISY"}
-    if switched:
-        env["DAISY_RS_AS_DAISY"] = "1"
+    env = environment(python, switched)
     with tempfile.TemporaryDirectory() as cwd:
         for i in range(repeat):
             os.mkdir(os.path.join(cwd, str(i)))
@@ -83,14 +83,11 @@ def main():
         for name, (python, switched) in engines.items():
             # The first run of an interpreter imports the engine: left out.
             seen[name] += timings(python, args.repeat + 1, switched)[1:]
-    ours = statistics.median(seen["daisy_rs"])
     print(f"{'engine':<12} {'median':>8} {'p10':>8} {'p90':>8}   runs of 4 blocks, 2 workers")
     for name, times in seen.items():
         deciles = statistics.quantiles(times, n=10)
         print(f"{name:<12} {statistics.median(times):8.3f} {deciles[0]:8.3f} {deciles[-1]:8.3f} s")
-    for name, times in seen.items():
-        if name != "daisy_rs":
-            print(f"daisy_rs / {name}: {ours / statistics.median(times):.2f}x the time")
+    print_ratios(seen)
 
 
 if __name__ == "__main__":

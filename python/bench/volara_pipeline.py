@@ -25,6 +25,7 @@ import tempfile
 import textwrap
 
 import numpy as np
+from engines import environment, print_ratios
 
 PIPELINE = textwrap.dedent(
     """
@@ -93,10 +94,7 @@ PIPELINE = textwrap.dedent(
 def run(python, switched, mode, size, workers):
     """Seconds of the pipeline's run_blockwise, and its fragments and
     segments (segments named by their smallest fragment)."""
-    env = {k: v for k, v in os.environ.items() if k not in ("DAISY_RS_AS_DAISY", "PYTHONPATH")}
-    if switched:
-        env["DAISY_RS_AS_DAISY"] = "1"
-    env["PATH"] = f"{os.path.dirname(python)}:{env['PATH']}"  # that environment's volara-cli
+    env = environment(python, switched)
     with tempfile.TemporaryDirectory() as cwd:
         done = subprocess.run(
             [python, "-c", PIPELINE, mode, str(size), str(workers)],
@@ -138,10 +136,7 @@ def main():
             runs = ", ".join(f"{t:.2f}" for t in times)
             print(f"  {name:<12} median {statistics.median(times):6.2f} s  (runs {runs})  "
                   f"output {'equal to' if same else 'DIFFERS from'} daisy 1.2.3's")
-        ours = statistics.median(seen["daisy_rs"])
-        for name, times in seen.items():
-            if name != "daisy_rs":
-                print(f"  daisy_rs / {name}: {ours / statistics.median(times):.2f}x the time")
+        print_ratios(seen, indent="  ")
 
 
 if __name__ == "__main__":

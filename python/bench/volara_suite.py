@@ -20,13 +20,12 @@ import statistics
 import subprocess
 import time
 
+from engines import environment, print_ratios
+
 
 def run_suite(python, tests, switched):
     """Wall seconds of one pytest run of ``tests``, and its summary line."""
-    env = {k: v for k, v in os.environ.items() if k not in ("DAISY_RS_AS_DAISY", "PYTHONPATH")}
-    if switched:
-        env["DAISY_RS_AS_DAISY"] = "1"
-    env["PATH"] = f"{os.path.dirname(python)}:{env['PATH']}"  # volara-cli of that environment
+    env = environment(python, switched)
     started = time.perf_counter()
     done = subprocess.run(
         [python, "-m", "pytest", tests, "-q", "-p", "no:cacheprovider", "--timeout", "300"],
@@ -56,12 +55,9 @@ def main():
             seconds, summary = run_suite(python, args.tests, switched)
             seen[name].append(seconds)
             print(f"{name:<12} {seconds:7.1f} s   {summary}", flush=True)
-    ours = statistics.median(seen["daisy_rs"])
     for name, times in seen.items():
         print(f"{name:<12} median {statistics.median(times):7.1f} s")
-    for name, times in seen.items():
-        if name != "daisy_rs":
-            print(f"daisy_rs / {name}: {ours / statistics.median(times):.2f}x the time")
+    print_ratios(seen)
 
 
 if __name__ == "__main__":
