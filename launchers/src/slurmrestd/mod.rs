@@ -99,6 +99,9 @@ pub const FORWARDED_ENV: &[&str] = &[
     "TZ",
     "RUST_LOG",
     "RUST_BACKTRACE",
+    // The switch that makes `import daisy` give daisy_rs: Python workers
+    // run user code written for daisy, in every job of the run.
+    "DAISY_RS_AS_DAISY",
 ];
 
 /// How many slurmrestd requests of each kind the launcher made, retries
