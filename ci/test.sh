@@ -9,12 +9,18 @@
 #
 #   bash ci/test.sh [nextest run options...]    e.g. --no-fail-fast
 #
-# Stages: the Python package is built and installed into a virtual
-# environment (DAISY_TEST_VENV, default target/python-venv, made if missing,
-# with pytest and daisy 2.0.0 from PyPI, which is also the daisy2 Python
-# unless DAISY2_PYTHON says otherwise); the requirements are checked; the
-# Rust tests run (cargo nextest); the Python tests run (pytest, python/tests,
-# which skip with the reason, or fail under CI, where SLURM is missing).
+# Stages: the Python package is built once, as a wheel (target/wheels), and
+# that wheel is installed into three virtual environments, each made if
+# missing and reused otherwise: the tests' (DAISY_TEST_VENV, default
+# target/python-venv, with pytest and daisy 2.0.0 from PyPI, which is also
+# the daisy2 Python unless DAISY2_PYTHON says otherwise) and one for each
+# real daisy client the Python tests run on this engine, with that client
+# and its dependencies from PyPI and no daisy (DAISY_VOLARA_VENV, default
+# target/compat-volara-venv, volara 1.0.5; DAISY_GUNPOWDER_VENV, default
+# target/compat-gunpowder-venv, gunpowder 1.4.4, which needs zarr 2 where
+# volara needs zarr 3); the requirements are checked; the Rust tests run
+# (cargo nextest); the Python tests run (pytest, python/tests, which skip
+# with the reason, or fail under CI, where SLURM is missing).
 #
 # Requirements and where they come from:
 #   SLURM         `sinfo -h` answers (and python3, for the LSF stand-in)
@@ -112,22 +118,56 @@ rust_tests() {
   fi
 }
 
-# Builds the package and installs it with its test extras. The dev profile
-# reuses what the Rust tests compiled (a release build would compile every
-# dependency again); speed is measured by python/bench, not by the tests.
+pip_in() {
+  local venv=$1
+  shift
+  "$venv/bin/python" -m pip -q --disable-pip-version-check "$@"
+}
+
+# Builds the package and installs it with its test extras, and into the
+# real clients' environments. The dev profile reuses what the Rust tests
+# compiled (a release build would compile every dependency again); speed is
+# measured by python/bench, not by the tests. One wheel for all three, so the
+# Rust part is compiled once.
 python_env() {
   VENV=${DAISY_TEST_VENV:-target/python-venv}
   [ -x "$VENV/bin/python" ] || python3 -m venv "$VENV"
   VENV=$(cd "$VENV" && pwd)
-  MATURIN_PEP517_ARGS="--profile dev" \
-    "$VENV/bin/python" -m pip install -q --disable-pip-version-check "./python[test]"
+  rm -f target/wheels/daisy_rs-*.whl # the version stays 0.1.0: never an old build
+  MATURIN_PEP517_ARGS="--profile dev" pip_in "$VENV" wheel --no-deps ./python -w target/wheels
+  WHEEL=$(echo target/wheels/daisy_rs-*.whl)
+  # pip counts an installed 0.1.0 as this wheel: the extras' dependencies
+  # first, then the wheel over whatever build is there.
+  pip_in "$VENV" install "$WHEEL[test]"
+  pip_in "$VENV" install --force-reinstall --no-deps "$WHEEL"
   export DAISY2_PYTHON=${DAISY2_PYTHON:-$VENV/bin/python}
+  client_env DAISY_VOLARA_PYTHON "${DAISY_VOLARA_VENV:-target/compat-volara-venv}" volara 1.0.5
+  client_env DAISY_GUNPOWDER_PYTHON "${DAISY_GUNPOWDER_VENV:-target/compat-gunpowder-venv}" gunpowder 1.4.4
+}
+
+# A real client's environment, named to the tests in $1: the client at its
+# version, nothing extra, and no daisy distribution (volara pulls daisy 1.2.3
+# in; the switch wins over it, but then a test could pass on the real daisy
+# where the switch failed), with the wheel (its dependencies once, then the
+# wheel over whatever build is there).
+client_env() {
+  local variable=$1 venv=$2 client=$3 version=$4
+  [ -x "$venv/bin/python" ] || python3 -m venv "$venv"
+  venv=$(cd "$venv" && pwd)
+  "$venv/bin/python" -c "import importlib.metadata as m; assert m.version('$client') == '$version'" \
+    2>/dev/null || pip_in "$venv" install "$client==$version"
+  if "$venv/bin/python" -m pip show daisy >/dev/null 2>&1; then
+    pip_in "$venv" uninstall -y daisy
+  fi
+  pip_in "$venv" install "$WHEEL"
+  pip_in "$venv" install --force-reinstall --no-deps "$WHEEL"
+  export "$variable=$venv/bin/python"
 }
 
 echo "== requirements of the tests"
 cargo nextest list --workspace >/dev/null # builds the tests once, up front
 
-echo "== Python package (maturin) in a virtual environment"
+echo "== Python package (maturin), built once, in the virtual environments"
 python_env
 
 check_requirements
