@@ -8,8 +8,11 @@ function tasks; start it by hand to add a machine to a run:
     python -m daisy_rs.worker --context-file daisy_run/<name>/context.json --task <task>
 """
 
+import glob
 import os
+import signal
 import sys
+import time
 
 from daisy_rs import _native
 
@@ -18,13 +21,63 @@ def main(argv=None) -> int:
     return _native.worker_main(list(sys.argv[1:] if argv is None else argv))
 
 
+#: How long the processes a function started get between SIGTERM and
+#: SIGKILL when their worker ends.
+_CHILD_GRACE_S = 2.0
+
+
 def _exit(status: int):
     """Ends the process without waiting for the user's threads: a worker
     whose block ran past its timeout ends to stop it, and a thread the
-    function started must not keep a finished worker (and its job) alive."""
+    function started must not keep a finished worker (and its job) alive.
+    The processes the function started end with it (a `volara-cli` child
+    still in its shutdown when the worker function's grace ran out)."""
     sys.stdout.flush()
     sys.stderr.flush()
+    _end_children()
     os._exit(status)
+
+
+def _end_children():
+    """SIGTERM to this process's children, then SIGKILL to those still
+    there after `_CHILD_GRACE_S`; they are reaped here (Linux's /proc)."""
+    children = _children()
+    for pid in children:
+        _signal(pid, signal.SIGTERM)
+    deadline = time.monotonic() + _CHILD_GRACE_S
+    while children and time.monotonic() < deadline:
+        children = [pid for pid in children if not _reaped(pid)]
+        time.sleep(0.02)
+    for pid in children:
+        _signal(pid, signal.SIGKILL)
+        _reaped(pid, block=True)
+
+
+def _children():
+    """The children of every thread of this process (a function's thread
+    starts its subprocesses; the kernel lists them under that thread)."""
+    found = []
+    for listing in glob.glob("/proc/self/task/*/children"):
+        try:
+            with open(listing) as pids:
+                found += [int(pid) for pid in pids.read().split()]
+        except OSError:
+            continue  # the thread ended meanwhile
+    return found
+
+
+def _signal(pid, signum):
+    try:
+        os.kill(pid, signum)
+    except ProcessLookupError:
+        pass
+
+
+def _reaped(pid, block=False):
+    try:
+        return os.waitpid(pid, 0 if block else os.WNOHANG)[0] == pid
+    except ChildProcessError:
+        return True
 
 
 if __name__ == "__main__":
