@@ -64,10 +64,21 @@ _SUBMODULES = frozenset(("logging", "block", "client", "context", "cl_monitor", 
 #: daisy's names this package leaves out on purpose, and what to use.
 _DIFFERS = {
     "profile_block": "per-block measurements: Task(resource_tracking=True), shown by `status` and `report`",
+    "Worker": "workers are started by the driver's launcher (local, sbatch, bsub, slurmrestd) or by hand "
+    "with `python -m daisy_rs.worker`; a worker function starts processes of its own",
+    "WorkerPool": "the driver keeps each task's workers (max_workers, the resources budget)",
+    "expand_roi_to_grid": "Task(fit=...) decides which blocks cover the total ROI; "
+    "`python -m daisy_rs.driver plan` shows them",
+    "expand_write_roi_to_grid": "Task(fit=...) decides which blocks cover the total ROI; "
+    "`python -m daisy_rs.driver plan` shows them",
 }
 
 
 def __getattr__(name):
+    if name == "__version__":
+        from importlib.metadata import version
+
+        return version("daisy-rs")
     if name in _HOMES:
         value = getattr(importlib.import_module(_HOMES[name]), name)
         globals()[name] = value

@@ -140,10 +140,11 @@ def start_worker_function(function, check, feed):
     global _worker
     _worker = (os.getpid(), feed, check)
     relay = _relay_of_this_process()
-    relay.serve(feed, check, _check_payloads.get(feed.task_id) if check is not None else None)
+    relay.serve(feed, check)
     basedir = daisy_logging.get_log_basedir()
-    context = relay.context(feed.task_id, feed.worker_id, "" if basedir is None else basedir.absolute())
-    _set_context(context)
+    logdir = "" if basedir is None else basedir.absolute()
+    payload = _check_payloads.get(feed.task_id) if check is not None else None
+    _set_context(relay.context(feed.task_id, feed.worker_id, logdir, payload))
     thread = threading.Thread(
         target=_run_worker_function, args=(function, feed), name="daisy-worker-function", daemon=True
     )

@@ -50,21 +50,23 @@ class Relay:
         #: Notified when a client lets go of blocks.
         self._let_go = threading.Condition(self._lock)
         self._held = 0
-        self._feed = self._check = self._check_payload = None
+        self._feed = self._check = None
+        self._clients = 0
+        self._connections = set()
+        os.register_at_fork(after_in_child=self._close_in_child)
         self.token = secrets.token_hex(16)
         self._socket = socket.create_server(("0.0.0.0", 0), backlog=64)
         self.hostname = host
         self.port = self._socket.getsockname()[1]
         threading.Thread(target=self._accept, name="daisy-relay", daemon=True).start()
 
-    def serve(self, feed, check, check_payload):
+    def serve(self, feed, check):
         """Clients from now on get blocks from ``feed``. The task's
-        ``check`` function (or None) is the client's to call where
-        ``check_payload`` names the pickle it comes from: daisy calls it
-        where the program set its state up, and a started process sets up
-        its own (volara's log directory); else the relay calls it here."""
+        ``check`` function (or None) is called here for a client that does
+        not call it itself (see `RelayClient`)."""
         with self._lock:
-            self._feed, self._check, self._check_payload = feed, check, check_payload
+            self._feed, self._check = feed, check
+            feed.set_clients(self._clients)
 
     def settle(self, timeout_s):
         """Waits (at most ``timeout_s``) until no client holds a block: a
@@ -79,15 +81,33 @@ class Relay:
             self._held += count
             self._let_go.notify_all()
 
-    def context(self, task_id, worker_id, logdir) -> Context:
-        return Context(
-            hostname=self.hostname,
-            port=self.port,
-            task_id=task_id,
-            worker_id=worker_id,
-            logdir=logdir,
-            token=self.token,
-        )
+    def context(self, task_id, worker_id, logdir, check_payload) -> Context:
+        """The context of this worker's clients. ``check_payload``: the
+        pickle of the task's check function, for a client to call it where
+        it set its own state up (volara sets its log directory from the
+        context before its first block), as daisy calls it where the
+        program set it up; None to have the relay call it."""
+        context = Context(hostname=self.hostname, port=self.port, task_id=task_id,
+                          worker_id=worker_id, token=self.token)
+        for key, value in (("logdir", logdir), ("check", check_payload)):
+            if value is not None and Context.can_hold(value):
+                context[key] = value
+        return context
+
+    def _close_in_child(self):
+        """A forked child keeps none of the relay's sockets: the worker's
+        clients must see EOF when the worker ends, not when its children do."""
+        for connection in [self._socket, *self._connections]:
+            try:
+                connection.close()
+            except OSError:
+                pass
+
+    def _count_client(self, change):
+        with self._lock:
+            self._clients += change
+            if self._feed is not None:
+                self._feed.set_clients(self._clients)
 
     def _accept(self):
         while True:
@@ -100,39 +120,29 @@ class Relay:
     def _serve_client(self, connection):
         held = {}
         pid = "?"
+        self._connections.add(connection)
         with connection, connection.makefile("rwb") as stream:
             try:
+                connection.settimeout(_HELLO_TIMEOUT_S)  # a port scan must not pin a thread
                 hello = _read(stream)
+                if not isinstance(hello, dict):
+                    return
                 pid = hello.get("pid", "?")
                 if not secrets.compare_digest(str(hello.get("token", "")), self.token):
                     _write(stream, {"refused": "wrong token: this is not the context of this worker"})
                     return
-                with self._lock:
-                    shipped = self._check_payload
-                _write(stream, {"ok": True, "check_payload": shipped})
-                while True:
-                    request = _read(stream)
-                    if request is None:
-                        break
-                    with self._lock:
-                        feed, check = self._feed, self._check
-                    if request.get("op") == "acquire":
-                        block = next_unchecked(feed, None if shipped else check)
-                        if block is None:
-                            _write(stream, {"block": None})
-                            continue
-                        held[block._spatial_id] = feed
-                        self._hold(1)
-                        _write(stream, {"block": [block.task_id, block._spatial_id, list(block._read), list(block._write)]})
-                    elif request.get("op") == "release":
-                        block_id = int(request["block_id"])
-                        owner = held.pop(block_id, None)
-                        if owner is not None:
-                            owner.release(block_id, request.get("error"))
-                            self._hold(-1)
-            except (OSError, ValueError, KeyError, TypeError):
+                connection.settimeout(None)
+                _write(stream, {"ok": True})
+                checks_itself = bool(hello.get("checks"))
+                self._count_client(+1)
+                try:
+                    self._serve_requests(connection, stream, held, checks_itself)
+                finally:
+                    self._count_client(-1)
+            except (OSError, ValueError, KeyError, TypeError, AttributeError):
                 pass  # a client that broke the exchange is a client gone
             finally:
+                self._connections.discard(connection)
                 for block_id, owner in held.items():
                     owner.release(
                         block_id,
@@ -140,6 +150,31 @@ class Relay:
                         "worker) ended or disconnected before it released it",
                     )
                 self._hold(-len(held))
+
+    def _serve_requests(self, connection, stream, held, checks_itself):
+        while True:
+            request = _read(stream)
+            if request is None:
+                return
+            with self._lock:
+                feed, check = self._feed, self._check
+            if request.get("op") == "acquire":
+                block = next_unchecked(feed, None if checks_itself else check)
+                if block is None:
+                    _write(stream, {"block": None})
+                elif _gone(connection):
+                    feed.hand_back(block._spatial_id)  # it waited, then left: the block did not run
+                    return
+                else:
+                    held[block._spatial_id] = feed
+                    self._hold(1)
+                    _write(stream, {"block": [block.task_id, block._spatial_id, list(block._read), list(block._write)]})
+            elif request.get("op") == "release":
+                block_id = int(request["block_id"])
+                owner = held.pop(block_id, None)
+                if owner is not None:
+                    owner.release(block_id, request.get("error"))
+                    self._hold(-1)
 
 
 class RelayClient:
@@ -158,7 +193,13 @@ class RelayClient:
         address = (context["hostname"], int(context["port"]))
         self._socket = socket.create_connection(address, timeout=_HELLO_TIMEOUT_S)
         self._stream = self._socket.makefile("rwb")
-        _write(self._stream, {"token": context["token"], "pid": os.getpid()})
+        #: The task's check function, called here when the context names
+        #: its pickle (see `Relay.context`).
+        self.check = None
+        if context.get("check"):
+            with open(context["check"], "rb") as file:
+                self.check = pickle.load(file)["check_function"]
+        _write(self._stream, {"token": context["token"], "pid": os.getpid(), "checks": self.check is not None})
         answer = _read(self._stream)
         if answer is None:
             raise ConnectionError(f"the daisy worker at {address[0]}:{address[1]} closed the connection")
@@ -166,10 +207,6 @@ class RelayClient:
             raise ConnectionError(f"the daisy worker at {address[0]}:{address[1]} refused this client: {answer['refused']}")
         # Blocks may take as long as their upstream blocks to become ready.
         self._socket.settimeout(None)
-        self.check = None
-        if answer.get("check_payload"):
-            with open(answer["check_payload"], "rb") as file:
-                self.check = pickle.load(file)["check_function"]
 
     def next_block(self):
         """``(task_id, block_id, read, write)``, or None when there are no more."""
@@ -207,3 +244,13 @@ def _read(stream):
     if not line:
         return None
     return json.loads(line)
+
+
+def _gone(connection) -> bool:
+    """Whether the client closed its end (a peek finds EOF)."""
+    try:
+        return connection.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT) == b""
+    except (BlockingIOError, InterruptedError):
+        return False
+    except OSError:
+        return True

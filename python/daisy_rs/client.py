@@ -21,6 +21,7 @@ traceback is the block's error) and propagates, as in daisy 2.0.
 
 from __future__ import annotations
 
+import os
 from contextlib import contextmanager
 
 from daisy_rs import _code
@@ -44,12 +45,18 @@ class Client:
         if context is None:
             context = Context.from_env()
         self.context = context
-        daisy_logging.set_log_basedir(context.get("logdir") or None)
+        daisy_logging.adopt_log_basedir(context.get("logdir") or None)
         self.task_id = context["task_id"]
         self.worker_id = int(context["worker_id"])
+        self._pid = os.getpid()
         if in_process is not None:
             self._feed, self._check = in_process
-            return
+        else:
+            self._connect()
+
+    def _connect(self):
+        """Reaches the worker's blocks through its relay."""
+        context = self.context
         try:
             self._feed = RelayClient(context)
         except ConnectionRefusedError:
@@ -66,6 +73,11 @@ class Client:
 
     @contextmanager
     def acquire_block(self):
+        if self._pid != os.getpid():
+            # Forked since it was made (gunpowder forks its fetchers): the
+            # copy of the worker's feed leads nowhere here.
+            self._pid = os.getpid()
+            self._connect()
         block = next_unchecked(self._feed, self._check)
         if block is None:
             yield None

@@ -29,9 +29,17 @@ class Context:
     def __init__(self, **kwargs):
         self._items = {}
         basedir = get_log_basedir()
-        self["logdir"] = "" if basedir is None else basedir
+        logdir = "" if basedir is None else str(basedir)
+        if Context.can_hold(logdir):  # a directory named lr=0.1/ cannot travel
+            self["logdir"] = logdir
         for key, value in kwargs.items():
             self[key] = value
+
+    @staticmethod
+    def can_hold(value) -> bool:
+        """Whether ``value`` can be written in a context (no ``:`` or ``=``)."""
+        text = str(value)
+        return ":" not in text and "=" not in text
 
     def copy(self):
         return copy.deepcopy(self)

@@ -28,6 +28,14 @@ def set_log_basedir(path):
     _set_by_program = path is not None
 
 
+def adopt_log_basedir(path):
+    """Takes the log directory a worker's context names, as daisy's
+    `Client` does, without counting it as one this program chose (a
+    serial run's client must not make later runs link worker logs)."""
+    global LOG_BASEDIR
+    LOG_BASEDIR = Path(path) if path is not None else None
+
+
 def get_log_basedir() -> Path | None:
     return LOG_BASEDIR
 

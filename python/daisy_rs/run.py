@@ -20,6 +20,7 @@ files are never overwritten. Then:
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import importlib.machinery
 import json
@@ -27,9 +28,11 @@ import logging
 import operator
 import os
 import re
+import signal
 import site
 import sys
 import sysconfig
+import threading
 from pathlib import Path
 
 
@@ -40,6 +43,9 @@ from daisy_rs.task import Pipeline, seconds
 
 #: How often a wait for the driver lets Python look at its signals.
 _SIGNAL_CHECK_S = 0.1
+
+#: The exit status of a driver that panicked.
+_PANICKED = 101
 
 #: daisy-driver's exit status for a run stopped by Ctrl-C or SIGTERM.
 _INTERRUPTED = 130
@@ -249,13 +255,16 @@ def _run(pipeline, name, run_dir, top, host, multiprocessing, options):
     args = ["run", str(file), "--run-dir", str(run_dir), *options]
     if host is not None:
         args += ["--listen", f"{host}:0"]
+    lock_before = _lock_of(run_dir)
     if multiprocessing:
-        status, pid = _run_driver(args)
+        status = _run_driver(args)
     else:
-        status, pid = _native.driver_main(args + ["--serial"]), os.getpid()
+        status = _native.driver_main(args + ["--serial"])
     if status == _INTERRUPTED:
         raise KeyboardInterrupt
-    if status == _ERROR and not _locked_by(run_dir, pid):
+    if status == _PANICKED:
+        raise RunError(f"the driver crashed running the pipeline in {run_dir}: its message is above")
+    if status == _ERROR and not _took_lock(run_dir, lock_before):
         _remove(written, new_dirs)
     if status == _ERROR:
         raise RunError(
@@ -272,16 +281,17 @@ def states(run_dir):
 
 
 def _run_driver(args):
-    """The driver on a thread of this interpreter: its exit status and
-    this process's pid (which its run directory lock names). Ctrl-C here
-    stops it as Ctrl-C stops the CLI, then is raised."""
+    """The driver on a thread of this interpreter: its exit status.
+    Ctrl-C here stops it as Ctrl-C stops the CLI, then is raised; SIGTERM
+    (a job's time limit, `kill`) stops it the same way while it runs."""
     driver = _native.start_driver(args)
-    try:
-        return _wait(driver), os.getpid()
-    except KeyboardInterrupt:
-        driver.stop()
-        _wait(driver)
-        raise
+    with _sigterm_stops(driver):
+        try:
+            return _wait(driver)
+        except KeyboardInterrupt:
+            driver.stop()
+            _wait_through_interrupts(driver)
+            raise
 
 
 def _wait(driver):
@@ -291,6 +301,30 @@ def _wait(driver):
         status = driver.wait(_SIGNAL_CHECK_S)
         if status is not None:
             return status
+
+
+def _wait_through_interrupts(driver):
+    """Waits for a stopped driver to stop its workers; another Ctrl-C
+    meanwhile does not leave them running."""
+    while True:
+        try:
+            return _wait(driver)
+        except KeyboardInterrupt:
+            print("daisy_rs: still stopping the workers", file=sys.stderr)
+
+
+@contextlib.contextmanager
+def _sigterm_stops(driver):
+    """SIGTERM stops ``driver`` while it runs (only the main thread may
+    set a handler; elsewhere the process's own handling stands)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.signal(signal.SIGTERM, lambda signum, frame: driver.stop())
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 def _pipeline_file(pipeline, name, top, run_dir, in_process):
@@ -530,14 +564,25 @@ def _write_once(path: Path, data: bytes) -> bool:
     return True
 
 
-def _locked_by(run_dir, pid) -> bool:
-    """Whether process ``pid`` took the run directory's lock (it writes
-    its pid into driver.lock): a driver that did not was refused."""
+def _lock_of(run_dir):
+    """What the run directory's lock says (who took it, when), or None."""
     try:
-        holder = json.loads((run_dir / "driver.lock").read_text())
-    except (OSError, ValueError):
+        return (run_dir / "driver.lock").read_text()
+    except OSError:
+        return None
+
+
+def _took_lock(run_dir, before) -> bool:
+    """Whether the driver that just ran took the run directory's lock (it
+    writes its pid and start into driver.lock; a driver that did not was
+    refused). The driver ran in this process, so the pid alone cannot tell
+    it from an earlier run here: the lock must have changed too."""
+    now = _lock_of(run_dir)
+    try:
+        holder = json.loads(now) if now is not None else None
+    except ValueError:
         return False
-    return isinstance(holder, dict) and holder.get("pid") == pid
+    return now != before and isinstance(holder, dict) and holder.get("pid") == os.getpid()
 
 
 def _missing_dirs(paths):

@@ -21,7 +21,7 @@ __all__ = ["SerialServer", "Server"]
 class Server:
     """Runs tasks with workers (``python -m daisy_rs.worker`` processes
     started by the driver's launcher). ``stop_event`` is accepted for
-    daisy 1.x's signature; Ctrl-C stops a run."""
+    daisy 1.x's signature and not watched: Ctrl-C or SIGTERM stops a run."""
 
     _multiprocessing = True
 

@@ -15,6 +15,9 @@ use std::sync::{Arc, Condvar, Mutex};
 use std::time::Duration;
 use tokio::sync::Notify;
 
+/// The exit status of a driver that panicked (Rust's, for a process).
+const PANICKED: i32 = 101;
+
 /// A driver running on its own thread.
 #[pyclass(module = "daisy_rs._native")]
 pub struct DriverRun {
@@ -41,12 +44,18 @@ pub fn start_driver(args: Vec<String>) -> PyResult<DriverRun> {
     std::thread::Builder::new()
         .name("daisy-driver".into())
         .spawn(move || {
-            let code = match daisy_driver::cli::main_stopped_by(cli, stop_signal) {
-                Ok(code) => i32::from(code),
-                Err(error) => {
+            // A panic must still end the wait, as a crashed driver process
+            // ended it with its exit status.
+            let ran = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                daisy_driver::cli::main_stopped_by(cli, stop_signal)
+            }));
+            let code = match ran {
+                Ok(Ok(code)) => i32::from(code),
+                Ok(Err(error)) => {
                     eprintln!("daisy-driver: error: {error:#}");
                     2
                 }
+                Err(_) => PANICKED,
             };
             let (lock, ended_now) = &*ended;
             *lock.lock().unwrap_or_else(|e| e.into_inner()) = Some(code);

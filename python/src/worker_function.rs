@@ -18,7 +18,7 @@ use daisy_worker::user_code::BlockFailure;
 use pyo3::prelude::*;
 use pyo3::types::PyTuple;
 use std::collections::{BTreeMap, VecDeque};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::mpsc::{channel, Receiver, RecvError, RecvTimeoutError, Sender};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -37,6 +37,9 @@ enum Report {
         block_id: u64,
         error: Option<String>,
     },
+    /// A block taken for a client that was gone before it got it: it did
+    /// not run, and goes back to the driver unfailed.
+    HandedBack { block_id: u64 },
     /// The function returned (`error` is `None`) or raised; `asked`: it
     /// had asked for a block by then.
     Ended { error: Option<String>, asked: bool },
@@ -54,9 +57,12 @@ pub struct Feed {
     worker_id: u64,
     /// `None` ends the feed.
     blocks: Arc<Mutex<Receiver<Option<WireBlock>>>>,
-    /// The feed ended: every later ask gets `None` at once (several
+    /// The feed ran out: every later ask gets `None` at once (several
     /// clients may be waiting, and one `None` ends only one wait).
-    ended: AtomicBool,
+    exhausted: AtomicBool,
+    /// Clients in other processes (the relay's): each may hold a block
+    /// while it asks for the next, so each widens the window fed ahead.
+    clients: Arc<AtomicUsize>,
     reports: Sender<Report>,
     /// The function asked for a block: it got past its set-up.
     asked: AtomicBool,
@@ -70,13 +76,15 @@ impl Feed {
         self.asked.store(true, Ordering::Relaxed);
         let next = py.detach(|| {
             let blocks = self.blocks.lock().unwrap_or_else(|e| e.into_inner());
-            if self.ended.load(Ordering::Relaxed) {
+            if self.exhausted.load(Ordering::Relaxed) {
                 return None;
             }
-            blocks.recv().ok().flatten()
+            let next = blocks.recv().ok().flatten();
+            // Under the lock: a client waiting behind this one must see it.
+            self.exhausted.store(next.is_none(), Ordering::Relaxed);
+            next
         });
         let Some(block) = next else {
-            self.ended.store(true, Ordering::Relaxed);
             return Ok(None);
         };
         let read = roi(py, &block.read_roi)?;
@@ -90,6 +98,17 @@ impl Feed {
         let _ = self.reports.send(Report::Released { block_id, error });
     }
 
+    /// Gives back a block taken for a client that was gone before it got
+    /// it: the block did not run.
+    fn hand_back(&self, block_id: u64) {
+        let _ = self.reports.send(Report::HandedBack { block_id });
+    }
+
+    /// How many clients in other processes the relay serves now.
+    fn set_clients(&self, clients: usize) {
+        self.clients.store(clients, Ordering::Relaxed);
+    }
+
     /// Called by the function's thread as it ends.
     fn ended(&self, error: Option<String>) {
         let asked = self.asked.load(Ordering::Relaxed);
@@ -100,6 +119,8 @@ impl Feed {
 /// A running function: its feed's sending end and its thread.
 struct Running {
     blocks: Sender<Option<WireBlock>>,
+    /// The relay's clients: see [`Feed::clients`].
+    clients: Arc<AtomicUsize>,
     /// The feed's end: blocks still in it when the function ends were
     /// never handed to it.
     untaken: Arc<Mutex<Receiver<Option<WireBlock>>>>,
@@ -151,12 +172,14 @@ impl WorkerFunction {
     fn start(&self) -> PyResult<Running> {
         let (blocks_tx, blocks_rx) = channel();
         let blocks_rx = Arc::new(Mutex::new(blocks_rx));
+        let clients = Arc::new(AtomicUsize::new(0));
         let (reports_tx, reports_rx) = channel();
         let feed = Feed {
             task_id: self.task_id.clone(),
             worker_id: self.worker_id,
             blocks: Arc::clone(&blocks_rx),
-            ended: AtomicBool::new(false),
+            exhausted: AtomicBool::new(false),
+            clients: Arc::clone(&clients),
             reports: reports_tx,
             asked: AtomicBool::new(false),
         };
@@ -169,6 +192,7 @@ impl WorkerFunction {
         })?;
         Ok(Running {
             blocks: blocks_tx,
+            clients,
             untaken: blocks_rx,
             reports: reports_rx,
             thread,
@@ -302,7 +326,8 @@ fn feed_ahead(
     let mut fed: BTreeMap<u64, Instant> = BTreeMap::new();
     let mut stopped = false;
     loop {
-        while fed.len() < depth && !stopped {
+        let clients = running.clients.load(Ordering::Relaxed);
+        while fed.len() < depth + clients.saturating_sub(1) && !stopped {
             let Some(block) = todo.front() else { break };
             if !control.start(block.block_id) {
                 stopped = true;
@@ -344,6 +369,11 @@ fn feed_ahead(
                     outcome,
                     took,
                 });
+            }
+            Ok(Ok(Report::HandedBack { block_id })) => {
+                if fed.remove(&block_id).is_some() {
+                    control.finished(block_id);
+                }
             }
             Ok(Ok(Report::Ended {
                 error,

@@ -97,6 +97,16 @@ def test_the_switch_reaches_every_process_and_wins_over_an_installed_daisy(workd
     assert logs == sorted(f"worker_{w}.{s}" for w in connected for s in ("out", "err"))
 
 
+def test_a_log_directory_a_context_cannot_hold_leaves_it_out(workdir):
+    """`:` and `=` separate a context's fields: a log directory such as
+    lr=0.1/ (Hydra's runs) is left out of the context, not a failure; the
+    child keeps its own (daisy's default), as a daisy 1.x Context does."""
+    (workdir / "child.py").write_text(CHILD)
+    done = run_script(workdir, SPAWNING.format(retries=0).replace('"logs"', '"lr=0.1/logs"'))
+    assert "STATE 24 0 24" in done.stdout, done.stdout + done.stderr
+    assert {logdir for _, _, logdir in outputs(workdir).values()} == {"daisy_logs"}
+
+
 def test_a_child_that_dies_holding_a_block_fails_that_block_and_the_run_goes_on(workdir):
     (workdir / "child.py").write_text(CHILD.replace('os.environ.get("FAIL_BLOCK")', '"5"'))
     done = run_script(workdir, SPAWNING.format(retries=0))

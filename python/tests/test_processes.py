@@ -124,6 +124,19 @@ def test_ctrl_c_stops_the_run_and_leaves_nothing_running(workdir):
     assert finished and finished[-1]["completed"] is False
 
 
+def test_sigterm_stops_the_run_as_ctrl_c_does(workdir):
+    """A job's time limit or `kill`: the driver runs on a thread of the
+    script's interpreter, and SIGTERM stops it cleanly."""
+    script = start_script(workdir, "out", task="term", blocks=200, workers=2, function="slow_touch")
+    wait_for("2 blocks done", lambda: len(done_blocks(workdir / "run", "term")) >= 2)
+    os.kill(script.pid, signal.SIGTERM)
+    output, _ = script.communicate(timeout=120)
+    assert script.returncode == 5 and "interrupted" in output, output
+    assert_nothing_left_in(workdir)
+    finished = [e for e in events(workdir / "run") if e.get("event") == "run_finished"]
+    assert finished and finished[-1]["completed"] is False
+
+
 def test_a_second_run_on_a_busy_run_directory_raises_and_leaves_the_first_alone(workdir):
     import pytest
 
