@@ -2,6 +2,8 @@
 runs a program written for daisy on this engine, unchanged. ``import
 daisy`` gives ``daisy_rs`` in it and in every process it starts."""
 
+import importlib.util
+import os
 import runpy
 import sys
 
@@ -18,23 +20,34 @@ setting DAISY_RS_AS_DAISY=1, or calling daisy_rs.install_as_daisy() first.
 
 def main(argv=None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
-    if len(args) < 2 or args[0] != "run" or args[1] in ("-h", "--help"):
-        print(USAGE, end="", file=sys.stderr if args[:1] != ["run"] or len(args) < 2 else sys.stdout)
-        return 0 if args[1:2] in (["-h"], ["--help"]) else 2
+    if args[:1] == ["run"] and args[1:2] in (["-h"], ["--help"]):
+        print(USAGE, end="")
+        return 0
+    if args[:1] != ["run"] or len(args) < 2 or args[1:] == ["-m"]:
+        print(USAGE, end="", file=sys.stderr)
+        return 2
     import _daisy_rs_switch
 
     _daisy_rs_switch.install_as_daisy()
     if args[1] == "-m":
-        if len(args) < 3:
-            print(USAGE, end="", file=sys.stderr)
-            return 2
-        sys.argv = [args[2], *args[3:]]
-        runpy.run_module(args[2], run_name="__main__", alter_sys=True)
-    else:
-        sys.argv = args[1:]
-        sys.path.insert(0, __import__("os").path.dirname(__import__("os").path.abspath(args[1])))
-        runpy.run_path(args[1], run_name="__main__")
+        module = args[2]
+        if importlib.util.find_spec(module) is None:
+            return _refuse(f"no module named {module!r} on this Python's path")
+        sys.argv = [module, *args[3:]]
+        runpy.run_module(module, run_name="__main__", alter_sys=True)
+        return 0
+    script = args[1]
+    if not os.path.isfile(script):
+        return _refuse(f"{script}: no such file")
+    sys.argv = args[1:]
+    sys.path.insert(0, os.path.dirname(os.path.abspath(script)))  # as `python script.py` does
+    runpy.run_path(script, run_name="__main__")
     return 0
+
+
+def _refuse(why):
+    print(f"python -m daisy_rs run: {why}", file=sys.stderr)
+    return 2
 
 
 if __name__ == "__main__":

@@ -311,3 +311,14 @@ def test_a_task_whose_regions_hold_no_block_runs_with_none_and_a_warning(workdir
     assert "task 'empty' runs with no blocks" in done.stderr
     assert "shape [8, 8]" in done.stderr, "the warning names the regions"
     assert len(list(workdir.glob("ran-down-*"))) == 4
+
+
+def test_python_m_daisy_rs_run_refuses_what_it_cannot_run_in_one_line(workdir):
+    for args, said in (
+        (["run", "nothere.py"], "nothere.py: no such file"),
+        (["run", "-m", "no_such_module_here"], "no module named 'no_such_module_here'"),
+        ([], "usage: python -m daisy_rs run SCRIPT"),
+    ):
+        done = subprocess.run([sys.executable, "-m", "daisy_rs", *args], cwd=workdir, capture_output=True, text=True)
+        assert done.returncode == 2, done
+        assert said in done.stderr and "Traceback" not in done.stderr, done.stderr
