@@ -68,6 +68,9 @@ use std::time::Instant;
 pub enum BlockOutcome {
     /// The block was processed; its downstream blocks may become ready.
     Success,
+    /// User code found the block done already (a check function): a
+    /// success that counts as skipped, as a block done before does.
+    Skipped,
     /// The block failed; it is retried up to the task's `max_retries`.
     Failure,
     /// The block was handed back unprocessed (a worker draining or lost);
@@ -471,11 +474,14 @@ impl Scheduler {
         };
         let queue = &mut self.tasks[id.task.index()];
         queue.counters.processing -= 1;
+        if outcome == BlockOutcome::Skipped {
+            queue.counters.skipped += 1;
+        }
         if queue.abandoned {
             return Self::release_abandoned(&mut queue.counters, outcome);
         }
         match outcome {
-            BlockOutcome::Success => Released::Succeeded {
+            BlockOutcome::Success | BlockOutcome::Skipped => Released::Succeeded {
                 unlocked: self.on_released_success(id, cell),
             },
             BlockOutcome::Returned => {
@@ -490,7 +496,7 @@ impl Scheduler {
     /// anything else joins the task's orphans.
     fn release_abandoned(counters: &mut TaskCounters, outcome: BlockOutcome) -> Released {
         match outcome {
-            BlockOutcome::Success => {
+            BlockOutcome::Success | BlockOutcome::Skipped => {
                 counters.completed += 1;
                 Released::Succeeded { unlocked: 0 }
             }

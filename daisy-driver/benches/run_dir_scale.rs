@@ -152,6 +152,7 @@ async fn noting_worker(mut client: Client, batch: u32, seen: Arc<Seen>) -> Resul
             .map(|b| BlockResult {
                 block_id: b.block_id,
                 ok: true,
+                skipped: false,
                 error: None,
                 seconds: Some(BLOCK_SECONDS),
                 cost: None,

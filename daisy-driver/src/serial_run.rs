@@ -21,7 +21,7 @@ use daisy_core::serial::{self, BlockRunner, SerialEnd, Step};
 use daisy_core::{Block, BlockOutcome, Scheduler, TaskIdx};
 use daisy_worker::cost::WorkerMeter;
 use daisy_worker::embedded::{self, BlockControl, EmbeddedCode, Metered, Unwatched};
-use daisy_worker::user_code::{BlockCommand, BlockFailure, BlockLog, WorkerCommand};
+use daisy_worker::user_code::{BlockCommand, BlockFailure, BlockLog, Finished, WorkerCommand};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
@@ -134,7 +134,7 @@ impl<'a> TaskRunner<'a> {
     fn run_block(
         &mut self,
         block: &WireBlock,
-    ) -> Option<(Result<(), BlockFailure>, Option<BlockCost>)> {
+    ) -> Option<(Result<Finished, BlockFailure>, Option<BlockCost>)> {
         let config = self.config;
         Some(match &mut self.code {
             UserCode::Embedded(code, meter) => {
@@ -152,7 +152,10 @@ impl<'a> TaskRunner<'a> {
                     .filter(|_| !code.interrupted())
                     .map(|ran| (ran.outcome, cost));
             }
-            UserCode::PerBlock(command) => command.run_costed(block, &self.log),
+            UserCode::PerBlock(command) => {
+                let (outcome, cost) = command.run_costed(block, &self.log);
+                (outcome.map(|()| Finished::Ran), cost)
+            }
             UserCode::Worker(process) => {
                 if !process.as_mut().is_some_and(WorkerCommand::is_running) {
                     match start_worker_command(config, &self.log) {
@@ -232,9 +235,13 @@ impl<'a> SerialRunner<'a> {
 
     /// Marks the block done, then reports it; a marker that cannot be
     /// written stops the run (continuing would lose the work).
-    fn on_success(&mut self, block: &Block) -> Step {
+    fn on_success(&mut self, block: &Block, finished: Finished) -> Step {
+        let outcome = match finished {
+            Finished::Ran => BlockOutcome::Success,
+            Finished::FoundDone => BlockOutcome::Skipped,
+        };
         match self.record_success(block) {
-            Ok(()) => Step::Continue(BlockOutcome::Success),
+            Ok(()) => Step::Continue(outcome),
             Err(error) => {
                 let context = format!("recording block {} as done", block.id.spatial);
                 self.fatal = Some(error.context(context));
@@ -315,8 +322,9 @@ impl BlockRunner for SerialRunner<'_> {
         };
         self.last_seconds = started.elapsed().as_secs_f64();
         self.last_cost = cost;
-        let Err(failure) = ran else {
-            return self.on_success(block);
+        let failure = match ran {
+            Ok(finished) => return self.on_success(block, finished),
+            Err(failure) => failure,
         };
         self.attempts_failed += 1;
         self.last_failure = Some(failure.message);

@@ -36,7 +36,7 @@ pub const COLUMNS: [&str; 10] = [
 /// Said under the table when blocks were skipped, since `completed`
 /// counts them too (so that `completed` = `blocks` means all done).
 pub const SKIPPED_LEGEND: &str =
-    "(completed includes skipped: blocks done by an earlier run, or masked by a skip_mask)";
+    "(completed includes skipped: blocks done by an earlier run, masked by a skip_mask, or found done by the task's check)";
 
 #[derive(Debug)]
 pub struct RunSummary {

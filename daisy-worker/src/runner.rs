@@ -25,7 +25,8 @@ use crate::cost::WorkerMeter;
 use crate::drain::Drain;
 use crate::embedded::{self, BlockControl, EmbeddedCode, EmbeddedRan, Metered, Watchdog};
 use crate::user_code::{
-    check_program, run_blocking, BlockCommand, BlockFailure, BlockLog, Outcome, Wait, WorkerCommand,
+    check_program, run_blocking, BlockCommand, BlockFailure, BlockLog, Finished, Outcome, Wait,
+    WorkerCommand,
 };
 use daisy_core::protocol::{BlockCost, CodeKind, TaskCode, WireBlock};
 use std::collections::{BTreeMap, VecDeque};
@@ -41,7 +42,7 @@ use tokio::task::JoinError;
 #[derive(Debug)]
 pub struct Ran {
     pub block_id: u64,
-    pub outcome: Result<(), BlockFailure>,
+    pub outcome: Result<Finished, BlockFailure>,
     pub seconds: f64,
     pub cost: Option<BlockCost>,
 }
@@ -239,6 +240,7 @@ impl Runner {
                     let started = Instant::now();
                     let (outcome, cost) = command.run_costed(block, log);
                     drain.observe(started.elapsed());
+                    let outcome = outcome.map(|()| Finished::Ran);
                     Ran {
                         cost,
                         ..ran(block.block_id, outcome, started.elapsed())
@@ -328,7 +330,7 @@ fn check_starts(program: Option<&str>, env: &BTreeMap<String, String>) -> Result
     check_program(program, &dir, env).map_err(|e| e.to_string())
 }
 
-fn ran(block_id: u64, outcome: Result<(), BlockFailure>, took: Duration) -> Ran {
+fn ran(block_id: u64, outcome: Result<Finished, BlockFailure>, took: Duration) -> Ran {
     Ran {
         block_id,
         outcome,

@@ -41,6 +41,7 @@ use crate::batch_size::BatchSize;
 use crate::client::{self, Answer, ClientError, ConnectError, ConnectOpts, Wire};
 use crate::drain::Drain;
 use crate::runner::{Batch, Overdue, Ran, Runner, SharedRunner};
+use crate::user_code::Finished;
 use daisy_core::protocol::{BlockResult, CodeKind, TaskCode, ToDriver, Welcome, WireBlock};
 use std::collections::VecDeque;
 use std::future::Future;
@@ -322,6 +323,7 @@ impl Worker {
         let failed = BlockResult {
             block_id,
             ok: false,
+            skipped: false,
             error: Some(format!(
                 "timed out after {timeout:?} (the worker running it ended)"
             )),
@@ -573,6 +575,7 @@ fn result(ran: Ran) -> BlockResult {
         seconds,
         cost,
     } = ran;
+    let skipped = outcome == Ok(Finished::FoundDone);
     let error = outcome.err().map(|failure| {
         tracing::warn!(block_id, "block failed: {failure}");
         failure.message
@@ -580,6 +583,7 @@ fn result(ran: Ran) -> BlockResult {
     BlockResult {
         block_id,
         ok: error.is_none(),
+        skipped,
         error,
         seconds: Some(seconds),
         cost,

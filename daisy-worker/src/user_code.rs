@@ -165,6 +165,17 @@ fn last_lines(text: &str) -> String {
 
 /// Why a block failed, as the driver records it: specific and short, e.g.
 /// `exit status 3; stderr tail: no such file: in.zarr`.
+/// How a block that did not fail ended.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Finished {
+    /// The user's code ran it.
+    #[default]
+    Ran,
+    /// The user's code found it done already and did not run it (a
+    /// check function; a worker command's `"skipped": true`).
+    FoundDone,
+}
+
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{message}")]
 pub struct BlockFailure {

@@ -132,6 +132,7 @@ async fn hand_out_and_expect_success(conn: &mut PeerConn, id: u64) {
     let [BlockResult {
         block_id,
         ok: true,
+        skipped: false,
         error: None,
         seconds: Some(_),
         cost: None,

@@ -118,12 +118,13 @@ def _import(reference):
 
 
 def run_block(function, check, task_id, block_id, read, write):
-    """Runs one block: None if it succeeded, else why it failed. A
+    """Runs one block: None if it succeeded, True if ``check`` calls it
+    done (it is not run, and counts as skipped), else why it failed. A
     `KeyboardInterrupt` is not a failure of the block: it propagates."""
     block = Block._from_wire(task_id, block_id, read, write)
     try:
         if check is not None and check(block):
-            return None
+            return True
         function(block)
     except Exception as error:  # noqa: BLE001 — every failure is the block's
         return describe(error)

@@ -25,7 +25,8 @@ def describe(error: BaseException) -> str:
 def next_unchecked(feed, check):
     """The next block of ``feed`` that ``check`` (if not None) does not
     call done, or None when the feed ended. Blocks it calls done are
-    released as done; a check that raises fails its block."""
+    released as found done (skipped); a check that raises fails its
+    block."""
     while True:
         wire = feed.next_block()
         if wire is None:
@@ -39,4 +40,4 @@ def next_unchecked(feed, check):
         except Exception as error:  # noqa: BLE001 — the block's failure
             feed.release(block._spatial_id, describe(error))
             continue
-        feed.release(block._spatial_id, None)
+        feed.found_done(block._spatial_id)

@@ -19,7 +19,8 @@ One JSON object per line each way. A client first sends ``{"token": T,
 ``{"op": "acquire"}`` is answered ``{"block": [task_id, block_id, read,
 write]}`` (ROIs as ``[offset, shape]``) or ``{"block": null}`` when there
 are no more, and ``{"op": "release", "block_id": N, "error": E}`` (E null
-for success) is not answered.
+for success; ``"found_done": true`` instead of an error for a block the
+check function calls done) is not answered.
 """
 
 from __future__ import annotations
@@ -172,9 +173,13 @@ class Relay:
             elif request.get("op") == "release":
                 block_id = int(request["block_id"])
                 owner = held.pop(block_id, None)
-                if owner is not None:
+                if owner is None:
+                    continue
+                if request.get("found_done"):
+                    owner.found_done(block_id)
+                else:
                     owner.release(block_id, request.get("error"))
-                    self._hold(-1)
+                self._hold(-1)
 
 
 class RelayClient:
@@ -225,6 +230,9 @@ class RelayClient:
 
     def release(self, block_id, error):
         _write(self._stream, {"op": "release", "block_id": block_id, "error": error})
+
+    def found_done(self, block_id):
+        _write(self._stream, {"op": "release", "block_id": block_id, "found_done": True})
 
     def close(self):
         try:

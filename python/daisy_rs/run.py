@@ -84,18 +84,27 @@ class PipelineError(ValueError):
 class TaskState:
     """Where a task stands after a run, with daisy's counters. Read back
     from the run directory once the run ended: nothing is ready or
-    processing then, and ``completed_count`` includes blocks done before
-    (with tracking) and blocks skipped."""
+    processing then. As in daisy, ``skipped_count`` counts the blocks the
+    run did not run (done before, with tracking; found done by the
+    check function; left out by a skip mask), and ``completed_count``
+    includes them."""
 
-    def __init__(self, status: dict):
+    def __init__(self, status: dict, ended: dict | None = None):
+        """``status``: the task in ``daisy-driver status --json``;
+        ``ended``: the counters its last run ended it with, if that run
+        saw it to its end (a stopped run did not: the run directory's
+        numbers stand in)."""
         self.task_id = status["id"]
         self.started = True
         self.total_block_count = status["total"]
-        # daisy counts skipped blocks as completed
-        self.completed_count = status["done"] + status.get("skipped", 0)
+        if ended is not None:
+            self.completed_count = ended["completed"]
+            self.skipped_count = ended["skipped"]
+        else:
+            self.skipped_count = status.get("skipped", 0)
+            self.completed_count = status["done"] + self.skipped_count
         self.failed_count = status["failed"]
         self.orphaned_count = status["orphaned"]
-        self.skipped_count = status.get("skipped", 0)
         self.ready_count = 0
         self.processing_count = 0
         self.abandon_reason = status.get("abandoned")
@@ -277,7 +286,8 @@ def _run(pipeline, name, run_dir, top, host, multiprocessing, options):
 def states(run_dir):
     """``task_id -> TaskState`` of the run directory ``run_dir``."""
     status = json.loads(_native.status_json(Path(run_dir)))
-    return {task["id"]: TaskState(task) for task in status["tasks"]}
+    ended = (status.get("last_run") or {}).get("tasks_ended", {})
+    return {task["id"]: TaskState(task, ended.get(task["id"])) for task in status["tasks"]}
 
 
 def _run_driver(args):

@@ -2,17 +2,18 @@
 //! runs batches on, attached to the interpreter once per batch.
 //!
 //! `daisy_rs._code.run_block` makes the `Block`, calls the check function
-//! and the process function, and says how it went: `None` for success, a
+//! and the process function, and says how it went: `None` for success,
+//! `True` for a block the check function calls done (it did not run), a
 //! message (the traceback's end) for a failure. A `KeyboardInterrupt`
 //! (Ctrl-C during a serial run in the user's interpreter) stops the
 //! batch; the block is then not counted as run.
 
 use daisy_core::protocol::{WireBlock, WireRoi};
 use daisy_worker::embedded::{BlockControl, EmbeddedCode, EmbeddedRan};
-use daisy_worker::user_code::BlockFailure;
+use daisy_worker::user_code::{BlockFailure, Finished};
 use pyo3::exceptions::PyKeyboardInterrupt;
 use pyo3::prelude::*;
-use pyo3::types::PyTuple;
+use pyo3::types::{PyBool, PyTuple};
 use std::time::Instant;
 
 pub struct ProcessFunction {
@@ -41,11 +42,11 @@ impl ProcessFunction {
     }
 
     /// Runs one block; `None` if Ctrl-C stopped it.
-    fn run_one(&self, py: Python<'_>, block: &WireBlock) -> Option<Result<(), BlockFailure>> {
+    fn run_one(&self, py: Python<'_>, block: &WireBlock) -> Option<Result<Finished, BlockFailure>> {
         let outcome = self.call(py, block);
         match outcome {
-            Ok(None) => Some(Ok(())),
-            Ok(Some(message)) => Some(Err(BlockFailure::new(message))),
+            Ok(Ok(finished)) => Some(Ok(finished)),
+            Ok(Err(message)) => Some(Err(BlockFailure::new(message))),
             Err(error) if error.is_instance_of::<PyKeyboardInterrupt>(py) => None,
             Err(error) => Some(Err(BlockFailure::new(crate::functions::describe(
                 py, &error,
@@ -53,7 +54,9 @@ impl ProcessFunction {
         }
     }
 
-    fn call(&self, py: Python<'_>, block: &WireBlock) -> PyResult<Option<String>> {
+    /// What `daisy_rs._code.run_block` said: `None` (ran), `True` (the
+    /// check function calls the block done) or why the block failed.
+    fn call(&self, py: Python<'_>, block: &WireBlock) -> PyResult<Result<Finished, String>> {
         let args = (
             self.function.bind(py),
             self.check.bind(py),
@@ -62,7 +65,14 @@ impl ProcessFunction {
             roi(py, &block.read_roi)?,
             roi(py, &block.write_roi)?,
         );
-        self.run_block.bind(py).call1(args)?.extract()
+        let answer = self.run_block.bind(py).call1(args)?;
+        Ok(if answer.is_none() {
+            Ok(Finished::Ran)
+        } else if answer.is_instance_of::<PyBool>() {
+            Ok(Finished::FoundDone)
+        } else {
+            Err(answer.extract()?)
+        })
     }
 }
 

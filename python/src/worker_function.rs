@@ -14,7 +14,7 @@
 use crate::process_function::roi;
 use daisy_core::protocol::{TaskCode, WireBlock};
 use daisy_worker::embedded::{BlockControl, EmbeddedCode, EmbeddedRan};
-use daisy_worker::user_code::BlockFailure;
+use daisy_worker::user_code::{BlockFailure, Finished};
 use pyo3::prelude::*;
 use pyo3::types::PyTuple;
 use std::collections::{BTreeMap, VecDeque};
@@ -33,9 +33,10 @@ const SIGNAL_POLL: Duration = Duration::from_millis(100);
 
 /// What the function's thread tells the worker.
 enum Report {
+    /// How a block went: run, found done by the check, or failed (why).
     Released {
         block_id: u64,
-        error: Option<String>,
+        outcome: Result<Finished, String>,
     },
     /// A block taken for a client that was gone before it got it: it did
     /// not run, and goes back to the driver unfailed.
@@ -95,7 +96,15 @@ impl Feed {
 
     /// Reports a block: `error` is `None` for success.
     fn release(&self, block_id: u64, error: Option<String>) {
-        let _ = self.reports.send(Report::Released { block_id, error });
+        let outcome = error.map_or(Ok(Finished::Ran), Err);
+        let _ = self.reports.send(Report::Released { block_id, outcome });
+    }
+
+    /// Reports a block the task's check function calls done: it did not
+    /// run, and counts as skipped.
+    fn found_done(&self, block_id: u64) {
+        let outcome = Ok(Finished::FoundDone);
+        let _ = self.reports.send(Report::Released { block_id, outcome });
     }
 
     /// Gives back a block taken for a client that was gone before it got
@@ -353,7 +362,7 @@ fn feed_ahead(
                     ..Fed::default()
                 };
             }
-            Ok(Ok(Report::Released { block_id, error })) => {
+            Ok(Ok(Report::Released { block_id, outcome })) => {
                 let Some(started) = fed.remove(&block_id) else {
                     tracing::warn!(
                         block_id,
@@ -362,7 +371,7 @@ fn feed_ahead(
                     continue;
                 };
                 control.finished(block_id);
-                let outcome = error.map_or(Ok(()), |e| Err(BlockFailure::new(e)));
+                let outcome = outcome.map_err(BlockFailure::new);
                 let took = started.elapsed();
                 done.push(EmbeddedRan {
                     block_id,

@@ -67,11 +67,12 @@ def start_worker():
 
 task = daisy.Task(
     "spawn", daisy.Roi((0,), (24,)), daisy.Roi((0,), (1,)), daisy.Roi((0,), (1,)),
-    start_worker, read_write_conflict=False, num_workers=2, max_retries={retries},
+    start_worker, read_write_conflict=False, num_workers=2, max_retries={retries}, {extra}
 )
 states = daisy.run_blockwise([task], return_states=True)
 state = states["spawn"]
 print("STATE", state.completed_count, state.failed_count, state.total_block_count)
+print("SKIPPED", state.skipped_count)
 """
 
 
@@ -82,7 +83,7 @@ def outputs(workdir):
 @pytest.mark.parametrize("how", ["env", "module"])
 def test_the_switch_reaches_every_process_and_wins_over_an_installed_daisy(workdir, how):
     (workdir / "child.py").write_text(CHILD)
-    done = run_script(workdir, SPAWNING.format(retries=2), how=how)
+    done = run_script(workdir, SPAWNING.format(retries=2, extra=""), how=how)
     assert "STATE 24 0 24" in done.stdout, done.stdout + done.stderr
     written = outputs(workdir)
     assert sorted(written) == list(range(24))
@@ -97,19 +98,27 @@ def test_the_switch_reaches_every_process_and_wins_over_an_installed_daisy(workd
     assert logs == sorted(f"worker_{w}.{s}" for w in connected for s in ("out", "err"))
 
 
+def test_a_spawned_client_skips_what_the_check_function_calls_done(workdir):
+    (workdir / "child.py").write_text(CHILD)
+    check = "check_function=lambda block: block.block_id[1] < 10,"
+    done = run_script(workdir, SPAWNING.format(retries=0, extra=check))
+    assert "STATE 24 0 24" in done.stdout and "SKIPPED 10" in done.stdout, done.stdout + done.stderr
+    assert sorted(outputs(workdir)) == list(range(10, 24))
+
+
 def test_a_log_directory_a_context_cannot_hold_leaves_it_out(workdir):
     """`:` and `=` separate a context's fields: a log directory such as
     lr=0.1/ (Hydra's runs) is left out of the context, not a failure; the
     child keeps its own (daisy's default), as a daisy 1.x Context does."""
     (workdir / "child.py").write_text(CHILD)
-    done = run_script(workdir, SPAWNING.format(retries=0).replace('"logs"', '"lr=0.1/logs"'))
+    done = run_script(workdir, SPAWNING.format(retries=0, extra="").replace('"logs"', '"lr=0.1/logs"'))
     assert "STATE 24 0 24" in done.stdout, done.stdout + done.stderr
     assert {logdir for _, _, logdir in outputs(workdir).values()} == {"daisy_logs"}
 
 
 def test_a_child_that_dies_holding_a_block_fails_that_block_and_the_run_goes_on(workdir):
     (workdir / "child.py").write_text(CHILD.replace('os.environ.get("FAIL_BLOCK")', '"5"'))
-    done = run_script(workdir, SPAWNING.format(retries=0))
+    done = run_script(workdir, SPAWNING.format(retries=0, extra=""))
     assert "STATE 23 1 24" in done.stdout, done.stdout + done.stderr
     failed = [e for e in events(workdir / "daisy_run" / "spawn") if e.get("event") == "block_failed"]
     assert [e["block_id"] for e in failed] == [5]
@@ -212,6 +221,45 @@ def test_serial_server_with_cl_monitor_and_daisy1_positions(workdir):
     )
     assert "STATE first 7 1 0 0 0 True" in done.stdout, done.stdout
     assert "STATE second 7 0 1 0 0 True" in done.stdout, done.stdout
+
+
+CHECKED = """
+import json
+import daisy
+
+def process(block):
+    pass
+
+def check(block):
+    return block.block_id[1] % 3 == 0
+
+def task(task_id):
+    return daisy.Task(task_id, daisy.Roi((0,), (12,)), daisy.Roi((0,), (1,)), daisy.Roi((0,), (1,)),
+                      process, check_function=check, read_write_conflict=False, num_workers=2)
+
+counters = {}
+for task_id, server in (("distributed", daisy.Server()), ("serial", daisy.SerialServer())):
+    state = server.run_blockwise([task(task_id)])[task_id]
+    counters[task_id] = [state.total_block_count, state.completed_count, state.skipped_count,
+                         state.failed_count, state.orphaned_count]
+print("COUNTERS", json.dumps(counters))
+"""
+
+
+def printed_counters(done):
+    line = next(line for line in done.stdout.splitlines() if line.startswith("COUNTERS "))
+    return json.loads(line.removeprefix("COUNTERS "))
+
+
+def test_blocks_a_check_function_calls_done_count_as_skipped_as_in_daisy_2(workdir):
+    ours = printed_counters(run_script(workdir, CHECKED))
+    real = subprocess.run(
+        [sys.executable, "main.py"], cwd=workdir, capture_output=True, text=True, timeout=300,
+        env={k: v for k, v in os.environ.items() if k not in ("DAISY_RS_AS_DAISY", "DAISY_CONTEXT")},
+    )
+    assert real.returncode == 0, real.stderr
+    assert printed_counters(real) == ours
+    assert ours["distributed"] == [12, 12, 4, 0, 0], ours
 
 
 def test_done_tracking_is_opt_in(workdir):

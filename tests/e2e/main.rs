@@ -8,6 +8,7 @@ mod costs;
 mod daisy2_compat;
 mod distributed;
 mod failures;
+mod found_done;
 mod netns;
 mod plan;
 mod plan_cluster;

@@ -245,6 +245,7 @@ fn succeeded(block_id: u64) -> BlockResult {
     BlockResult {
         block_id,
         ok: true,
+        skipped: false,
         error: None,
         seconds: None,
         cost: None,
@@ -255,6 +256,7 @@ fn failed(block_id: u64, error: String) -> BlockResult {
     BlockResult {
         block_id,
         ok: false,
+        skipped: false,
         error: Some(error),
         seconds: None,
         cost: None,

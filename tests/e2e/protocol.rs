@@ -119,6 +119,7 @@ fn bad_input_is_refused_with_a_reason_and_the_run_completes() {
         results: vec![BlockResult {
             block_id: id,
             ok: true,
+            skipped: false,
             error: None,
             seconds: None,
             cost: None,
@@ -265,6 +266,7 @@ block_command = ["true"]
         results: vec![BlockResult {
             block_id,
             ok: true,
+            skipped: false,
             error: None,
             seconds: Some(2.0),
             cost: None,

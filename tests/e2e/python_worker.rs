@@ -173,6 +173,7 @@ fn messages() -> Vec<(Vec<u8>, &'static str)> {
             BlockResult {
                 block_id: 300,
                 ok: false,
+                skipped: false,
                 error: Some("no luck".into()),
                 seconds: None,
                 cost: None,
@@ -180,6 +181,7 @@ fn messages() -> Vec<(Vec<u8>, &'static str)> {
             BlockResult {
                 block_id: 1 << 40,
                 ok: true,
+                skipped: false,
                 error: None,
                 seconds: None,
                 cost: None,

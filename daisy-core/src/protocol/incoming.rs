@@ -92,6 +92,7 @@ impl<'a> Reader<'a> {
         Some(BlockResult {
             block_id,
             ok,
+            skipped: false,
             error: None,
             seconds,
             cost: None,
@@ -262,6 +263,7 @@ mod tests {
         let result = |block_id, ok, seconds| BlockResult {
             block_id,
             ok,
+            skipped: false,
             error: None,
             seconds,
             cost: None,

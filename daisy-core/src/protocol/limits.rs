@@ -97,6 +97,7 @@ mod tests {
             results: vec![BlockResult {
                 block_id: 1,
                 ok: false,
+                skipped: false,
                 error: Some("x".repeat(100_000)),
                 seconds: None,
                 cost: None,

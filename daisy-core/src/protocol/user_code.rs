@@ -91,11 +91,18 @@ impl WireBlock {
 }
 
 /// What user code reports for one block: `{"block_id": 17, "ok": true}`
-/// or `{"block_id": 17, "ok": false, "error": "why"}`.
+/// or `{"block_id": 17, "ok": false, "error": "why"}`, and
+/// `{"block_id": 17, "ok": true, "skipped": true}` for a block it found
+/// already done.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct BlockResult {
     pub block_id: u64,
     pub ok: bool,
+    /// User code found the block done already and did not run it (a
+    /// `check_function` said so): it counts as skipped, as daisy counts
+    /// such a block, and is marked done like any other.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub skipped: bool,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
     /// How long the block ran, as the worker measured it (for reports
@@ -115,6 +122,7 @@ impl BlockResult {
         Self {
             block_id,
             ok: true,
+            skipped: false,
             error: None,
             seconds: None,
             cost: None,
@@ -292,6 +300,7 @@ mod tests {
             BlockResult {
                 block_id: 3,
                 ok: true,
+                skipped: false,
                 error: None,
                 seconds: None,
                 cost: None,
@@ -307,6 +316,7 @@ mod tests {
         let result = BlockResult {
             block_id: 7,
             ok: true,
+            skipped: false,
             error: None,
             seconds: Some(1.5),
             cost: Some(BlockCost {

@@ -29,9 +29,9 @@ pub(super) fn write_payload(
     Ok(written?)
 }
 
-/// Without an error or a cost: the fields written here.
+/// Without an error, a cost or a skip: the fields written here.
 fn is_plain(result: &BlockResult) -> bool {
-    result.error.is_none() && result.cost.is_none()
+    result.error.is_none() && result.cost.is_none() && !result.skipped
 }
 
 /// `{"type": "acquire_blocks", "max": ` and `max`.
@@ -89,6 +89,7 @@ mod tests {
         BlockResult {
             block_id,
             ok,
+            skipped: false,
             error: None,
             seconds,
             cost: None,
@@ -113,7 +114,12 @@ mod tests {
             cost: Some(BlockCost::default()),
             ..result(4, true, None)
         };
-        for results in [vec![], results.collect(), vec![with_error, with_cost]] {
+        let skipped = BlockResult {
+            skipped: true,
+            ..result(5, true, None)
+        };
+        let others = vec![with_error, with_cost, skipped];
+        for results in [vec![], results.collect(), others] {
             messages.push(ToDriver::ReleaseBlocks { results });
         }
         messages.push(ToDriver::Heartbeat);

@@ -115,6 +115,7 @@ pub async fn noop_worker(
             .map(|b| BlockResult {
                 block_id: b.block_id,
                 ok: true,
+                skipped: false,
                 error: None,
                 seconds,
                 cost: None,

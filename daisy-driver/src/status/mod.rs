@@ -28,7 +28,9 @@ use crate::run_dir::RunDir;
 use anyhow::Context as _;
 use daisy_core::printable::printable;
 use daisy_core::protocol::messages::TaskSnapshot;
+use daisy_core::TaskCounters;
 use serde::Serialize;
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 /// Everything `status` reports (`status --json` prints this).
@@ -115,6 +117,11 @@ pub struct LastRun {
     /// How it ended; `None` while it runs, or if its driver was killed.
     pub finished: Option<RunEnding>,
     pub workers: Vec<WorkerStatus>,
+    /// The counters of each task the run saw to its end, as its
+    /// `task_done` line records them: what this run did (`skipped`
+    /// counts blocks done before it and blocks a check function found
+    /// done), where the task's numbers above are the run directory's.
+    pub tasks_ended: BTreeMap<String, TaskCounters>,
 }
 
 #[derive(Clone, Debug, Serialize)]

@@ -17,7 +17,7 @@ use crate::pipeline::Pipeline;
 use crate::run_dir::RunDir;
 use crate::run_history::{HistoryEvent, RunFold, RunHistory};
 use anyhow::Context as _;
-use daisy_core::{Block, BlockId, DependencyGraph, TaskIdx};
+use daisy_core::{Block, BlockId, DependencyGraph, TaskCounters, TaskIdx};
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::PathBuf;
 
@@ -77,6 +77,8 @@ pub struct LastRunEvents {
     finished: Option<RunEnding>,
     failed: HashMap<String, BTreeMap<u64, Failure>>,
     abandoned: HashMap<String, String>,
+    /// How the run ended each task, from its `task_done` line.
+    ended: BTreeMap<String, TaskCounters>,
     /// Every task the events name.
     tasks: HashSet<String>,
     /// By worker id; an end not recorded is `Unrecorded` until the end.
@@ -288,6 +290,9 @@ impl RunFold for LastRunEvents {
                 self.note_task(task);
                 self.abandoned.insert(task.to_string(), why.to_string());
             }
+            Event::TaskDone { task, counters } => {
+                self.ended.insert(task.to_string(), *counters);
+            }
             kind => on_worker_event(&mut self.workers, kind),
         }
     }
@@ -467,6 +472,7 @@ pub(super) fn last_run(events: &LastRunEvents, running: bool) -> Option<LastRun>
         retry_failed,
         finished: events.finished.clone(),
         workers,
+        tasks_ended: events.ended.clone(),
     })
 }
 

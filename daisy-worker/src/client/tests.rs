@@ -236,6 +236,7 @@ async fn close_writes_what_is_queued_then_ends_the_connection() {
     let result = BlockResult {
         block_id: 3,
         ok: false,
+        skipped: false,
         error: Some("exit status 1".into()),
         seconds: None,
         cost: None,
@@ -267,6 +268,7 @@ async fn a_driver_that_leaves_writes_unread_is_lost_though_it_talks() {
     let large = BlockResult {
         block_id: 1,
         ok: false,
+        skipped: false,
         error: Some("x".repeat(100_000)),
         seconds: None,
         cost: None,

@@ -23,7 +23,7 @@ mod watchdog;
 pub use metered::{own_meter, Metered};
 pub use watchdog::Watchdog;
 
-use crate::user_code::BlockFailure;
+use crate::user_code::{BlockFailure, Finished};
 use daisy_core::protocol::{CodeKind, TaskCode, WireBlock};
 use std::sync::OnceLock;
 use std::time::Duration;
@@ -32,7 +32,7 @@ use std::time::Duration;
 #[derive(Debug)]
 pub struct EmbeddedRan {
     pub block_id: u64,
-    pub outcome: Result<(), BlockFailure>,
+    pub outcome: Result<Finished, BlockFailure>,
     pub took: Duration,
 }
 

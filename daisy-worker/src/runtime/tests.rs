@@ -109,6 +109,7 @@ fn failed(block_id: u64, error: &str) -> BlockResult {
     BlockResult {
         block_id,
         ok: false,
+        skipped: false,
         error: Some(error.into()),
         seconds: None,
         cost: None,

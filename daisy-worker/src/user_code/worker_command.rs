@@ -20,7 +20,7 @@
 use super::exit_watch::ExitWatch;
 use super::group::{self, describe, GroupChild, SpawnError, Waited};
 use super::pipes::{run_blocking, Filled, Pipes, Wait};
-use super::{BlockFailure, BlockLog, LogError, OpenLog, StderrTail, DEFAULT_GRACE};
+use super::{BlockFailure, BlockLog, Finished, LogError, OpenLog, StderrTail, DEFAULT_GRACE};
 use crate::cost::WorkerMeter;
 use daisy_core::protocol::{BlockCost, BlockResult, WireBlock};
 use std::collections::{BTreeMap, VecDeque};
@@ -147,12 +147,14 @@ impl WorkerCommand {
         &mut self,
         block: &WireBlock,
         timeout: Option<Duration>,
-    ) -> Result<(), BlockFailure> {
+    ) -> Result<Finished, BlockFailure> {
         self.ensure_running()?;
         self.begin_costs();
         let mut todo = VecDeque::from([block.clone()]);
         let mut outcomes = self.run_ahead(&mut todo, 1, timeout, &|| true);
-        outcomes.pop().map_or(Ok(()), |(_, outcome)| outcome)
+        outcomes
+            .pop()
+            .map_or(Ok(Finished::Ran), |(_, outcome)| outcome)
     }
 
     /// Runs the blocks of `todo` keeping up to `depth` of them written to
@@ -390,7 +392,7 @@ impl WorkerCommand {
 }
 
 /// A block's id and how it went.
-pub type Outcome = (u64, Result<(), BlockFailure>);
+pub type Outcome = (u64, Result<Finished, BlockFailure>);
 
 /// What waiting for a stdout line gave.
 enum Next {
@@ -401,9 +403,10 @@ enum Next {
     TimedOut,
 }
 
-fn outcome(result: BlockResult) -> Result<(), BlockFailure> {
+fn outcome(result: BlockResult) -> Result<Finished, BlockFailure> {
     match (result.ok, result.error) {
-        (true, _) => Ok(()),
+        (true, _) if result.skipped => Ok(Finished::FoundDone),
+        (true, _) => Ok(Finished::Ran),
         (false, Some(error)) => Err(BlockFailure::new(error)),
         (false, None) => Err(BlockFailure::new(
             "worker command reported a failure without an error",
@@ -502,7 +505,7 @@ for line in sys.stdin:
     fn answers_become_results_and_other_lines_go_to_the_log() {
         let dir = tempfile::tempdir().unwrap();
         let mut worker = start(dir.path(), EVEN_OK);
-        assert_eq!(worker.run(&block(2), PATIENCE), Ok(()));
+        assert_eq!(worker.run(&block(2), PATIENCE), Ok(Finished::Ran));
         assert_eq!(
             worker.run(&block(3), PATIENCE).unwrap_err().message,
             "odd block 3"
@@ -522,6 +525,20 @@ for line in sys.stdin:
     }
 
     #[test]
+    fn a_block_the_command_says_it_skipped_is_found_done() {
+        let dir = tempfile::tempdir().unwrap();
+        let script = r#"
+import json, sys
+for line in sys.stdin:
+    i = json.loads(line)["block_id"]
+    print(json.dumps({"block_id": i, "ok": True, "skipped": i == 1}))
+"#;
+        let mut worker = start(dir.path(), script);
+        assert_eq!(worker.run(&block(1), PATIENCE), Ok(Finished::FoundDone));
+        assert_eq!(worker.run(&block(2), PATIENCE), Ok(Finished::Ran));
+    }
+
+    #[test]
     fn a_tracked_worker_command_costs_each_block_what_changed_while_it_ran() {
         let dir = tempfile::tempdir().unwrap();
         // Block 1 holds 40 MB and writes 1 MB; block 2 does neither.
@@ -536,8 +553,8 @@ for line in sys.stdin:
     print(json.dumps({"block_id": i, "ok": True}))
 "#;
         let mut worker = start(dir.path(), script).with_resource_tracking(true);
-        assert_eq!(worker.run(&block(1), PATIENCE), Ok(()));
-        assert_eq!(worker.run(&block(2), PATIENCE), Ok(()));
+        assert_eq!(worker.run(&block(1), PATIENCE), Ok(Finished::Ran));
+        assert_eq!(worker.run(&block(2), PATIENCE), Ok(Finished::Ran));
         let (first, second) = (worker.take_cost(1).unwrap(), worker.take_cost(2).unwrap());
         assert!(first.peak_rss_bytes >= 40_000_000, "{first:?}");
         assert!(first.io_write_bytes >= 1_000_000, "{first:?}");
@@ -548,7 +565,7 @@ for line in sys.stdin:
         assert!(second.io_write_bytes < 1_000_000, "{second:?}");
         assert_eq!(worker.take_cost(1), None, "taken once");
         let mut untracked = start(dir.path(), script);
-        assert_eq!(untracked.run(&block(2), PATIENCE), Ok(()));
+        assert_eq!(untracked.run(&block(2), PATIENCE), Ok(Finished::Ran));
         assert_eq!(untracked.take_cost(2), None);
     }
 
@@ -563,8 +580,8 @@ for line in sys.stdin:
     print(json.dumps({"block_id": i, "ok": True}))
 "#;
         let mut worker = start(dir.path(), script);
-        assert_eq!(worker.run(&block(1), PATIENCE), Ok(()));
-        assert_eq!(worker.run(&block(2), PATIENCE), Ok(()));
+        assert_eq!(worker.run(&block(1), PATIENCE), Ok(Finished::Ran));
+        assert_eq!(worker.run(&block(2), PATIENCE), Ok(Finished::Ran));
     }
 
     #[test]
@@ -614,7 +631,7 @@ print("out of memory", file=sys.stderr)
 sys.exit(3)
 "#;
         let mut worker = start(dir.path(), script);
-        assert_eq!(worker.run(&block(1), PATIENCE), Ok(()));
+        assert_eq!(worker.run(&block(1), PATIENCE), Ok(Finished::Ran));
         let failure = worker.run(&block(2), PATIENCE).unwrap_err();
         let expected = "worker command ended before answering block 2: exit status 3; stderr tail: out of memory";
         assert_eq!(failure.message, expected);
@@ -820,7 +837,7 @@ sys.exit(4)
         let mut worker = thread::spawn(move || start(&path, EVEN_OK)).join().unwrap();
         // Give a parent-death signal, if one were (wrongly) sent, time to land.
         thread::sleep(Duration::from_millis(200));
-        assert_eq!(worker.run(&block(2), PATIENCE), Ok(()));
+        assert_eq!(worker.run(&block(2), PATIENCE), Ok(Finished::Ran));
     }
 
     #[test]

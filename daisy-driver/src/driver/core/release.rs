@@ -66,7 +66,8 @@ impl Core {
             cost: result.cost,
         };
         match result.ok {
-            true => self.record_success(id, attempt),
+            true if result.skipped => self.record_success(id, attempt, BlockOutcome::Skipped),
+            true => self.record_success(id, attempt, BlockOutcome::Success),
             false => {
                 let error = result.error.as_deref().unwrap_or("no reason given");
                 self.record_failure(id, attempt, error)
@@ -74,16 +75,17 @@ impl Core {
         }
     }
 
-    /// Marks the block done, then tells the scheduler: the mark comes
-    /// first among the commands, so nothing this release unlocks happens
-    /// before it is on disk.
-    fn record_success(&mut self, id: BlockId, attempt: Attempt) {
+    /// Marks the block done, then tells the scheduler (`outcome` says
+    /// whether it ran or was found done): the mark comes first among the
+    /// commands, so nothing this release unlocks happens before it is on
+    /// disk.
+    fn record_success(&mut self, id: BlockId, attempt: Attempt, outcome: BlockOutcome) {
         let Some(cell) = self.scheduler.cell_in_flight(id) else {
             return;
         };
         let block = BlockAt { id, cell };
         self.commands.push(Command::MarkDone { block, attempt });
-        self.scheduler.release(id, BlockOutcome::Success);
+        self.scheduler.release(id, outcome);
         self.tasks[id.task.index()].rate.record(self.now);
     }
 

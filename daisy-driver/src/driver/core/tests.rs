@@ -127,6 +127,7 @@ impl Run {
         let result = BlockResult {
             block_id,
             ok,
+            skipped: false,
             error: (!ok).then(|| "boom".to_string()),
             seconds: Some(0.1),
             cost: None,
