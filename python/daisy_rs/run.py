@@ -87,13 +87,16 @@ class TaskState:
     processing then. As in daisy, ``skipped_count`` counts the blocks the
     run did not run (done before, with tracking; found done by the
     check function; left out by a skip mask), and ``completed_count``
-    includes them."""
+    includes them. The worker counts are daisy 2.0's, of the last run:
+    a worker that was lost or never connected is a failure, and the
+    driver started another in its place (a restart)."""
 
-    def __init__(self, status: dict, ended: dict | None = None):
+    def __init__(self, status: dict, ended: dict | None = None, workers: list = ()):
         """``status``: the task in ``daisy-driver status --json``;
         ``ended``: the counters its last run ended it with, if that run
         saw it to its end (a stopped run did not: the run directory's
-        numbers stand in)."""
+        numbers stand in); ``workers``: the last run's workers of the
+        task, as ``status --json`` lists them."""
         self.task_id = status["id"]
         self.started = True
         self.total_block_count = status["total"]
@@ -111,6 +114,12 @@ class TaskState:
         self.abandoned = self.abandon_reason is not None
         self.failed_blocks = status.get("failed_blocks", [])
         self._remaining = status["remaining"]
+        unclean = [worker for worker in workers if worker["end"] in ("lost", "failed_start")]
+        self.worker_start_count = len(workers)
+        self.worker_failure_count = len(unclean)
+        self.worker_restart_count = len(unclean)
+        self.first_worker_error = unclean[0]["why"] if unclean else None
+        self.last_worker_error = unclean[-1]["why"] if unclean else None
 
     @property
     def pending_count(self):
@@ -286,8 +295,13 @@ def _run(pipeline, name, run_dir, top, host, multiprocessing, options):
 def states(run_dir):
     """``task_id -> TaskState`` of the run directory ``run_dir``."""
     status = json.loads(_native.status_json(Path(run_dir)))
-    ended = (status.get("last_run") or {}).get("tasks_ended", {})
-    return {task["id"]: TaskState(task, ended.get(task["id"])) for task in status["tasks"]}
+    last_run = status.get("last_run") or {}
+    ended = last_run.get("tasks_ended", {})
+    workers = last_run.get("workers", [])
+    return {
+        task["id"]: TaskState(task, ended.get(task["id"]), [w for w in workers if w["task"] == task["id"]])
+        for task in status["tasks"]
+    }
 
 
 def _run_driver(args):

@@ -85,6 +85,23 @@ def test_a_worker_functions_check_function_skips_the_blocks_it_calls_done(workdi
     assert sorted(done_blocks("run", "checked")) == list(range(6))
 
 
+def die_once_then_serve():
+    died = out_dir() / "died"
+    if not died.exists():
+        died.parent.mkdir(parents=True, exist_ok=True)
+        died.touch()
+        os._exit(3)
+    serve(touch)
+
+
+def test_task_state_counts_the_workers_that_failed_and_were_restarted(workdir):
+    task = daisy.Task("restarted", TOTAL, ONE, ONE, die_once_then_serve, max_workers=1, read_write_conflict=False)
+    state = daisy.run_blockwise([task], run_dir="run", return_states=True)["restarted"]
+    assert state.completed_count == 6
+    assert (state.worker_start_count, state.worker_failure_count, state.worker_restart_count) == (2, 1, 1)
+    assert state.first_worker_error == state.last_worker_error is not None
+
+
 SERIAL_WORKER_FUNCTION = textwrap.dedent(
     """
     import sys
