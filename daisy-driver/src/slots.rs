@@ -45,6 +45,11 @@ pub enum Gone {
     Clean,
     /// The connection broke or went silent.
     Lost(String),
+    /// The worker's end of the connection broke while it ran blocks (its
+    /// process died: a crash, the OOM killer): the death is blamed on
+    /// those blocks, which fail, and does not count against the task's
+    /// `max_worker_restarts`.
+    DiedInBlocks(String),
     /// The job ended without its worker ever connecting.
     FailedStart(String),
 }
@@ -58,7 +63,7 @@ impl Gone {
     pub fn why(&self) -> Option<&str> {
         match self {
             Gone::Clean => None,
-            Gone::Lost(why) | Gone::FailedStart(why) => Some(why),
+            Gone::Lost(why) | Gone::DiedInBlocks(why) | Gone::FailedStart(why) => Some(why),
         }
     }
 }
@@ -235,7 +240,7 @@ impl Slots {
         }
         let task = slot.task.index();
         self.live[task] -= 1;
-        if how.is_unclean() {
+        if how.is_unclean() && !matches!(how, Gone::DiedInBlocks(_)) {
             self.unclean_exits[task] += 1;
             self.last_unclean[task] = how.why().map(str::to_string);
         }

@@ -132,14 +132,23 @@ struct OpenLog {
 
 /// Where one process's stderr starts in a shared log file.
 #[derive(Debug, Clone)]
-struct StderrTail {
+pub struct StderrTail {
     path: PathBuf,
     start: u64,
 }
 
 impl StderrTail {
+    /// The whole of the log at `path`: one process's own stderr (a
+    /// worker's, as its launcher redirected it).
+    pub fn of_file(path: &Path) -> Self {
+        Self {
+            path: path.to_path_buf(),
+            start: 0,
+        }
+    }
+
     /// The last lines written since `start`, or why they can't be read.
-    fn read(&self) -> String {
+    pub fn read(&self) -> String {
         match self.read_end() {
             Ok(bytes) => last_lines(&String::from_utf8_lossy(&bytes)),
             Err(e) => format!("(cannot read {}: {e})", self.path.display()),
@@ -163,8 +172,6 @@ fn last_lines(text: &str) -> String {
     lines[lines.len().saturating_sub(TAIL_LINES)..].join("\n")
 }
 
-/// Why a block failed, as the driver records it: specific and short, e.g.
-/// `exit status 3; stderr tail: no such file: in.zarr`.
 /// How a block that did not fail ended.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum Finished {
@@ -176,6 +183,8 @@ pub enum Finished {
     FoundDone,
 }
 
+/// Why a block failed, as the driver records it: specific and short, e.g.
+/// `exit status 3; stderr tail: no such file: in.zarr`.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{message}")]
 pub struct BlockFailure {

@@ -106,10 +106,14 @@ pub enum PeerEvent {
         conn: ConnId,
         message: ToDriver,
     },
-    /// A connection that had been welcomed ended.
+    /// A connection that had been welcomed ended: `clean` after a
+    /// goodbye; otherwise `peer_left` if the peer's end closed or broke
+    /// (its process most likely ended) rather than falling silent or
+    /// being cut off by the driver.
     Closed {
         conn: ConnId,
         clean: bool,
+        peer_left: bool,
         why: String,
     },
     /// A peer was turned away before it was welcomed.
@@ -142,17 +146,28 @@ pub async fn serve(
         Ok(welcome) => welcome,
         Err(reason) => return refuse(&mut transport, peer, reason, &events).await,
     };
-    let (clean, why) = match transport.send(FromDriver::Welcome(welcome)).await {
+    let ended = match transport.send(FromDriver::Welcome(welcome)).await {
         Ok(()) => {
             let (socket, read) = transport.into_parts();
             shared.open(socket);
             let link = Link::new((conn, peer), settings, events.clone(), shared.clone(), read);
             link.run().await
         }
-        Err(error) => (false, error.to_string()),
+        Err(error) => Ended::peer_left(error.to_string()),
     };
     shared.task_ended();
-    let _ = events.send(ConnEvent::Peer(PeerEvent::Closed { conn, clean, why }));
+    let Ended {
+        clean,
+        peer_left,
+        why,
+    } = ended;
+    let closed = PeerEvent::Closed {
+        conn,
+        clean,
+        peer_left,
+        why,
+    };
+    let _ = events.send(ConnEvent::Peer(closed));
 }
 
 /// Answers a refused Hello (the run loop logs it) and lets the peer go.
@@ -233,8 +248,42 @@ async fn handshake(
         .map_err(|_| "the driver is shutting down".to_string())?
 }
 
-/// How a welcomed connection ended: (clean, why).
-type Ended = (bool, String);
+/// How a welcomed connection ended (see [`PeerEvent::Closed`]).
+struct Ended {
+    clean: bool,
+    peer_left: bool,
+    why: String,
+}
+
+impl Ended {
+    /// A goodbye: the peer left after it was told to stop.
+    fn goodbye(why: String) -> Self {
+        Self {
+            clean: true,
+            peer_left: false,
+            why,
+        }
+    }
+
+    /// The peer's end closed or broke without a goodbye.
+    fn peer_left(why: String) -> Self {
+        Self {
+            clean: false,
+            peer_left: true,
+            why,
+        }
+    }
+
+    /// The driver ended it: the peer fell silent, misbehaved, or the
+    /// driver stops.
+    fn cut_off(why: String) -> Self {
+        Self {
+            clean: false,
+            peer_left: false,
+            why,
+        }
+    }
+}
 
 /// A welcomed connection: what its one `select!` needs.
 struct Link {
@@ -281,7 +330,7 @@ impl Link {
         let mut heartbeat = tokio::time::interval(self.settings.heartbeat_interval);
         let shared = self.shared.clone();
         let Some(socket) = shared.socket() else {
-            return (false, "the connection was never opened".into());
+            return Ended::cut_off("the connection was never opened".into());
         };
         loop {
             let step = tokio::select! {
@@ -304,6 +353,9 @@ impl Link {
         self.heard = Instant::now();
         let message = match frame {
             Err(FrameError::Closed) => return Err(self.ended("connection closed".into())),
+            Err(error @ (FrameError::Truncated | FrameError::Io(_))) => {
+                return Err(self.ended(error.to_string()))
+            }
             Err(error) => {
                 let why = error.to_string();
                 // It ends for its own reason, whether the answer is written or not.
@@ -312,7 +364,7 @@ impl Link {
                 });
                 let written = poll_fn(|cx| self.shared.poll_written(cx));
                 let _ = tokio::time::timeout(REFUSAL_WRITE, written).await;
-                return Err(self.ended(why));
+                return Err(Ended::cut_off(why));
             }
             Ok(message) => message,
         };
@@ -328,7 +380,7 @@ impl Link {
                     conn: self.conn,
                     message: message.with_texts_cut(),
                 });
-                let gone = |_| self.ended("the driver is shutting down".into());
+                let gone = |_| Ended::cut_off("the driver is shutting down".into());
                 self.events.send(event).map_err(gone)?;
                 self.shared.request_passed_on();
                 Ok(())
@@ -343,11 +395,11 @@ impl Link {
         let silent = now.saturating_duration_since(self.heard);
         if self.shared.waited(now).is_some_and(|waited| waited > limit) {
             let why = format!("the peer read nothing for {limit:?}");
-            return Err((false, self.disconnect(why)));
+            return Err(Ended::cut_off(self.disconnect(why)));
         }
         if silent > limit {
             let why = format!("no message for {:.1} s", silent.as_secs_f64());
-            return Err((false, why));
+            return Err(Ended::cut_off(why));
         }
         self.shared.send(FromDriver::Heartbeat);
         Ok(())
@@ -356,15 +408,15 @@ impl Link {
     /// How the connection ends when its way out does.
     fn write_ended(&self, end: WriteEnd) -> Ended {
         match end {
-            WriteEnd::ClosedByDriver => (true, "closed by the driver".to_string()),
+            WriteEnd::ClosedByDriver => Ended::goodbye("closed by the driver".to_string()),
             WriteEnd::Overflowed => {
                 let why = format!(
                     "the peer does not read: {OUTBOX_CAPACITY} messages for it were waiting"
                 );
-                (false, self.disconnect(why))
+                Ended::cut_off(self.disconnect(why))
             }
-            WriteEnd::Failed(why) => (false, why),
-            WriteEnd::TaskEnded => (false, "the connection ended".to_string()),
+            WriteEnd::Failed(why) => Ended::peer_left(why),
+            WriteEnd::TaskEnded => Ended::cut_off("the connection ended".to_string()),
         }
     }
 
@@ -372,7 +424,10 @@ impl Link {
     /// a worker that closes with heartbeats unread makes the kernel send
     /// a reset, which is still a goodbye.
     fn ended(&self, why: String) -> Ended {
-        (self.shared.told_to_stop(), why)
+        match self.shared.told_to_stop() {
+            true => Ended::goodbye(why),
+            false => Ended::peer_left(why),
+        }
     }
 
     /// Says why the driver ends this connection (the run loop records

@@ -19,10 +19,12 @@ use crate::slots::SlotId;
 use crate::summary::{RunEnd, RunSummary};
 use daisy_core::context::{WorkerContext, CONTEXT_ENV};
 use daisy_core::id_hash::IdMap;
+use daisy_core::printable::printable;
 use daisy_core::protocol::frame::Payload;
 use daisy_core::protocol::outgoing::blocks_payload;
 use daisy_core::protocol::Welcome;
 use daisy_core::{Block, TaskIdx};
+use daisy_worker::user_code::StderrTail;
 use launchers::WorkerRequest;
 use std::sync::Arc;
 use std::time::Instant;
@@ -226,13 +228,34 @@ impl Shell {
             Command::RecordFailure {
                 block,
                 attempt,
-                error,
+                mut error,
                 released,
+                stderr_of,
             } => {
                 let block = self.core.block(block);
+                if let Some(slot) = stderr_of {
+                    self.add_stderr_tail(&mut error, block.id.task, slot);
+                }
                 self.recorder.failed(&block, attempt, &error, &released)
             }
             Command::Record(event) => self.recorder.record(&event),
+        }
+    }
+
+    /// Adds the end of the stderr log a launcher wrote for worker `slot`
+    /// of `task` (a local worker's `worker-<id>.err`), if there is one.
+    fn add_stderr_tail(&self, error: &mut String, task: TaskIdx, slot: SlotId) {
+        let task_id = &self.pipeline.tasks[task.index()].spec.id;
+        let log = (self.run_dir.task_logs(task_id)).join(format!("worker-{}.err", slot.0));
+        if !log.exists() {
+            return;
+        }
+        match StderrTail::of_file(&log).read() {
+            tail if tail.is_empty() => error.push_str("; its stderr was empty"),
+            tail => {
+                error.push_str("; stderr tail: ");
+                error.push_str(&printable(&tail));
+            }
         }
     }
 

@@ -14,7 +14,7 @@
 use super::peers::{Peer, Take};
 use super::{shutdown, Command, Core, DoneBefore};
 use crate::connection::ConnId;
-use daisy_core::{Block, TaskIdx};
+use daisy_core::{Block, BlockOutcome, TaskIdx};
 
 /// The most blocks handed out in one `Blocks` message.
 pub(super) const MAX_BATCH: u32 = 1024;
@@ -88,13 +88,23 @@ impl Core {
         }
     }
 
-    /// Up to `max` ready blocks of `task`.
+    /// Up to `max` ready blocks of `task`; a suspect (`deaths`) only
+    /// alone, so a batch stops before one.
     fn take_blocks(&mut self, task: TaskIdx, max: u32, done_before: DoneBefore) -> Vec<Block> {
         let ready = self.scheduler.counters(task).ready;
         let mut blocks = Vec::with_capacity(ready.min(u64::from(max)) as usize);
         while blocks.len() < max as usize
             && (self.scheduler).acquire_onto(task, &mut |b| done_before(b), &mut blocks)
-        {}
+        {
+            let last = blocks.last().expect("just acquired");
+            if self.goes_alone(last) {
+                if blocks.len() > 1 {
+                    let suspect = blocks.pop().expect("not empty");
+                    self.scheduler.release(suspect.id, BlockOutcome::Returned);
+                }
+                break;
+            }
+        }
         blocks
     }
 

@@ -15,6 +15,7 @@
 //! gone), its connection in [`peers`].
 //! [`snapshot`] answers observers and feeds progress and the summary.
 
+mod deaths;
 mod hand_out;
 mod peers;
 mod release;
@@ -36,10 +37,12 @@ use crate::recent_rate::RecentRate;
 use crate::slots::{SlotId, Slots};
 use crate::summary::RunEnd;
 use crate::throttle::Throttle;
+use daisy_core::id_hash::IdMap;
 use daisy_core::protocol::{FromDriver, Hello, ToDriver, Welcome};
 use daisy_core::scheduler::Released;
 use daisy_core::{Block, BlockId, Scheduler, TaskIdx};
 use peers::Peers;
+use std::collections::HashSet;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -104,12 +107,16 @@ pub enum Command {
         attempt: Attempt,
     },
     /// Count a failed attempt the scheduler `released` as retried or
-    /// failed for good; `error` is printable already.
+    /// failed for good; `error` is printable already. With `stderr_of`,
+    /// the end of that worker's own stderr log (if the run directory has
+    /// it) is added to the error: the worker died, and its last words are
+    /// there.
     RecordFailure {
         block: BlockAt,
         attempt: Attempt,
         error: String,
         released: Released,
+        stderr_of: Option<SlotId>,
     },
     Record(Event<'static>),
 }
@@ -162,6 +169,11 @@ pub struct Core {
     /// The time of the input being handled.
     now: Instant,
     refusals: Throttle,
+    /// Blocks of workers that died in them, waiting for their job's end.
+    dying: IdMap<SlotId, deaths::Dying>,
+    /// Blocks whose worker died holding them among others: each goes
+    /// out alone until it is released.
+    suspects: HashSet<BlockId>,
     commands: Vec<Command>,
 }
 
@@ -193,6 +205,8 @@ impl Core {
             started: now,
             now,
             refusals: Throttle::new(REFUSALS_WINDOW, REFUSALS_TOLD_PER_WINDOW),
+            dying: IdMap::default(),
+            suspects: HashSet::new(),
             commands: Vec::new(),
             pipeline,
         }
@@ -207,9 +221,12 @@ impl Core {
             Input::Peer(PeerEvent::Message { conn, message }) => {
                 self.on_message(conn, message, done_before)
             }
-            Input::Peer(PeerEvent::Closed { conn, clean, why }) => {
-                self.on_closed(conn, clean, &why, done_before)
-            }
+            Input::Peer(PeerEvent::Closed {
+                conn,
+                clean,
+                peer_left,
+                why,
+            }) => self.on_closed(conn, (clean, peer_left), &why, done_before),
             Input::Peer(PeerEvent::Refused { peer, reason }) => self.on_refused(peer, &reason),
             Input::Launcher(event) => self.on_launcher_event(event, done_before),
             Input::Tick => self.on_tick(done_before),
@@ -339,6 +356,7 @@ impl Core {
 
     fn on_tick(&mut self, done_before: DoneBefore) {
         self.reclaim_overdue_blocks();
+        self.fail_blocks_of_overdue_deaths();
         // Retries that are due first: a worker that waited for one is
         // served, not let go for idleness.
         self.promote_due_retries(done_before);

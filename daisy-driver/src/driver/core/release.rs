@@ -84,6 +84,7 @@ impl Core {
             return;
         };
         let block = BlockAt { id, cell };
+        self.suspects.remove(&id);
         self.commands.push(Command::MarkDone { block, attempt });
         self.scheduler.release(id, outcome);
         self.tasks[id.task.index()].rate.record(self.now);
@@ -93,10 +94,23 @@ impl Core {
     /// worker sent it) is escaped before it reaches a log, the events or
     /// the terminal.
     pub(super) fn record_failure(&mut self, id: BlockId, attempt: Attempt, error: &str) {
+        self.record_failure_of(id, attempt, error, None)
+    }
+
+    /// As [`Self::record_failure`]; with `stderr_of`, the end of that
+    /// worker's own stderr log is added to the error when it is recorded.
+    pub(super) fn record_failure_of(
+        &mut self,
+        id: BlockId,
+        attempt: Attempt,
+        error: &str,
+        stderr_of: Option<SlotId>,
+    ) {
         let Some(cell) = self.scheduler.cell_in_flight(id) else {
             return;
         };
         let block = BlockAt { id, cell };
+        self.suspects.remove(&id);
         let released = self
             .scheduler
             .release_at(id, BlockOutcome::Failure, self.now);
@@ -107,6 +121,7 @@ impl Core {
             attempt,
             error,
             released,
+            stderr_of,
         });
     }
 

@@ -51,7 +51,7 @@ impl Core {
             match &slot.state {
                 SlotState::Submitted => counts.submitted += 1,
                 SlotState::Connected => counts.connected += 1,
-                SlotState::Gone(Gone::Lost(_)) => counts.lost += 1,
+                SlotState::Gone(Gone::Lost(_) | Gone::DiedInBlocks(_)) => counts.lost += 1,
                 SlotState::Gone(Gone::FailedStart(_)) => counts.failed_starts += 1,
                 SlotState::Gone(Gone::Clean) => {}
             }

@@ -55,7 +55,10 @@ impl Core {
             }
             LauncherEvent::Ended(ended) => {
                 for (slot, _job, end) in ended {
-                    self.on_job_ended(slot, &end.to_string());
+                    let end = end.to_string();
+                    if !self.on_dead_workers_job_ended(slot, &end) {
+                        self.on_job_ended(slot, &end);
+                    }
                 }
             }
         }

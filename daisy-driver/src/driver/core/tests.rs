@@ -140,7 +140,18 @@ impl Run {
         self.input(Input::Peer(PeerEvent::Closed {
             conn: conn(conn_n),
             clean,
+            peer_left: !clean,
             why: "connection closed".into(),
+        }))
+    }
+
+    /// The driver ends `conn_n`'s connection: it fell silent.
+    fn cut_off(&mut self, conn_n: u64) -> Vec<Command> {
+        self.input(Input::Peer(PeerEvent::Closed {
+            conn: conn(conn_n),
+            clean: false,
+            peer_left: false,
+            why: "no message for 3.0 s".into(),
         }))
     }
 
@@ -605,18 +616,126 @@ fn a_worker_of_an_unknown_task_is_refused_with_the_known_ones() {
 }
 
 #[test]
-fn a_batch_goes_to_one_worker_and_comes_back_whole_if_the_worker_is_lost() {
+fn a_batch_goes_to_one_worker_and_comes_back_whole_if_the_worker_falls_silent() {
     let mut run = Run::new("", &[task("t", 20, "max_workers = 0\nmax_retries = 0")]);
     run.hello(1, "t", None).unwrap();
     let batch = blocks_to(&run.acquire(1, 8), 1);
     assert_eq!(batch, (0..8).collect::<Vec<_>>());
-    let gone = run.close(1, false);
+    let gone = run.cut_off(1);
     assert!(marked_done(&gone).is_empty());
     run.hello(2, "t", None).unwrap();
     let rescued = blocks_to(&run.acquire(2, 64), 2);
     assert_eq!(rescued.len(), 20, "lost, not failed: {rescued:?}");
     let counters = run.core.progress()[0].counters;
     assert_eq!((counters.failed, counters.processing), (0, 20));
+}
+
+/// The failures recorded: (block id, error, worker whose stderr is added).
+fn failures(commands: &[Command]) -> Vec<(u64, String, Option<SlotId>)> {
+    (commands.iter())
+        .filter_map(|c| match c {
+            Command::RecordFailure {
+                block,
+                error,
+                stderr_of,
+                ..
+            } => Some((block.id.spatial, error.clone(), *stderr_of)),
+            _ => None,
+        })
+        .collect()
+}
+
+#[test]
+fn a_block_whose_launched_worker_died_running_it_fails_with_how_the_job_ended() {
+    let mut run = Run::new("", &[task("t", 3, "max_workers = 1\nmax_retries = 1")]);
+    let [a] = run.start_workers()[..] else {
+        panic!("one worker");
+    };
+    run.hello(1, "t", Some(a)).unwrap();
+    assert_eq!(blocks_to(&run.acquire(1, 1), 1), [0]);
+    let died = run.close(1, false);
+    assert!(failures(&died).is_empty(), "it waits for the job's end");
+    let ended = run.job_ended(
+        a,
+        JobEnd::Signalled {
+            signal: "SIGKILL".into(),
+        },
+    );
+    let expected = format!(
+        "worker {} died while running this block: killed by SIGKILL",
+        a.0
+    );
+    assert_eq!(failures(&ended), [(0, expected, Some(a))]);
+    assert_eq!(
+        run.core.slots.unclean_exits(TaskIdx(0)),
+        0,
+        "the block's doing"
+    );
+    assert_eq!(run.core.progress()[0].counters.ready, 3, "retried later");
+}
+
+#[test]
+fn without_its_jobs_end_a_dead_workers_block_fails_with_what_the_connection_said() {
+    let mut run = Run::new("", &[task("t", 3, "max_workers = 1")]);
+    let [a] = run.start_workers()[..] else {
+        panic!("one worker");
+    };
+    run.hello(1, "t", Some(a)).unwrap();
+    run.acquire(1, 1);
+    run.close(1, false);
+    let wait = deaths::JOB_END_WAIT.as_secs_f64();
+    assert!(failures(&run.at(wait - 0.5).tick()).is_empty());
+    let failed = failures(&run.at(wait + 0.5).tick());
+    assert_eq!(failed.len(), 1);
+    assert!(failed[0]
+        .1
+        .ends_with("died while running this block: connection closed"));
+}
+
+#[test]
+fn a_hand_started_workers_block_fails_at_once_when_it_dies() {
+    let mut run = Run::new("", &[task("t", 3, "max_workers = 0\nmax_retries = 0")]);
+    run.hello(1, "t", None).unwrap();
+    run.acquire(1, 1);
+    let failed = failures(&run.close(1, false));
+    assert_eq!(failed.len(), 1, "{failed:?}");
+    assert_eq!(run.core.progress()[0].counters.failed, 1, "max_retries = 0");
+}
+
+#[test]
+fn a_batch_whose_worker_died_comes_back_and_its_blocks_then_go_out_alone() {
+    let mut run = Run::new("", &[task("t", 20, "max_workers = 0\nmax_retries = 0")]);
+    run.hello(1, "t", None).unwrap();
+    assert_eq!(blocks_to(&run.acquire(1, 8), 1).len(), 8);
+    let died = run.close(1, false);
+    assert!(
+        failures(&died).is_empty(),
+        "which block killed it is unknown"
+    );
+    assert!(matches!(
+        events(&died)[..],
+        [Event::BlocksReturned { .. }, ..]
+    ));
+    run.hello(2, "t", None).unwrap();
+    let others = blocks_to(&run.acquire(2, 64), 2);
+    assert_eq!(
+        others,
+        (8..20).collect::<Vec<_>>(),
+        "the suspects wait their turn"
+    );
+    others.iter().for_each(|&id| drop(run.release(2, id, true)));
+    let alone = blocks_to(&run.acquire(2, 64), 2);
+    assert_eq!(alone.len(), 1, "a suspect goes out alone: {alone:?}");
+    let failed = failures(&run.close(2, false));
+    assert_eq!(failed.len(), 1, "held alone, it is blamed");
+    run.hello(3, "t", None).unwrap();
+    for _ in 0..7 {
+        let alone = blocks_to(&run.acquire(3, 64), 3);
+        assert_eq!(alone.len(), 1, "{alone:?}");
+        run.release(3, alone[0], true);
+    }
+    let counters = run.core.progress()[0].counters;
+    assert_eq!((counters.completed, counters.failed), (19, 1));
 }
 
 #[test]

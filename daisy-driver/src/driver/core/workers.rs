@@ -115,31 +115,43 @@ impl Core {
         self.serve(conn, done_before);
     }
 
-    /// A connection ended: its blocks go back to the queue (not counted as
-    /// failures), its slot ends, its budget share returns.
+    /// A connection ended (`clean`: after a goodbye; `peer_left`: the
+    /// worker's end broke, see [`PeerEvent::Closed`]): its slot ends, its
+    /// budget share returns. Its blocks go back to the queue, not counted
+    /// as failures, unless the worker died running them (`deaths`).
+    ///
+    /// [`PeerEvent::Closed`]: crate::connection::PeerEvent::Closed
     pub(super) fn on_closed(
         &mut self,
         conn: ConnId,
-        clean: bool,
+        (clean, peer_left): (bool, bool),
         why: &str,
         done_before: DoneBefore,
     ) {
         let Some(Peer::Worker(worker)) = self.peers.remove(conn) else {
             return;
         };
-        for &spatial in worker.held.keys() {
-            let id = BlockId {
-                task: worker.task,
-                spatial,
-            };
-            self.scheduler.release(id, BlockOutcome::Returned);
-        }
         let failure = why_a_goodbye_failed(&worker);
         let clean = (clean || worker.draining.is_some()) && failure.is_none();
+        let died_in_blocks = !clean && peer_left && failure.is_none() && !worker.held.is_empty();
+        match (died_in_blocks, worker.held.len()) {
+            (true, 1) => self.on_died_in_blocks(&worker, why),
+            (true, _) => self.suspect_blocks_of_dead(&worker),
+            (false, _) => {
+                for &spatial in worker.held.keys() {
+                    let id = BlockId {
+                        task: worker.task,
+                        spatial,
+                    };
+                    self.scheduler.release(id, BlockOutcome::Returned);
+                }
+            }
+        }
         let why = failure.as_deref().unwrap_or(why);
-        let how = match clean {
-            true => Gone::Clean,
-            false => Gone::Lost(why.to_string()),
+        let how = match (clean, died_in_blocks) {
+            (true, _) => Gone::Clean,
+            (false, true) => Gone::DiedInBlocks(why.to_string()),
+            (false, false) => Gone::Lost(why.to_string()),
         };
         self.end_slot(worker.slot, how);
         self.record(Event::WorkerGone {
