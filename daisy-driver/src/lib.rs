@@ -42,6 +42,7 @@ pub mod budget;
 pub mod cli;
 pub mod connection;
 pub mod cost_summary;
+pub mod counted;
 pub mod done_marker;
 pub mod done_tally;
 pub mod driver;

@@ -4,6 +4,7 @@
 //! the markers to delete are listed first and confirmed: on a terminal by
 //! a prompt, otherwise only with `--yes`.
 
+use crate::counted::counted;
 use crate::done_marker::{self, DoneMarker};
 use crate::pipeline::Pipeline;
 use crate::run_dir::RunDir;
@@ -76,10 +77,10 @@ pub fn confirm(markers: &[MarkerToDelete], yes: bool) -> anyhow::Result<()> {
     eprintln!("daisy-driver: reset deletes these done markers:");
     for m in markers {
         eprintln!(
-            "  task {:?}: {} ({} blocks done)",
+            "  task {:?}: {} ({} done)",
             m.task,
             m.dir.display(),
-            m.done_blocks
+            counted(m.done_blocks, "block")
         );
     }
     match yes {
@@ -102,9 +103,11 @@ pub fn delete(markers: &[MarkerToDelete]) -> anyhow::Result<()> {
 /// Says on stderr that `markers` were deleted, if there were any.
 pub fn announce_deleted(markers: &[MarkerToDelete]) {
     if !markers.is_empty() {
+        let blocks: u64 = markers.iter().map(|m| m.done_blocks).sum();
         eprintln!(
-            "daisy-driver: reset: deleted {} done markers",
-            markers.len()
+            "daisy-driver: reset: cleared {} of {}",
+            counted(blocks, "done block"),
+            counted(markers.len() as u64, "task")
         );
     }
 }

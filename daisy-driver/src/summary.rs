@@ -1,6 +1,7 @@
 //! The execution summary printed at the end of a run, and the exit status
 //! it implies.
 
+use crate::counted::counted;
 use crate::slots::WorkerCount;
 use daisy_core::printable::printable;
 use daisy_core::TaskCounters;
@@ -44,6 +45,8 @@ pub struct RunSummary {
     pub seconds: f64,
     pub events: PathBuf,
     pub end: RunEnd,
+    /// Attempts that failed in this run, retried or not.
+    pub failed_attempts: u64,
 }
 
 #[derive(Debug)]
@@ -117,9 +120,14 @@ impl RunSummary {
         }
         let run: u64 = self.tasks.iter().map(TaskSummary::blocks_run).sum();
         let rate = run as f64 / self.seconds.max(1e-9);
+        let failed = match self.failed_attempts {
+            0 => String::new(),
+            n => format!(" and {} failed", counted(n, "attempt")),
+        };
         let _ = writeln!(
             out,
-            "{run} blocks run in {:.1} s ({rate:.0} blocks/s); events in {}",
+            "{} run{failed} in {:.1} s ({rate:.0} blocks/s); events in {}",
+            counted(run, "block"),
             self.seconds,
             self.events.display()
         );
@@ -138,8 +146,8 @@ impl RunSummary {
             if task.counters.left > 0 {
                 let _ = writeln!(
                     out,
-                    "task {:?}: {} blocks left for a later run without --retry-failed (they did not fail last time)",
-                    task.id, task.counters.left
+                    "task {:?}: {} left for a later run without --retry-failed (they did not fail last time)",
+                    task.id, counted(task.counters.left, "block")
                 );
             }
             task.render_failures(out);
@@ -163,12 +171,12 @@ impl TaskSummary {
     fn render_failures(&self, out: &mut String) {
         let mut what = Vec::new();
         if self.counters.failed > 0 {
-            what.push(format!("{} blocks failed", self.counters.failed));
+            what.push(format!("{} failed", counted(self.counters.failed, "block")));
         }
         if self.restarts > 0 {
             what.push(format!(
-                "{} workers ended uncleanly (lost, or failed to start)",
-                self.restarts
+                "{} ended uncleanly (lost, or failed to start)",
+                counted(self.restarts, "worker")
             ));
         }
         if what.is_empty() {
@@ -219,6 +227,7 @@ mod tests {
 
     fn summary(task: TaskSummary) -> RunSummary {
         RunSummary {
+            failed_attempts: 0,
             tasks: vec![task],
             seconds: 2.0,
             events: PathBuf::from("run/events.jsonl"),
@@ -237,6 +246,39 @@ mod tests {
             abandoned: None,
             last_error: None,
         }
+    }
+
+    #[test]
+    fn a_run_whose_blocks_only_failed_says_how_many_attempts_failed() {
+        let counters = TaskCounters {
+            total: 1,
+            failed: 1,
+            ..Default::default()
+        };
+        let rerun = RunSummary {
+            failed_attempts: 3,
+            ..summary(task(counters, PathBuf::from("logs")))
+        };
+        let text = rerun.render();
+        assert!(
+            text.contains("0 blocks run and 3 attempts failed in 2.0 s"),
+            "{text}"
+        );
+        let one = RunSummary {
+            failed_attempts: 0,
+            ..summary(task(
+                TaskCounters {
+                    completed: 1,
+                    ..counters
+                },
+                PathBuf::from("logs"),
+            ))
+        };
+        assert!(
+            one.render().contains("1 block run in 2.0 s"),
+            "{}",
+            one.render()
+        );
     }
 
     #[test]
@@ -284,7 +326,7 @@ mod tests {
         };
         let text = summary(failed).render();
         let expected = format!(
-            "task \"seg\": 1 blocks failed; its logs are in {}",
+            "task \"seg\": 1 block failed; its logs are in {}",
             logs.path().display()
         );
         assert!(text.contains(&expected), "{text}");

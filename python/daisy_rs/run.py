@@ -177,6 +177,7 @@ def run_blockwise(
     pipeline, empty = _without_empty_tasks(Pipeline.of(tasks))
     if not pipeline.tasks:
         return empty if return_states else True
+    _check_requirements(pipeline, resources)
     name = name or _default_name(pipeline)
     run_dir, tracked = _run_dir(pipeline, name, run_dir, block_tracking)
     _call_init_callbacks(pipeline)
@@ -193,6 +194,22 @@ def run_blockwise(
     if return_states:
         return found
     return status == 0
+
+
+def _check_requirements(pipeline, resources):
+    """Every key a task ``requires`` must be in the run's budget; a
+    `ValueError` in Python's terms names the first one that is not."""
+    budget = resources or {}
+    for task in pipeline.tasks:
+        missing = [key for key in (task.requires or {}) if key not in budget]
+        if missing:
+            needed = ", ".join(f"{key!r}: {task.requires[key]}" for key in missing)
+            raise ValueError(
+                f"task {task.task_id!r} requires {dict(task.requires)!r}, but "
+                f"run_blockwise(resources=...) has no {', '.join(map(repr, missing))}: pass "
+                f"resources={{{needed}, ...}} (how much of each all the run's workers may use "
+                "at once), or leave requires out"
+            )
 
 
 def _without_empty_tasks(pipeline):

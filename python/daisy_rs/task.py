@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import datetime
 import numbers
+import re
 import warnings
 
 from daisy_rs.block import _as_roi
@@ -42,6 +43,28 @@ _V1_POSITIONS = (
     "upstream_tasks",
 )
 
+
+
+#: What a task id may hold: it names the task's directories in the run
+#: directory (``done/<task_id>/``, ``logs/<task_id>/``).
+_ID_CHARACTER = re.compile(r"[A-Za-z0-9_.-]")
+
+
+def _checked_id(task_id):
+    """``task_id``, if it can name directories; else a `ValueError`
+    saying why and what would do."""
+    if not isinstance(task_id, str):
+        raise TypeError(f"Task({task_id!r}, ...): a task id is a str, not {type(task_id).__name__}")
+    bad = sorted({c for c in task_id if not _ID_CHARACTER.fullmatch(c)})
+    if task_id and not bad and task_id not in (".", ".."):
+        return task_id
+    why = f"it holds {' '.join(map(repr, bad))}" if bad else "it is empty or a directory name"
+    suggestion = re.sub(r"[^A-Za-z0-9_.-]", "_", task_id).strip(".") or "task"
+    raise ValueError(
+        f"Task({task_id!r}, ...): a task id names the task's directories in the run directory "
+        f"(done/<task_id>/, logs/<task_id>/), so it may only hold letters, digits, '_', '.' and "
+        f"'-'; {why}. Use e.g. {suggestion!r}"
+    )
 
 class Task:
     """One blockwise task, as daisy 1.x and 2.0 define it.
@@ -147,7 +170,7 @@ class Task:
             tracking_path = done_marker_path
         if fit not in _FITS:
             raise ValueError(f"task {task_id!r}: fit = {fit!r} is not one of {', '.join(_FITS)}")
-        self.task_id = task_id
+        self.task_id = _checked_id(task_id)
         self.total_roi = _as_roi(total_roi)
         self.read_roi = _as_roi(read_roi)
         self.write_roi = _as_roi(write_roi)

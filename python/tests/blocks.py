@@ -58,3 +58,16 @@ def serve(process):
             if block is None:
                 break
             process(block)
+
+
+def crash_on_blocks_2_and_5(block):
+    """Blocks 2 and 5 kill their worker: one exits, one segfaults."""
+    import signal
+    import sys
+
+    touch(block)
+    if block.block_id[1] == 2:
+        print("block 2 gives up", file=sys.stderr, flush=True)
+        os._exit(3)
+    if block.block_id[1] == 5:
+        os.kill(os.getpid(), signal.SIGSEGV)

@@ -99,6 +99,9 @@ def test_failures_are_retried_then_orphan_downstream_blocks(workdir):
     failed = states["up"].failed_blocks[0]
     assert failed["block_id"] == 0
     assert "ValueError: bad voxels in [1:11, 1:11]" in failed["error"], failed["error"]
+    # status points at the file holding the whole traceback: the Python
+    # worker's own stderr
+    assert "ValueError: bad voxels" in open(failed["log"]).read(), failed["log"]
     assert not daisy.run_blockwise(upstream + downstream, run_dir="run"), "failures make it False"
 
 

@@ -100,7 +100,7 @@ fn failing_blocks_are_retried_then_orphan_their_downstream_and_the_exit_says_so(
     let second = done.iter().find(|e| e["task"] == "second").unwrap();
     assert!(second["counters"]["orphaned"].as_u64().unwrap() > 0);
     assert!(
-        out.contains("task \"first\": 1 blocks failed; its logs are in"),
+        out.contains("task \"first\": 1 block failed; its logs are in"),
         "{out}"
     );
 }

@@ -1,6 +1,6 @@
 //! Runs that go wrong: workers that keep dying get their task abandoned
-//! while unrelated tasks finish, and SIGTERM stops a run that a re-run
-//! then resumes.
+//! while unrelated tasks finish, a block that kills its worker fails
+//! alone, and SIGTERM stops a run that a re-run then resumes.
 
 use crate::util::*;
 use std::collections::BTreeSet;
@@ -8,9 +8,11 @@ use std::collections::BTreeSet;
 #[test]
 fn a_task_whose_workers_keep_dying_is_abandoned_and_its_peer_finishes() {
     let dir = TestDir::new();
+    // Each worker hangs (a stopped process, as on a dead node): it is lost
+    // for silence, which is no block's doing, so it uses up a restart.
     let pipeline = format!(
         "name = \"dying\"\n{}{}{}",
-        task("doomed", 10, "kill -9 $PPID", "max_worker_restarts = 2"),
+        task("doomed", 10, "kill -STOP $PPID", "max_worker_restarts = 2"),
         task("after", 10, "true", "upstream = [\"doomed\"]"),
         task("peer", 10, "echo {block_id} >> peer.txt", "max_workers = 2"),
     );
@@ -44,6 +46,38 @@ fn a_task_whose_workers_keep_dying_is_abandoned_and_its_peer_finishes() {
     assert_eq!(done("peer")["completed"], 10);
     let peer: BTreeSet<String> = dir.read("peer.txt").lines().map(String::from).collect();
     assert_eq!(peer.len(), 10);
+}
+
+#[test]
+fn a_block_that_kills_its_worker_is_blamed_retried_and_fails_alone() {
+    let dir = TestDir::new();
+    let command = "echo {block_id} >> ran.txt; [ {block_id} != 3 ] || kill -9 $PPID";
+    let pipeline = format!(
+        "name = \"killer\"\n{}",
+        task("t", 10, command, "max_retries = 1\nmax_worker_restarts = 0")
+    );
+    dir.write("killer.toml", &pipeline);
+    let out = run_fails(&mut dir.driver(&["run", "killer.toml"]), 1);
+    assert!(!out.contains("abandoned"), "a block's doing: {out}");
+    let counters = task_done_counters(&dir.join("daisy_run/killer"), "t");
+    assert_eq!(
+        (counters["completed"].as_u64(), counters["failed"].as_u64()),
+        (Some(9), Some(1))
+    );
+    let events = events(&dir.join("daisy_run/killer"));
+    let failures: Vec<&serde_json::Value> = events
+        .iter()
+        .filter(|e| e["event"] == "block_failed")
+        .collect();
+    assert_eq!(failures.len(), 2, "tried, then retried once");
+    for failure in failures {
+        assert_eq!(failure["block_id"], 3);
+        let error = failure["error"].as_str().unwrap();
+        assert!(
+            error.contains("died while running this block: killed by SIGKILL"),
+            "{error}"
+        );
+    }
 }
 
 #[test]

@@ -57,7 +57,7 @@ fn plan_reports_blocks_levels_roots_and_workers() {
 
     let text = run_ok(&mut dir.driver(&["plan", "seg.toml"]));
     assert!(text.contains("16 in 4 levels, 4 roots"), "{text}");
-    assert!(text.contains("1 blocks per request, prefetch 0"), "{text}");
+    assert!(text.contains("1 block per request, prefetch 0"), "{text}");
     assert_eq!(
         (predict["batch_size"].clone(), predict["prefetch"].clone()),
         (1.into(), 0.into())

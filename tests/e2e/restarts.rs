@@ -32,7 +32,7 @@ fn a_restart_cap_of_3_allows_3_restarts_then_abandons_the_task_and_its_downstrea
     let dir = TestDir::new();
     let pipeline = format!(
         "name = \"cap\"\n{}{}{}",
-        task("doomed", 10, "kill -9 $PPID", "max_worker_restarts = 3"),
+        task("doomed", 10, "kill -STOP $PPID", "max_worker_restarts = 3"),
         task("after", 10, "true", "upstream = [\"doomed\"]"),
         task("peer", 10, "true", ""),
     );

@@ -109,6 +109,27 @@ pub struct DoneMarker {
     count: u64,
 }
 
+/// A done chunk holds 0 (not done) or 1 (done) per block, as daisy 2.0
+/// writes it; any other byte means the file was damaged (a disk error,
+/// something else writing there), and taking it for "done" would skip
+/// blocks that never ran.
+fn check_done_bytes(dir: &Path, chunk: &Path, done: &[u8]) -> Result<(), DoneMarkerError> {
+    let Some(cell) = done.iter().position(|&b| b > 1) else {
+        return Ok(());
+    };
+    let damaged = done.iter().filter(|&&b| b > 1).count();
+    Err(error::invalid(
+        dir,
+        chunk,
+        format!(
+            "it is damaged: cell {cell} holds byte {:#04x}, and {damaged} cells in all \
+             hold neither 0 (not done) nor 1 (done), so which blocks are done cannot \
+             be trusted (`daisy-driver reset` of the pipeline clears it too)",
+            done[cell]
+        ),
+    ))
+}
+
 impl DoneMarker {
     /// Opens the marker at `dir` for `spec`, creating it (and `dir`) if
     /// absent, finishing a creation that was killed half-way, and
@@ -125,6 +146,7 @@ impl DoneMarker {
         let done_chunk = DONE.open(dir, &layout, true)?;
         let failures = FAILURES.open(dir, &layout, true)?;
         let done = done_chunk.read_all(layout.cells)?;
+        check_done_bytes(dir, &DONE.chunk_path(dir, &layout), &done)?;
         Ok(Self::new(dir, layout, done_chunk, failures, done, true))
     }
 
@@ -145,6 +167,7 @@ impl DoneMarker {
             }
         };
         let done = done_chunk.read_all(layout.cells)?;
+        check_done_bytes(dir, &DONE.chunk_path(dir, &layout), &done)?;
         Ok(Some(Self::new(
             dir, layout, done_chunk, failures, done, false,
         )))
@@ -179,8 +202,8 @@ impl DoneMarker {
         }
     }
 
-    /// True if `block` is addressable and marked (any nonzero byte, as in
-    /// daisy 2.0).
+    /// True if `block` is addressable and marked (its byte is 1; other
+    /// bytes than 0 and 1 were refused when the marker was opened).
     pub fn is_done(&self, block: &Block) -> bool {
         self.layout
             .index_of(block)

@@ -605,6 +605,34 @@ fn truncated_chunk_is_invalid_and_named() {
 }
 
 #[test]
+fn a_done_byte_other_than_0_or_1_is_damage_not_done() {
+    let (_tmp, dir) = marker_dir();
+    let spec = simple_task(&[40, 30], &[10, 10]);
+    DoneMarker::open(&dir, &spec).unwrap();
+    let chunk = chunk_of(&dir, "done", 2);
+    let mut bytes = chunk_bytes(&dir, 2);
+    bytes[3] = 0x7f;
+    bytes[5] = 1;
+    bytes[9] = 0xff;
+    fs::write(&chunk, &bytes).unwrap();
+    for err in [
+        DoneMarker::open(&dir, &spec).unwrap_err(),
+        DoneMarker::open_existing(&dir, &spec).err().unwrap(),
+    ] {
+        assert!(matches!(&err, DoneMarkerError::Invalid { path, .. } if *path == chunk));
+        let text = err.to_string();
+        assert!(
+            text.contains("cell 3 holds byte 0x7f, and 2 cells"),
+            "{text}"
+        );
+        assert!(
+            text.ends_with(&format!("rm -rf {}", dir.display())),
+            "{text}"
+        );
+    }
+}
+
+#[test]
 fn open_existing_on_an_absent_dir_returns_none_and_creates_nothing() {
     let (tmp, dir) = marker_dir();
     let spec = simple_task(&[40, 30], &[10, 10]);

@@ -6,6 +6,7 @@
 use super::allocation::{Phase, TaskState, WorkerIds};
 use super::scripts::Submission;
 use super::{Plan, TaskPlan};
+use crate::counted::counted;
 use crate::pipeline::LauncherKind;
 use daisy_core::protocol::WireRoi;
 use std::collections::BTreeMap;
@@ -135,10 +136,10 @@ fn render_phase(out: &mut String, number: usize, phase: &Phase, width: usize) {
     for task in &phase.tasks {
         let _ = writeln!(
             out,
-            "    {:width$}  {}; {} blocks left",
+            "    {:width$}  {}; {} left",
             task.id,
             state(&task.state),
-            task.blocks_left
+            counted(task.blocks_left, "block")
         );
     }
 }
@@ -225,8 +226,9 @@ impl TaskPlan {
         );
         let _ = writeln!(
             out,
-            "  batches      {} blocks per request, prefetch {}",
-            self.batch_size, self.prefetch
+            "  batches      {} per request, prefetch {}",
+            counted(self.batch_size, "block"),
+            self.prefetch
         );
         if self.resource_tracking {
             let _ = writeln!(out, "  costs        measured per block (resource_tracking)");

@@ -446,14 +446,21 @@ fn task_status(findings: &Findings, run_dir: &RunDir, task: TaskIdx) -> TaskStat
     }
 }
 
-/// The stderr file of the user code a worker ran (`worker-<id>-user.err`,
-/// as daisy-worker names it), or of a `--serial` run (`serial.err`).
+/// The stderr file of the user code a worker ran: its programs'
+/// (`worker-<id>-user.err`, as daisy-worker names it), else the worker's
+/// own, where a function run in its process (a Python task's) writes its
+/// traceback (`worker-<id>.err`, as the local launcher names it); or a
+/// `--serial` run's (`serial.err`).
 fn user_log(run_dir: &RunDir, task: &str, worker_id: Option<u64>) -> Option<PathBuf> {
-    let name = match worker_id {
-        Some(id) => format!("worker-{id}-user.err"),
-        None => "serial.err".to_string(),
+    let names = match worker_id {
+        Some(id) => vec![format!("worker-{id}-user.err"), format!("worker-{id}.err")],
+        None => vec!["serial.err".to_string()],
     };
-    Some(run_dir.task_logs(task).join(name)).filter(|path| path.exists())
+    let logs = run_dir.task_logs(task);
+    names
+        .into_iter()
+        .map(|name| logs.join(name))
+        .find(|path| path.exists())
 }
 
 /// The last run's start, end and workers.

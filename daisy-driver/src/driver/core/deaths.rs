@@ -16,7 +16,7 @@
 //! worker again it is the only block held and is blamed.
 
 use super::peers::Worker;
-use super::Core;
+use super::{Command, Core};
 use crate::events::Event;
 use crate::outcome_recorder::Attempt;
 use crate::slots::SlotId;
@@ -92,7 +92,8 @@ impl Core {
     }
 
     /// The blocks of dead workers whose job's end did not come in time
-    /// fail with what their connection said.
+    /// fail with what their connection said, and the job is cancelled
+    /// (its process may linger).
     pub(super) fn fail_blocks_of_overdue_deaths(&mut self) {
         let now = self.now;
         let overdue: Vec<SlotId> = (self.dying.iter())
@@ -102,6 +103,7 @@ impl Core {
         for slot in overdue {
             let dying = self.dying.remove(&slot).expect("listed above");
             self.fail_blocks_of_dead(dying.task, slot, &dying.blocks, &dying.why);
+            self.commands.push(Command::CancelJobs(vec![slot]));
         }
     }
 

@@ -174,6 +174,8 @@ pub struct Core {
     /// Blocks whose worker died holding them among others: each goes
     /// out alone until it is released.
     suspects: HashSet<BlockId>,
+    /// Attempts that failed so far, retried or not.
+    failed_attempts: u64,
     commands: Vec<Command>,
 }
 
@@ -207,6 +209,7 @@ impl Core {
             refusals: Throttle::new(REFUSALS_WINDOW, REFUSALS_TOLD_PER_WINDOW),
             dying: IdMap::default(),
             suspects: HashSet::new(),
+            failed_attempts: 0,
             commands: Vec::new(),
             pipeline,
         }

@@ -111,6 +111,7 @@ impl Core {
         };
         let block = BlockAt { id, cell };
         self.suspects.remove(&id);
+        self.failed_attempts += 1;
         let released = self
             .scheduler
             .release_at(id, BlockOutcome::Failure, self.now);

@@ -107,6 +107,7 @@ impl Core {
             .map(|t| self.task_summary(t, elapsed, run_dir))
             .collect();
         RunSummary {
+            failed_attempts: self.failed_attempts,
             tasks,
             seconds: elapsed.as_secs_f64(),
             events: run_dir.events(),

@@ -682,14 +682,17 @@ fn without_its_jobs_end_a_dead_workers_block_fails_with_what_the_connection_said
     };
     run.hello(1, "t", Some(a)).unwrap();
     run.acquire(1, 1);
-    run.close(1, false);
+    let died = run.close(1, false);
+    assert!(cancelled(&died).is_empty(), "its job's end is awaited");
     let wait = deaths::JOB_END_WAIT.as_secs_f64();
     assert!(failures(&run.at(wait - 0.5).tick()).is_empty());
-    let failed = failures(&run.at(wait + 0.5).tick());
+    let overdue = run.at(wait + 0.5).tick();
+    let failed = failures(&overdue);
     assert_eq!(failed.len(), 1);
     assert!(failed[0]
         .1
         .ends_with("died while running this block: connection closed"));
+    assert_eq!(cancelled(&overdue), [a], "it may linger");
 }
 
 #[test]

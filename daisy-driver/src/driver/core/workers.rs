@@ -164,9 +164,11 @@ impl Core {
     }
 
     /// Ends a slot, giving its budget share back; a lost launched
-    /// worker's job is cancelled (it may still be running, hung).
+    /// worker's job is cancelled (it may still be running, hung), but
+    /// not one that died in blocks: its job's end says how it died
+    /// (`deaths` cancels it if that does not come).
     pub(super) fn end_slot(&mut self, slot: SlotId, how: Gone) {
-        let lost = how.is_unclean();
+        let lost = how.is_unclean() && !matches!(how, Gone::DiedInBlocks(_));
         let Some(ended) = self.slots.end(slot, how) else {
             return;
         };

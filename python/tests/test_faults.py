@@ -1,0 +1,45 @@
+"""Faults a user meets, through real drivers and workers: blocks whose
+code kills their worker are blamed on the block, not on the task."""
+
+import pytest
+
+import daisy_rs as daisy
+from blocks import crash_on_blocks_2_and_5
+from conftest import events
+
+
+def line_task(task_id, blocks, function, **kwargs):
+    one = daisy.Roi((0,), (1,))
+    return daisy.Task(
+        task_id, daisy.Roi((0,), (blocks,)), one, one, function, read_write_conflict=False, **kwargs
+    )
+
+
+def test_a_block_that_kills_its_worker_fails_alone_and_the_task_completes(workdir):
+    task = line_task("crashy", 40, crash_on_blocks_2_and_5, max_workers=2, max_retries=1, max_worker_restarts=1)
+    state = daisy.run_blockwise([task], run_dir="run", return_states=True)["crashy"]
+    assert not state.abandoned, state.abandon_reason
+    assert (state.completed_count, state.failed_count, state.orphaned_count) == (38, 2, 0)
+    errors = {f["block_id"]: f["error"] for f in state.failed_blocks}
+    assert sorted(errors) == [2, 5]
+    assert "died while running this block: exited with code 3" in errors[2], errors[2]
+    assert "block 2 gives up" in errors[2], "its stderr's tail"
+    assert "died while running this block: killed by SIGSEGV" in errors[5], errors[5]
+    attempts = [e["block_id"] for e in events("run") if e.get("event") == "block_failed"]
+    assert sorted(attempts) == [2, 2, 5, 5], "each tried once more, as max_retries says"
+
+
+def test_a_task_id_that_cannot_name_a_directory_is_refused_at_task_in_python_terms():
+    one = daisy.Roi((0,), (1,))
+    with pytest.raises(ValueError) as refused:
+        daisy.Task("my task/2", one, one, one, lambda block: None)
+    message = str(refused.value)
+    assert message.startswith("Task('my task/2', ...): a task id names the task's directories"), message
+    assert "holds ' ' '/'" in message and "Use e.g. 'my_task_2'" in message, message
+    assert "[[task]]" not in message
+
+
+def test_requires_without_a_budget_names_run_blockwises_resources(workdir):
+    task = line_task("needy", 4, lambda block: None, requires={"cpu": 1})
+    with pytest.raises(ValueError, match=r"run_blockwise\(resources=\.\.\.\) has no 'cpu': pass resources=\{'cpu': 1"):
+        daisy.run_blockwise([task], run_dir="run")
