@@ -444,12 +444,16 @@ fn command_reset(opts: ResetOpts) -> anyhow::Result<u8> {
     Ok(0)
 }
 
-/// What launched workers run: the given program, else `daisy-worker`
-/// beside this program or on PATH, else this program's own `worker`
-/// subcommand (one binary is then enough).
+/// What launched workers run: the given program, else the Python worker
+/// of the interpreter this driver runs in (`crate::embedding`), else
+/// `daisy-worker` beside this program or on PATH, else this program's
+/// own `worker` subcommand (one binary is then enough).
 fn worker_program(given: Option<&std::path::Path>) -> anyhow::Result<(PathBuf, Vec<String>)> {
     if let Some(path) = given {
         return Ok((path.to_path_buf(), Vec::new()));
+    }
+    if let Some(python_worker) = crate::embedding::python_worker() {
+        return Ok(python_worker);
     }
     match launchers::find_worker_program() {
         Ok(path) => Ok((path, Vec::new())),

@@ -46,6 +46,7 @@ pub mod counted;
 pub mod done_marker;
 pub mod done_tally;
 pub mod driver;
+pub mod embedding;
 pub mod earlier_jobs;
 pub mod events;
 pub mod journal;

@@ -28,8 +28,9 @@ pub struct DriverRun {
 
 /// Starts `daisy-driver ARGS…` (a `run`) on a thread.
 #[pyfunction]
-pub fn start_driver(args: Vec<String>) -> PyResult<DriverRun> {
+pub fn start_driver(py: Python<'_>, args: Vec<String>) -> PyResult<DriverRun> {
     daisy_worker::init_logging(daisy_worker::DRIVER_LOG);
+    crate::entry::embed_driver_in(py);
     let argv = std::iter::once("daisy-driver".to_string()).chain(args);
     let cli = daisy_driver::cli::Cli::try_parse_from(argv)
         .map_err(|usage| PyRuntimeError::new_err(usage.to_string()))?;

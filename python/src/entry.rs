@@ -15,6 +15,7 @@ use pyo3::prelude::*;
 #[pyfunction]
 pub fn driver_main(py: Python<'_>, args: Vec<String>) -> i32 {
     daisy_worker::init_logging(daisy_worker::DRIVER_LOG);
+    embed_driver_in(py);
     let argv = std::iter::once("daisy-driver".to_string()).chain(args);
     let cli = match daisy_driver::cli::Cli::try_parse_from(argv) {
         Ok(cli) => cli,
@@ -39,6 +40,19 @@ pub fn worker_main(py: Python<'_>, args: Vec<String>) -> i32 {
         Err(usage) => return usage_exit(usage),
     };
     py.detach(|| i32::from(daisy_worker::cli::main(cli)))
+}
+
+/// Tells the driver it runs in this interpreter, so that its workers are
+/// this interpreter's `-m daisy_rs.worker` (`daisy_driver::embedding`).
+pub fn embed_driver_in(py: Python<'_>) {
+    let executable = py
+        .import("sys")
+        .and_then(|sys| sys.getattr("executable"))
+        .and_then(|executable| executable.extract::<String>());
+    match executable {
+        Ok(path) if !path.is_empty() => daisy_driver::embedding::embed_in_python(path.into()),
+        _ => tracing::debug!("sys.executable is unknown: workers are found as daisy-driver's are"),
+    }
 }
 
 /// Prints clap's message (help, version or a usage error) and gives its

@@ -1,11 +1,19 @@
 """Faults a user meets, through real drivers and workers: blocks whose
 code kills their worker are blamed on the block, not on the task."""
 
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
 import pytest
 
 import daisy_rs as daisy
 from blocks import crash_on_blocks_2_and_5
 from conftest import events
+
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def line_task(task_id, blocks, function, **kwargs):
@@ -43,3 +51,25 @@ def test_requires_without_a_budget_names_run_blockwises_resources(workdir):
     task = line_task("needy", 4, lambda block: None, requires={"cpu": 1})
     with pytest.raises(ValueError, match=r"run_blockwise\(resources=\.\.\.\) has no 'cpu': pass resources=\{'cpu': 1"):
         daisy.run_blockwise([task], run_dir="run")
+
+
+def test_the_pip_installed_cli_runs_a_block_command_pipeline_with_no_rust_binary_anywhere(tmp_path):
+    shutil.copytree(ROOT / "examples" / "demo", tmp_path / "examples" / "demo")
+    bin_dir = Path(sys.executable).parent
+    # Only the virtual environment and the system's programs: no
+    # daisy-worker or daisy-driver a cargo build made.
+    env = {k: v for k, v in os.environ.items() if k not in ("DAISY_WORKER_BIN", "DAISY_RS_AS_DAISY")}
+    env["PATH"] = os.pathsep.join([str(bin_dir), "/usr/bin", "/bin"])
+    for directory in env["PATH"].split(os.pathsep):
+        assert not (Path(directory) / "daisy-worker").exists(), directory
+    run = subprocess.run(
+        [str(bin_dir / "daisy-rs-driver"), "run", "examples/demo/demo.toml"],
+        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600,
+    )
+    assert run.returncode == 0, run.stdout + run.stderr
+    verify = subprocess.run(
+        [sys.executable, "examples/demo/verify.py"], cwd=tmp_path, env=env, capture_output=True, text=True
+    )
+    assert verify.returncode == 0, verify.stdout + verify.stderr
+    started = [e for e in events(tmp_path / "daisy_run" / "demo") if e.get("event") == "worker_connected"]
+    assert started, "workers ran the blocks"

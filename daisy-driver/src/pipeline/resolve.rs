@@ -497,14 +497,15 @@ fn function_source(value: &Value) -> Result<FunctionSource, String> {
     }
 }
 
-/// Function tasks run in a Python worker; other tasks in daisy-worker
-/// (the driver's choice).
+/// Function tasks run in a Python worker (of the driver's own
+/// interpreter, if it runs in one); other tasks in daisy-worker (the
+/// driver's choice).
 fn default_worker_program(command: &UserCommand) -> Option<Vec<String>> {
     let UserCommand::Function { .. } = command else {
         return None;
     };
-    let argv = ["python3", "-m", "daisy_rs.worker"];
-    Some(argv.iter().map(|a| a.to_string()).collect())
+    let python = crate::embedding::python_for_workers();
+    Some(vec![python, "-m".into(), "daisy_rs.worker".into()])
 }
 
 /// Python functions cost microseconds a block, so their batches are
