@@ -21,13 +21,15 @@ pub fn driver_main(py: Python<'_>, args: Vec<String>) -> i32 {
         Ok(cli) => cli,
         Err(usage) => return usage_exit(usage),
     };
-    py.detach(|| match daisy_driver::cli::main(cli) {
+    let status = py.detach(|| match daisy_driver::cli::main(cli) {
         Ok(code) => i32::from(code),
         Err(error) => {
             eprintln!("daisy-driver: error: {error:#}");
             2
         }
-    })
+    });
+    forget_signals_handled(py);
+    status
 }
 
 /// `daisy-worker ARGS…`; returns the exit status.
@@ -39,7 +41,19 @@ pub fn worker_main(py: Python<'_>, args: Vec<String>) -> i32 {
         Ok(cli) => cli,
         Err(usage) => return usage_exit(usage),
     };
-    py.detach(|| i32::from(daisy_worker::cli::main(cli)))
+    let status = py.detach(|| i32::from(daisy_worker::cli::main(cli)));
+    forget_signals_handled(py);
+    status
+}
+
+/// Ctrl-C reached the interpreter too while the CLI ran, which handled it
+/// (a run stopped and said so, exit 130; a worker drained): the
+/// `KeyboardInterrupt` Python has pending would only add a traceback and
+/// replace the exit status, so it is dropped.
+fn forget_signals_handled(py: Python<'_>) {
+    if let Err(pending) = py.check_signals() {
+        tracing::debug!("a signal the CLI handled reached Python too: {pending}");
+    }
 }
 
 /// Tells the driver it runs in this interpreter, so that its workers are

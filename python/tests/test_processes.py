@@ -157,3 +157,47 @@ def test_a_second_run_on_a_busy_run_directory_raises_and_leaves_the_first_alone(
     os.killpg(script.pid, signal.SIGINT)
     script.communicate(timeout=120)
     assert_nothing_left_in(workdir)
+
+
+SLOW_PIPELINE = """name = "slow"
+[[task]]
+id = "t"
+total_roi = { offset = [0], shape = [200] }
+read_roi = { offset = [0], shape = [1] }
+write_roi = { offset = [0], shape = [1] }
+read_write_conflict = false
+block_command = ["sleep", "0.3"]
+max_workers = 2
+"""
+
+
+def test_ctrl_c_ends_the_python_cli_with_130_and_one_line_not_a_traceback(workdir):
+    (workdir / "slow.toml").write_text(SLOW_PIPELINE)
+    driver = subprocess.Popen(
+        [sys.executable, "-m", "daisy_rs.driver", "run", "slow.toml"],
+        cwd=workdir, start_new_session=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    )
+    wait_for("2 blocks done", lambda: len(done_blocks(workdir / "daisy_run" / "slow", "t")) >= 2)
+    os.killpg(driver.pid, signal.SIGINT)
+    output, _ = driver.communicate(timeout=120)
+    assert driver.returncode == 130, output
+    assert "interrupted: run the same command again to resume" in output
+    assert "Traceback" not in output and "KeyboardInterrupt" not in output, output
+    assert_nothing_left_in(workdir)
+
+
+def test_ctrl_c_in_run_blockwise_raises_one_keyboard_interrupt(workdir):
+    source = SCRIPT.replace("try:\n    ok = ", "ok = ").split("except KeyboardInterrupt")[0]
+    source = textwrap.dedent(source.replace("\n        ok = daisy", "\nok = daisy"))
+    (workdir / "run.py").write_text(source.format(task="uncaught", blocks=200, workers=2, function="slow_touch"))
+    env = {**os.environ, "TEST_OUT": "out", "PYTHONPATH": TESTS_DIR}
+    script = subprocess.Popen(
+        [sys.executable, "run.py"], cwd=workdir, env=env, start_new_session=True,
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )
+    wait_for("2 blocks done", lambda: len(done_blocks(workdir / "run", "uncaught")) >= 2)
+    os.killpg(script.pid, signal.SIGINT)
+    _, errors = script.communicate(timeout=120)
+    assert errors.count("Traceback (most recent call last)") == 1, errors
+    assert errors.rstrip().endswith("KeyboardInterrupt"), errors
+    assert_nothing_left_in(workdir)
