@@ -139,6 +139,13 @@ fn exit_code(outcome: Result<Stopped, RunError>) -> u8 {
             tracing::info!("stopped ({reason})");
             0
         }
+        Ok(Stopped::DriverGone { reason }) => {
+            tracing::info!(
+                "no more work: {reason}; the driver ended before the blocks in hand were \
+                 reported, so a re-run runs them again"
+            );
+            0
+        }
         Err(RunError::Connect(ConnectError::Rejected { reason })) => {
             eprintln!("daisy-worker: rejected by the driver: {reason}");
             EXIT_REJECTED

@@ -69,6 +69,10 @@ pub enum Stopped {
     Shutdown { reason: String },
     /// The worker was asked to stop; it finished the block it was running.
     Drained { reason: String },
+    /// The driver said the run is over, then ended before the blocks in
+    /// hand were done: they are left (the process's end stops them), and a
+    /// re-run runs them again.
+    DriverGone { reason: String },
 }
 
 /// Why the worker stopped without finishing its job.
@@ -127,6 +131,7 @@ pub async fn run(
     worker.overdue = overdue;
     worker.task = task;
     match worker.serve(stop).await {
+        Ok(gone @ Stopped::DriverGone { .. }) => Ok(gone),
         Ok(stopped) => Ok(worker.finish(stopped).await),
         // What the worker said (a stuck block, code that cannot serve)
         // must reach the driver before the process ends.
@@ -254,7 +259,13 @@ impl Worker {
             tokio::select! {
                 biased;
                 reason = &mut stop, if !self.signalled => self.on_signal(reason)?,
-                answer = self.wire.next_answer() => self.on_answer(answer?),
+                answer = self.wire.next_answer() => match (answer, &self.shutdown) {
+                    (Ok(answer), _) => self.on_answer(answer),
+                    (Err(ClientError::Disconnected | ClientError::Io { .. }), Some(reason)) => {
+                        return Ok(gone_after_shutdown(reason, self.running.is_some()));
+                    }
+                    (Err(error), _) => return Err(error.into()),
+                },
                 done = finished(&mut self.running) => {
                     if !self.signalled && stopped_by_signal(&done) {
                         // SLURM signals every process of a job at once: the
@@ -531,6 +542,18 @@ impl WalltimeTimer {
             self.armed = deadline;
         }
         self.sleep.as_mut().await
+    }
+}
+
+/// The driver told this worker the run is over, then closed the
+/// connection before the batch in hand was done (an interrupted run
+/// waits for its workers only a moment): a stop on purpose, not a
+/// failure; a re-run runs that batch again.
+fn gone_after_shutdown(reason: &str, running: bool) -> Stopped {
+    let reason = reason.to_string();
+    match running {
+        true => Stopped::DriverGone { reason },
+        false => Stopped::Shutdown { reason },
     }
 }
 

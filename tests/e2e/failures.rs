@@ -124,6 +124,42 @@ fn sigterm_stops_the_run_ends_its_workers_and_a_rerun_resumes() {
     );
 }
 
+#[test]
+fn a_hand_started_worker_of_an_interrupted_run_exits_0_saying_so() {
+    let dir = TestDir::new();
+    let pipeline = format!(
+        "name = \"hand\"\n{}",
+        task(
+            "t",
+            6,
+            "echo {block_id} >> ran.txt; sleep 5",
+            "max_workers = 0"
+        )
+    );
+    dir.write("hand.toml", &pipeline);
+    let driver = ChildGuard::spawn(&mut dir.driver(&["run", "hand.toml"]));
+    let context = dir.join("daisy_run/hand/context.json");
+    wait_until("the driver serves", || context.exists());
+    let context = context.display().to_string();
+    let worker = ChildGuard::spawn_logged(
+        &mut dir.worker(&["--context-file", &context, "--task", "t"]),
+        &dir.join("worker.log"),
+    );
+    wait_until("the worker runs a block", || {
+        !dir.read("ran.txt").is_empty()
+    });
+    let pid = nix::unistd::Pid::from_raw(driver.0.id() as i32);
+    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGINT).unwrap();
+    assert_eq!(driver.wait_for_exit().code(), Some(130));
+    let status = worker.wait_for_exit();
+    let log = dir.read("worker.log");
+    assert_eq!(status.code(), Some(0), "{log}");
+    assert!(
+        log.contains("no more work: the run was interrupted; the driver ended before"),
+        "{log}"
+    );
+}
+
 /// The next message from the driver that is not a heartbeat.
 fn receive(stream: &mut std::net::TcpStream) -> daisy_core::protocol::FromDriver {
     use std::io::Read;

@@ -223,11 +223,11 @@ async fn run_loop(
             _ = &mut stop => break RunEnd::Interrupted,
         }
     };
-    let grace = match end {
-        RunEnd::Interrupted => GOODBYE_INTERRUPTED,
-        RunEnd::Finished | RunEnd::Stalled => GOODBYE_FINISHED,
+    let (grace, why) = match end {
+        RunEnd::Interrupted => (GOODBYE_INTERRUPTED, "the run was interrupted"),
+        RunEnd::Finished | RunEnd::Stalled => (GOODBYE_FINISHED, "the run is over"),
     };
-    say_goodbye(shell, &mut events, grace).await;
+    say_goodbye(shell, &mut events, grace, why).await;
     end
 }
 
@@ -251,14 +251,16 @@ fn on_conn_events(
     }
 }
 
-/// Tells every worker to stop and keeps serving them (their last releases
-/// still count) until they are gone or the grace period is over.
+/// Tells every worker to stop, saying `why`, and keeps serving them
+/// (their last releases still count) until they are gone or the grace
+/// period is over.
 async fn say_goodbye(
     shell: &mut Shell,
     events: &mut mpsc::UnboundedReceiver<ConnEvent>,
     grace: Duration,
+    why: &str,
 ) {
-    shell.shutdown_all("the run is over");
+    shell.shutdown_all(why);
     let deadline = tokio::time::Instant::now() + grace;
     while shell.has_connections() {
         match tokio::time::timeout_at(deadline, events.recv()).await {

@@ -181,6 +181,27 @@ async fn a_stop_during_a_block_lets_it_finish_and_be_released() {
 }
 
 #[tokio::test]
+async fn a_driver_that_said_the_run_is_over_and_left_mid_block_is_no_failure() {
+    let dir = tempfile::tempdir().unwrap();
+    let running = dir.path().join("running");
+    let script = format!("touch {}; sleep 1", running.display());
+    let mut started = start(sh(&script), dir.path(), 10.0, 3).await;
+    let conn = &mut started.conn;
+    assert_eq!(conn.recv().await, ToDriver::AcquireBlocks { max: 1 });
+    let blocks = vec![block(4)];
+    conn.send(&FromDriver::Blocks { blocks }).await;
+    within("the block to start", wait_for_file(&running)).await;
+    let reason = "the run was interrupted".to_string();
+    conn.send(&FromDriver::Shutdown {
+        reason: reason.clone(),
+    })
+    .await;
+    conn.hang_up().await;
+    let stopped = ended(started.worker).await.unwrap();
+    assert_eq!(stopped, Stopped::DriverGone { reason });
+}
+
+#[tokio::test]
 async fn the_worker_heartbeats_while_a_block_runs() {
     let dir = tempfile::tempdir().unwrap();
     let (mut started, go) = running_block(dir.path(), 0.05, 1000).await;

@@ -88,6 +88,12 @@ impl PeerConn {
         stream.write_all(bytes).await.unwrap();
     }
 
+    /// Ends the connection as a driver process that exits does. (Dropping
+    /// it may not: a process this test process forked may hold the socket.)
+    pub async fn hang_up(&mut self) {
+        self.transport.stream_mut().shutdown().await.unwrap();
+    }
+
     /// Welcomes the worker with `code`, heartbeats every `interval_s`.
     pub async fn welcome(&mut self, code: Option<TaskCode>, interval_s: f64, misses: u32) {
         self.send(&welcome(code, interval_s, misses)).await;
