@@ -84,11 +84,54 @@ fn describe(error: &Error) -> String {
     }
 }
 
-/// serde says "missing field `max`"; the protocol says which is missing.
+/// serde says "missing field `max`" and "invalid type: unit value,
+/// expected u32"; the protocol says which field is missing, and names
+/// values as MessagePack has them.
 fn reword(text: &str) -> String {
-    match text.strip_prefix("missing field ") {
-        Some(field) => format!("field {field} missing"),
-        None => text.to_string(),
+    if let Some(field) = text.strip_prefix("missing field ") {
+        return format!("field {field} missing");
+    }
+    let Some((found, expected)) = text
+        .strip_prefix("invalid type: ")
+        .and_then(|rest| rest.split_once(", expected "))
+    else {
+        return text.to_string();
+    };
+    let found = value_words(found);
+    match expected {
+        "field identifier" => {
+            format!("a map key is {found}, where a field name (a string) belongs")
+        }
+        expected => format!("found {found} where {} belongs", expected_words(expected)),
+    }
+}
+
+/// A value as serde names it ("unit value", "integer `3`"), in the
+/// protocol's words ("nil", "the integer 3").
+fn value_words(found: &str) -> String {
+    let bare = found.replace('`', "");
+    match bare.as_str() {
+        "unit value" => "nil".into(),
+        "sequence" => "an array".into(),
+        "map" => "a map".into(),
+        "byte array" => "binary data".into(),
+        _ => match bare.split_once(' ') {
+            Some(("floating", rest)) => format!("the number {}", rest.trim_start_matches("point ")),
+            Some((kind, value)) => format!("the {kind} {value}"),
+            None => bare,
+        },
+    }
+}
+
+/// What a field takes, as serde names it ("u32", "a sequence").
+fn expected_words(expected: &str) -> String {
+    match expected {
+        "u8" | "u16" | "u32" | "u64" => "an unsigned integer".into(),
+        "i8" | "i16" | "i32" | "i64" => "an integer".into(),
+        "f32" | "f64" => "a number".into(),
+        "a boolean" | "bool" => "true or false".into(),
+        "a sequence" => "an array".into(),
+        other => other.into(),
     }
 }
 
@@ -140,6 +183,25 @@ mod tests {
     }
 
     #[test]
+    fn refusals_name_values_as_messagepack_has_them_not_as_the_decoder_does() {
+        assert_eq!(
+            reason_of_bytes(&[0x81, 0xc0, 0x01]),
+            "a map key is nil, where a field name (a string) belongs"
+        );
+        assert_eq!(
+            reason(json!({"type": 1})),
+            "found the integer 1 where a string belongs"
+        );
+        let hello = json!({"type": "hello", "protocol": 1, "token": null, "role": "worker"});
+        assert_eq!(reason(hello), "found nil where a string belongs in hello");
+        let release = json!({"type": "release_blocks", "results": 5});
+        assert_eq!(
+            reason(release),
+            "found the integer 5 where an array belongs in release_blocks"
+        );
+    }
+
+    #[test]
     fn a_field_error_names_the_field_and_the_message() {
         assert_eq!(
             reason(json!({"type": "acquire_blocks"})),
@@ -147,7 +209,7 @@ mod tests {
         );
         assert_eq!(
             reason(json!({"type": "acquire_blocks", "max": "x"})),
-            "invalid type: string \"x\", expected u32 in acquire_blocks"
+            "found the string \"x\" where an unsigned integer belongs in acquire_blocks"
         );
         assert_eq!(
             reason(json!({"type": "hello", "protocol": 1, "token": "t", "role": "boss"})),
