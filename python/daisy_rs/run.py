@@ -522,11 +522,13 @@ def _pickle(task, kind, function):
     }
     import cloudpickle  # here: the driver and the workers import this module without pickling
 
+    from daisy_rs import _pickling
+
     by_value = _modules_workers_cannot_import(function, task.check_function)
     try:
         for module in by_value:
             cloudpickle.register_pickle_by_value(module)
-        return cloudpickle.dumps(payload)
+        return _pickling.dumps(payload)
     except Exception as error:
         captured = _unpicklable_captures(function) or _unpicklable_captures(task.check_function)
         what = f": it captures {', '.join(captured)}" if captured else ""

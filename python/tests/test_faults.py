@@ -73,3 +73,16 @@ def test_the_pip_installed_cli_runs_a_block_command_pipeline_with_no_rust_binary
     assert verify.returncode == 0, verify.stdout + verify.stderr
     started = [e for e in events(tmp_path / "daisy_run" / "demo") if e.get("event") == "worker_connected"]
     assert started, "workers ran the blocks"
+
+
+def test_a_pickled_functions_traceback_names_its_file_and_line(workdir):
+    def process(block):
+        raise ValueError(f"bad voxels in block {block.block_id[1]}")
+
+    line = process.__code__.co_firstlineno + 1
+    task = line_task("traced", 1, process, max_retries=0)
+    state = daisy.run_blockwise([task], run_dir="run", return_states=True)["traced"]
+    error = state.failed_blocks[0]["error"]
+    assert f'File "{__file__}", line {line}, in process' in error, error
+    assert 'raise ValueError(f"bad voxels in block' in error, "the line's source"
+    assert "<dynamic-code>" not in error
