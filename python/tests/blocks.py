@@ -71,3 +71,13 @@ def crash_on_blocks_2_and_5(block):
         os._exit(3)
     if block.block_id[1] == 5:
         os.kill(os.getpid(), signal.SIGSEGV)
+
+
+def take_one_block_and_return():
+    """A worker function that serves one block, then returns."""
+    import daisy_rs
+
+    client = daisy_rs.Client()
+    with client.acquire_block() as block:
+        if block is not None:
+            touch(block)

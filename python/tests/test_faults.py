@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 import daisy_rs as daisy
-from blocks import crash_on_blocks_2_and_5
+from blocks import crash_on_blocks_2_and_5, take_one_block_and_return
 from conftest import events
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -86,3 +86,9 @@ def test_a_pickled_functions_traceback_names_its_file_and_line(workdir):
     assert f'File "{__file__}", line {line}, in process' in error, error
     assert 'raise ValueError(f"bad voxels in block' in error, "the line's source"
     assert "<dynamic-code>" not in error
+
+
+def test_a_worker_function_that_returns_early_fails_no_block_it_never_took(workdir):
+    task = line_task("early", 40, take_one_block_and_return, batch_size=4, max_retries=0)
+    state = daisy.run_blockwise([task], run_dir="run", return_states=True)["early"]
+    assert (state.completed_count, state.failed_count) == (40, 0), state.failed_blocks
