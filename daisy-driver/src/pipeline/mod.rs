@@ -314,9 +314,14 @@ impl Pipeline {
                     file: file(),
                     message,
                 })?;
-        resolve::pipeline(&tree, &lines, path).map_err(|problems| PipelineError::Invalid {
-            file: file(),
-            problems,
+        resolve::pipeline(&tree, &lines, path).map_err(|mut problems| {
+            // In the order of the file, as an editor goes through them;
+            // those of no one place (a cycle) last.
+            problems.sort_by_key(|problem| problem.line.unwrap_or(usize::MAX));
+            PipelineError::Invalid {
+                file: file(),
+                problems,
+            }
         })
     }
 
@@ -629,9 +634,15 @@ pub(super) mod tests {
         let report = error.to_string();
         assert!(report.starts_with("pipeline file daisy.toml has 10 problems:\n  - "));
         assert_eq!(report.lines().count(), 11, "{report}");
-        let unknown = &problems[0];
+        let unknown = problems
+            .iter()
+            .find(|p| p.message.starts_with("unknown"))
+            .unwrap();
         assert_eq!(unknown.task.as_deref(), Some("predict"));
         assert_eq!(unknown.field, "max_worker");
+        let placed: Vec<usize> = problems.iter().filter_map(|p| p.line).collect();
+        assert!(placed.is_sorted(), "in the file's order: {placed:?}");
+        assert!(problems.last().unwrap().line.is_none(), "the cycle last");
     }
 
     /// Issue 13: each problem of a TOML file is reported on the line of

@@ -690,9 +690,9 @@ mod tests {
                 "[[task]] #1: missing required field \"total_roi\"",
                 "[[task]] #1: missing required field \"read_roi\"",
                 "[[task]] #1: missing required field \"write_roi\"",
-                "[[task]] #1: fit = 3 is not one of valid, overhang, shrink",
                 "[[task]] #1: missing required field \"command\" or \"block_command\" \
                  (or \"process_function\" or \"worker_function\")",
+                "[[task]] #1: fit = 3 is not one of valid, overhang, shrink",
             ]
         );
     }
@@ -931,11 +931,11 @@ mod tests {
         assert_eq!(
             found,
             [
-                r#"unknown field "queue" in [launcher]"#,
                 r#"launcher.kind = "pbs" is not one of local, sbatch, bsub, slurmrestd"#,
                 r#"launcher.partition = "" must not be empty"#,
                 r#"launcher.time = "4h" is not a walltime like "04:00:00" or "1-12:00:00""#,
                 r#"launcher.setup = "module load cuda" is not an array of strings"#,
+                r#"unknown field "queue" in [launcher]"#,
             ]
         );
     }
@@ -951,10 +951,10 @@ mod tests {
             found,
             [
                 r#"unknown field "nmae" (did you mean "name"?)"#,
-                r#"missing required field "name""#,
                 "resources.cpu = -1 is not a non-negative integer",
-                "task \"t\": max_workers = 5000000000 is not a whole number from 0 to 4294967295",
                 r#"task "t": env = {"A=B":"1"} has "A=B", which cannot be a variable name"#,
+                "task \"t\": max_workers = 5000000000 is not a whole number from 0 to 4294967295",
+                r#"missing required field "name""#,
             ]
         );
         assert_has(
