@@ -223,6 +223,11 @@ pub struct ReportOpts {
     /// Where to write [default: <run-dir>/report.<format>].
     #[arg(short, long)]
     pub output: Option<PathBuf>,
+    /// Which run to draw, counting from 1 in the order of events.jsonl
+    /// [default: the last that ran a block: a re-run that found every
+    /// block done draws nothing].
+    #[arg(long, value_name = "N")]
+    pub run: Option<usize>,
 }
 
 /// How long launched workers get between SIGTERM and SIGKILL when the run
@@ -473,7 +478,7 @@ fn command_report(opts: ReportOpts) -> anyhow::Result<u8> {
             .join(format!("report.{}", opts.format.extension()))
     });
     // The errors name the files at fault.
-    let written = report::write(&run_dir, opts.format, &output)?;
+    let written = report::write(&run_dir, opts.format, &output, opts.run)?;
     for warning in &written.warnings {
         eprintln!("daisy-driver: warning: {warning}");
     }

@@ -73,8 +73,11 @@ const BAD_LINES_NAMED: usize = 100;
 #[derive(Clone, Debug, Default)]
 pub struct RunHistory<R = Vec<HistoryEvent>> {
     pub path: PathBuf,
-    /// The last run; `None` if the file has no `run_started`.
+    /// The last run (or the one asked for, [`RunHistory::read_run`]);
+    /// `None` if the file has no `run_started` (or not that many).
     pub last_run: Option<R>,
+    /// Only this run (from 1) is kept, if set.
+    only_run: Option<usize>,
     /// How many runs the file holds.
     pub runs: usize,
     /// Lines skipped because they are not events (a torn last line is
@@ -89,24 +92,45 @@ impl<R: RunFold> RunHistory<R> {
     /// Reads `path` (normally `<run-dir>/events.jsonl`), handing each
     /// run's events to a reader `new_run` makes for it.
     pub fn read(path: &Path, new_run: impl FnMut() -> R) -> Result<Self, HistoryError> {
+        Self::read_run(path, None, new_run)
+    }
+
+    /// As [`RunHistory::read`], keeping run number `only` (from 1) instead
+    /// of the last one, if given.
+    pub fn read_run(
+        path: &Path,
+        only: Option<usize>,
+        new_run: impl FnMut() -> R,
+    ) -> Result<Self, HistoryError> {
         let io = |source| HistoryError::Io {
             path: path.to_path_buf(),
             source,
         };
         let file = File::open(path).map_err(io)?;
-        Self::from_reader(path, BufReader::with_capacity(1 << 16, file), new_run).map_err(io)
+        let reader = BufReader::with_capacity(1 << 16, file);
+        Self::from_reader_run(path, reader, only, new_run).map_err(io)
     }
 
     /// Reads the lines of an events file from `reader`; `path` is kept
     /// for messages.
     pub fn from_reader(
         path: &Path,
+        reader: impl BufRead,
+        new_run: impl FnMut() -> R,
+    ) -> std::io::Result<Self> {
+        Self::from_reader_run(path, reader, None, new_run)
+    }
+
+    fn from_reader_run(
+        path: &Path,
         mut reader: impl BufRead,
+        only_run: Option<usize>,
         mut new_run: impl FnMut() -> R,
     ) -> std::io::Result<Self> {
         let mut history = Self {
             path: path.to_path_buf(),
             last_run: None,
+            only_run,
             runs: 0,
             bad_lines: Vec::new(),
             more_bad_lines: 0,
@@ -145,11 +169,14 @@ impl<R: RunFold> RunHistory<R> {
     fn on_event(&mut self, event: HistoryEvent, new_run: &mut impl FnMut() -> R) {
         if matches!(event.kind, Event::RunStarted { .. }) {
             self.runs += 1;
-            self.last_run = Some(new_run());
+            if self.only_run.is_none_or(|only| only == self.runs) {
+                self.last_run = Some(new_run());
+            }
         }
         // Events before the first run_started, from a damaged file, form
-        // no run.
-        if let Some(run) = &mut self.last_run {
+        // no run; those of runs not asked for are dropped.
+        let kept = self.only_run.is_none_or(|only| only == self.runs);
+        if let Some(run) = self.last_run.as_mut().filter(|_| kept) {
             run.on_event(&event);
         }
     }

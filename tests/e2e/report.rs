@@ -93,6 +93,52 @@ fn the_report_shows_workers_failures_and_orphans_of_a_real_run() {
 }
 
 #[test]
+fn the_report_of_a_rerun_that_ran_nothing_draws_the_last_run_that_did() {
+    let dir = TestDir::new();
+    dir.write(
+        "once.toml",
+        &format!("name = \"once\"\n{}", task("t", 4, "true", "")),
+    );
+    run_ok(&mut dir.driver(&["run", "once.toml"]));
+    run_ok(&mut dir.driver(&["run", "once.toml"]));
+    report(
+        &dir,
+        &["daisy_run/once", "--format", "json", "-o", "r.json"],
+    );
+    let facts = dir.read("r.json");
+    assert!(
+        facts.contains("run 1 of 2, the last that ran a block: run 2 ran none"),
+        "{facts}"
+    );
+    report(&dir, &["daisy_run/once", "-o", "r.html"]);
+    assert!(
+        dir.read("r.html").contains(r#"<g class="worker-row">"#),
+        "its workers"
+    );
+    report(
+        &dir,
+        &[
+            "daisy_run/once",
+            "--run",
+            "2",
+            "--format",
+            "json",
+            "-o",
+            "r2.json",
+        ],
+    );
+    assert!(dir.read("r2.json").contains("run 2 of 2, as asked"));
+    let out = run_fails(
+        &mut dir.driver(&["report", "daisy_run/once", "--run", "5"]),
+        2,
+    );
+    assert!(
+        out.contains("there is no run 5: this run directory holds 2"),
+        "{out}"
+    );
+}
+
+#[test]
 fn a_corrupt_events_line_is_skipped_with_a_warning_and_a_missing_run_dir_is_named() {
     let dir = TestDir::new();
     let run_dir = failed_run(&dir);

@@ -26,6 +26,7 @@ mod figure;
 mod html;
 mod model;
 mod png;
+mod run_choice;
 mod slice;
 mod svg;
 mod table;
@@ -78,6 +79,8 @@ pub enum ReportError {
     NoRunDir(PathBuf),
     #[error("{0} does not exist: no run has used this run directory yet")]
     NoEvents(PathBuf),
+    #[error("there is no run {asked}: this run directory holds {runs} (--run 1 to --run {runs})")]
+    NoSuchRun { asked: usize, runs: usize },
     #[error(transparent)]
     Read(HistoryError),
     #[error("writing {path}")]
@@ -98,13 +101,15 @@ pub struct Written {
     pub warnings: Vec<String>,
 }
 
-/// Writes the report of the run in `run_dir` to `output` as `format`.
+/// Writes the report of a run in `run_dir` to `output` as `format`: run
+/// number `run` (from 1), else the last that ran a block.
 pub fn write(
     run_dir: &RunDir,
     format: ReportFormat,
     output: &Path,
+    run: Option<usize>,
 ) -> Result<Written, ReportError> {
-    let drawings = draw(run_dir)?;
+    let drawings = draw(run_dir, run)?;
     let write_file = |path: &Path, text: &str| {
         std::fs::write(path, text).map_err(|source| ReportError::Write {
             path: path.to_path_buf(),
@@ -160,8 +165,9 @@ fn json(drawings: &Drawings) -> String {
     format!("{report:#}\n")
 }
 
-fn draw(run_dir: &RunDir) -> Result<Drawings, ReportError> {
+fn draw(run_dir: &RunDir, run: Option<usize>) -> Result<Drawings, ReportError> {
     let events = events_file(run_dir)?;
+    let choice = run_choice::choose(&events, run)?;
     let mut pipeline_error = None;
     let pipeline = run_dir
         .load_recorded_pipeline()
@@ -172,12 +178,12 @@ fn draw(run_dir: &RunDir) -> Result<Drawings, ReportError> {
         .flat_map(|p| p.tasks.iter().map(|t| t.spec.id.clone()))
         .collect();
     let new_run = || (Builder::new(&task_order), LastRunEvents::default());
-    let history = RunHistory::read(&events, new_run).map_err(ReportError::Read)?;
+    let history = RunHistory::read_run(&events, Some(choice.number).filter(|&n| n > 0), new_run)
+        .map_err(ReportError::Read)?;
     let mut warnings = lines_skipped(&history);
     warnings.extend(pipeline_error);
-    let earlier_runs = history.runs.saturating_sub(1);
     let (builder, last_run) = history.last_run.unwrap_or_else(new_run);
-    let model = builder.finish(earlier_runs);
+    let model = builder.finish(choice.number.saturating_sub(1));
     let (tasks, slices, costs) = match &pipeline {
         Some(pipeline) => done_markers(pipeline, run_dir, &last_run, &mut warnings),
         None => Default::default(),
@@ -186,7 +192,7 @@ fn draw(run_dir: &RunDir) -> Result<Drawings, ReportError> {
     let table = table::rows(&model, &statuses);
     Ok(Drawings {
         title: format!("daisy run report: {}", model.pipeline),
-        facts: facts(&model, &table, run_dir),
+        facts: facts(&model, &table, run_dir, &choice),
         table,
         timeline: timeline::render(&model),
         throughput: charts::render_throughput(&model),
@@ -256,7 +262,12 @@ fn lines_skipped<R>(history: &RunHistory<R>) -> Vec<String> {
     warnings
 }
 
-fn facts(model: &RunModel, table: &[SummaryRow], run_dir: &RunDir) -> Vec<String> {
+fn facts(
+    model: &RunModel,
+    table: &[SummaryRow],
+    run_dir: &RunDir,
+    choice: &run_choice::RunChoice,
+) -> Vec<String> {
     let started = Duration::try_from_secs_f64(model.started)
         .map(|since| humantime::format_rfc3339_seconds(UNIX_EPOCH + since).to_string())
         .unwrap_or_else(|_| "at an unknown time".to_string());
@@ -289,12 +300,7 @@ fn facts(model: &RunModel, table: &[SummaryRow], run_dir: &RunDir) -> Vec<String
         ),
         format!("{} workers", model.workers.len()),
     ];
-    if model.earlier_runs > 0 {
-        facts.push(format!(
-            "the last of {} runs in this run directory (done markers include the earlier ones)",
-            model.earlier_runs + 1
-        ));
-    }
+    facts.extend(choice.fact());
     facts
 }
 
@@ -322,7 +328,12 @@ mod tests {
             ..RunModel::default()
         };
         let run_dir = RunDir::new(Some(Path::new("run")), "p");
-        let facts = facts(&model, &[], &run_dir).join("\n");
+        let only = run_choice::RunChoice {
+            number: 1,
+            runs: 1,
+            why: run_choice::Why::Last,
+        };
+        let facts = facts(&model, &[], &run_dir, &only).join("\n");
         assert!(
             facts.contains(
                 "finished; 0 blocks failed, 0 orphaned, 6 left for a run without --retry-failed"
