@@ -79,6 +79,19 @@ fn the_report_shows_workers_failures_and_orphans_of_a_real_run() {
     assert!(html.contains("failed 2</text>"), "paint's legend");
     assert!(html.contains("orphaned 14</text>"), "smooth's legend");
     assert!(html.contains("block 4: failed (grid index [1, 1])"));
+    let failures = html
+        .split("<h2>Failed blocks</h2>")
+        .nth(1)
+        .expect("a table of them");
+    assert!(
+        failures
+            .contains("<td>paint</td><td>4</td><td>offset [10, 10], shape [10, 10]</td><td>1</td>"),
+        "{failures}"
+    );
+    assert!(
+        failures.contains("<td>12</td>") && failures.contains("exit status 1"),
+        "{failures}"
+    );
     assert!(
         !html.contains("src=") && !html.contains("href=") && !html.contains("<script"),
         "self-contained, nothing fetched"
@@ -135,6 +148,36 @@ fn the_report_of_a_rerun_that_ran_nothing_draws_the_last_run_that_did() {
     assert!(
         out.contains("there is no run 5: this run directory holds 2"),
         "{out}"
+    );
+}
+
+#[test]
+fn a_failure_outside_the_drawn_slice_of_a_3d_task_is_shown_on_it() {
+    let dir = TestDir::new();
+    // 4 × 4 × 4 blocks; the one at z 0, y 1, x 2 fails: the picture is
+    // the slice at z 2, and the failure is drawn where it projects.
+    let command = "[ {write_offset} != 0,1,2 ] || exit 1";
+    let extra = "max_retries = 0";
+    let pipeline = format!(
+        "name = \"cube\"\n[[task]]\nid = \"c\"\ntotal_roi = {{ offset = [0, 0, 0], shape = [4, 4, 4] }}\n\
+         read_roi = {{ offset = [0, 0, 0], shape = [1, 1, 1] }}\nwrite_roi = {{ offset = [0, 0, 0], shape = [1, 1, 1] }}\n\
+         read_write_conflict = false\nblock_command = [\"sh\", \"-c\", \"{command}\"]\n{extra}\n"
+    );
+    dir.write("cube.toml", &pipeline);
+    run_fails(&mut dir.driver(&["run", "cube.toml"]), 1);
+    report(&dir, &["daisy_run/cube", "-o", "cube.html"]);
+    let html = dir.read("cube.html");
+    assert!(html.contains("failed and orphaned blocks of every slice are drawn on it"));
+    assert!(
+        html.contains("(grid index [2, 1, 2])"),
+        "the place it projects to"
+    );
+    let cell = html.split("(grid index [2, 1, 2])").next().unwrap();
+    let title_start = cell.rfind("<title>").unwrap();
+    assert!(
+        cell[title_start..].contains(": failed"),
+        "drawn as failed: {}",
+        &cell[title_start..]
     );
 }
 

@@ -55,6 +55,7 @@ fn run_time_picture(findings: &Findings, task: TaskIdx, longest: f64) -> Chart {
         colour: &|level| HEAT[level - 1],
         label: &show,
         cell_shows: "the longest run time",
+        also: None,
     };
     let title = format!("{}, run time per block", findings.graph().task(task).id);
     let mut chart = slice::draw(findings.graph(), task, &title, &shading);

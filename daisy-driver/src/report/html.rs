@@ -2,7 +2,7 @@
 //! script, nothing fetched, so it opens offline and can be mailed.
 
 use super::svg::Escaped;
-use super::{table, Drawings};
+use super::{failures, table, Drawings};
 use std::fmt::Write as _;
 
 const STYLE: &str = "\
@@ -13,7 +13,8 @@ table{border-collapse:collapse;font-size:13px}\
 th,td{padding:3px 10px;text-align:right;border-bottom:1px solid #ddd}\
 th:first-child,td:first-child{text-align:left}\
 .charts svg{display:inline-block;vertical-align:top;margin:0 10px 10px 0}\
-.hint{color:#777;font-size:12px}";
+.hint{color:#777;font-size:12px}\
+.failures td{text-align:left}.failures td.error{font-family:monospace}";
 
 /// The page.
 pub fn page(drawings: &Drawings) -> String {
@@ -43,6 +44,9 @@ pub fn page(drawings: &Drawings) -> String {
     let slices: String = drawings.slices.iter().map(|c| c.svg.as_str()).collect();
     if !slices.is_empty() {
         section(&mut html, "Done markers", &slices);
+    }
+    if let Some(table) = failures::to_html(&drawings.tasks) {
+        section(&mut html, "Failed blocks", &table);
     }
     let costs: String = drawings.costs.iter().map(|c| c.svg.as_str()).collect();
     if !costs.is_empty() {

@@ -22,6 +22,7 @@
 
 mod charts;
 mod costs;
+mod failures;
 mod figure;
 mod html;
 mod model;

@@ -163,15 +163,33 @@ pub struct Shading<'a, L> {
     pub label: &'a dyn Fn(L) -> String,
     /// What a cell of several blocks shows: "the most urgent state".
     pub cell_shows: &'a str,
+    /// What else the picture shows, said under its title.
+    pub also: Option<&'a str>,
 }
 
-/// The slice picture of task `task`, whose numbers are `status`.
+/// The slice picture of task `task`, whose numbers are `status`. A task
+/// of more than two dimensions is drawn as one slice, with every block
+/// that failed or is orphaned in any slice shown where it projects onto
+/// it (the worst state along the leading dimensions wins), so each is
+/// found on the page.
 pub fn render(states: &Findings, status: &TaskStatus, task: TaskIdx) -> Chart {
+    let grid = states.graph().task_graph(task).grid();
+    let dims = grid.write_shape.dims();
+    let projected = projected_failures(states, task, dims);
     let shading = Shading {
-        level: &|block| Some(states.state(block)),
+        level: &|block| {
+            let state = states.state(block);
+            if projected.is_empty() {
+                return Some(state);
+            }
+            let place = grid.cell_of(block).map(|index| picture_place(&index, dims));
+            let raised = place.and_then(|place| projected.get(&place).copied());
+            Some(raised.map_or(state, |worst| worst.max(state)))
+        },
         colour: &|state| state_colour(state),
         label: &|state| state.label().to_string(),
         cell_shows: "the most urgent state",
+        also: (dims > 2).then_some("failed and orphaned blocks of every slice are drawn on it"),
     };
     let title = states.graph().task(task).id.clone();
     let mut chart = draw(states.graph(), task, &title, &shading);
@@ -203,12 +221,11 @@ pub fn draw<L: Copy + Ord>(
         "start",
         &format!("{title}: {}", describe(&plan)),
     );
-    chart.text(
-        MARGIN,
-        30.0,
-        "start",
-        &downsampling_note(&plan, shading.cell_shows),
-    );
+    let mut note = downsampling_note(&plan, shading.cell_shows);
+    if let Some(also) = shading.also {
+        note = format!("{note}; {also}");
+    }
+    chart.text(MARGIN, 30.0, "start", &note);
     chart.group("done-slice");
     let merge = cell_rows * cell_cols > MERGE_ABOVE_CELLS;
     for row in 0..cell_rows {
@@ -277,6 +294,38 @@ fn run_title<L>(plan: &SlicePlan, run: &CellRun<L>, label: &str) -> String {
             label.to_string()
         }
     )
+}
+
+/// Where a block's grid index falls in the picture: its last two
+/// dimensions (its last, for a 1-D task).
+fn picture_place(index: &Coordinate, dims: usize) -> (i64, i64) {
+    match dims {
+        1 => (0, index[0]),
+        _ => (index[dims - 2], index[dims - 1]),
+    }
+}
+
+/// The worst of the failed and orphaned blocks of `task` at each place
+/// of the picture, for a task drawn as one slice of many.
+fn projected_failures(
+    states: &Findings,
+    task: TaskIdx,
+    dims: usize,
+) -> std::collections::HashMap<(i64, i64), BlockState> {
+    let mut worst = std::collections::HashMap::new();
+    if dims <= 2 {
+        return worst;
+    }
+    let grid = states.graph().task_graph(task).grid();
+    for block in states.failed_and_orphaned(task) {
+        let Some(index) = grid.cell_of(&block) else {
+            continue;
+        };
+        let state = states.state(&block);
+        let place = worst.entry(picture_place(&index, dims)).or_insert(state);
+        *place = (*place).max(state);
+    }
+    worst
 }
 
 /// "6 × 6 blocks" or "10 × 20 × 20 blocks, slice at index 5 of dimension 0".

@@ -96,6 +96,9 @@ pub struct TaskStatus {
 #[derive(Debug, Serialize)]
 pub struct FailedBlock {
     pub block_id: u64,
+    /// The region the block writes, if the pipeline still has it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub write_roi: Option<daisy_core::protocol::WireRoi>,
     /// Failed attempts in the last run.
     pub attempts: u32,
     /// The error of the last attempt.

@@ -17,6 +17,7 @@ use crate::pipeline::Pipeline;
 use crate::run_dir::RunDir;
 use crate::run_history::{HistoryEvent, RunFold, RunHistory};
 use anyhow::Context as _;
+use daisy_core::protocol::WireRoi;
 use daisy_core::{Block, BlockId, DependencyGraph, TaskCounters, TaskIdx};
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::PathBuf;
@@ -133,6 +134,15 @@ impl Findings {
 
     pub fn graph(&self) -> &DependencyGraph {
         &self.graph
+    }
+
+    /// The blocks of `task` that failed for good or are orphaned, and
+    /// which: few, where the task's blocks may be 10⁸.
+    pub fn failed_and_orphaned(&self, task: TaskIdx) -> Vec<Block> {
+        let ids = (self.failed[task.index()].keys()).chain(&self.orphaned[task.index()]);
+        ids.filter_map(|&id| block_by_id(&self.graph, task, id))
+            .filter(|block| !self.is_done(block))
+            .collect()
     }
 
     /// What became of `block`.
@@ -422,6 +432,8 @@ fn task_status(findings: &Findings, run_dir: &RunDir, task: TaskIdx) -> TaskStat
         .iter()
         .map(|(&block_id, f)| FailedBlock {
             block_id,
+            write_roi: block_by_id(&findings.graph, task, block_id)
+                .map(|block| WireRoi::from(&block.write_roi)),
             attempts: f.attempts,
             error: f.error.clone(),
             worker_id: f.worker_id,
