@@ -60,6 +60,11 @@ impl Journal {
         }
     }
 
+    /// How many writes failed in this run.
+    pub fn failed_writes(&self) -> u64 {
+        self.failures.total()
+    }
+
     fn check(&mut self, written: std::io::Result<()>) {
         let Err(error) = written else {
             return;

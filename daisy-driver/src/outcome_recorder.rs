@@ -185,6 +185,12 @@ impl OutcomeRecorder {
         self.events.record(event);
     }
 
+    /// How many writes to `events.jsonl` failed in this run (a full
+    /// disk): its record of the run is incomplete by that much.
+    pub fn failed_event_writes(&self) -> u64 {
+        self.events.failed_writes()
+    }
+
     /// Writes the buffered events, and the records of done blocks that
     /// are due.
     pub fn flush(&mut self) {

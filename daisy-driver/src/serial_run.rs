@@ -58,6 +58,7 @@ pub fn run(
         seconds: started.elapsed().as_secs_f64(),
         events: run_dir.events(),
         failed_attempts: runner.attempts_failed,
+        failed_event_writes: runner.recorder.failed_event_writes(),
         end: match end {
             SerialEnd::Finished => RunEnd::Finished,
             SerialEnd::Stalled => RunEnd::Stalled,

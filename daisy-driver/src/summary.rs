@@ -47,6 +47,9 @@ pub struct RunSummary {
     pub end: RunEnd,
     /// Attempts that failed in this run, retried or not.
     pub failed_attempts: u64,
+    /// Writes to `events` that failed (a full disk): the run's record
+    /// is incomplete.
+    pub failed_event_writes: u64,
 }
 
 #[derive(Debug)]
@@ -83,7 +86,8 @@ impl RunSummary {
 
     /// 0 if every block completed, 130 if interrupted, 3 if the only
     /// blocks not completed are those a `--retry-failed` run left (as
-    /// `status` says "incomplete"), 1 otherwise.
+    /// `status` says "incomplete"), 4 if every block completed but the
+    /// event log could not be written in full, 1 otherwise.
     pub fn exit_code(&self) -> u8 {
         let nothing_failed = self
             .tasks
@@ -91,6 +95,7 @@ impl RunSummary {
             .all(|t| t.counters.completed + t.counters.left == t.counters.total);
         match (self.end, self.all_completed()) {
             (RunEnd::Interrupted, _) => 130,
+            (_, true) if self.failed_event_writes > 0 => 4,
             (_, true) => 0,
             (RunEnd::Finished, false) if nothing_failed => 3,
             (_, false) => 1,
@@ -132,6 +137,16 @@ impl RunSummary {
             self.events.display()
         );
         self.render_problems(&mut out);
+        if self.failed_event_writes > 0 {
+            let _ = writeln!(
+                out,
+                "{} to {} failed (a full disk?): this run's record there is incomplete, \
+                 so status and report may undercount it; the done markers, which a re-run \
+                 trusts, are complete",
+                counted(self.failed_event_writes, "write"),
+                self.events.display()
+            );
+        }
         out
     }
 
@@ -228,6 +243,7 @@ mod tests {
     fn summary(task: TaskSummary) -> RunSummary {
         RunSummary {
             failed_attempts: 0,
+            failed_event_writes: 0,
             tasks: vec![task],
             seconds: 2.0,
             events: PathBuf::from("run/events.jsonl"),

@@ -160,6 +160,31 @@ fn a_hand_started_worker_of_an_interrupted_run_exits_0_saying_so() {
     );
 }
 
+#[test]
+fn a_full_disk_for_the_event_log_is_counted_in_the_summary_and_the_exit_status() {
+    let dir = TestDir::new();
+    let pipeline = format!(
+        "name = \"full\"\n{}",
+        task("t", 100, "true", "max_workers = 2")
+    );
+    dir.write("full.toml", &pipeline);
+    // A file size limit stands in for a full disk: writes past 2 KiB
+    // fail (EFBIG, with SIGXFSZ ignored), as they would with ENOSPC.
+    let mut command = std::process::Command::new("sh");
+    command
+        .args(["-c", "trap '' XFSZ; ulimit -f 4; exec \"$0\" run full.toml"])
+        .arg(env!("CARGO_BIN_EXE_daisy-driver"))
+        .current_dir(dir.path())
+        .env("DAISY_WORKER_BIN", worker_program());
+    let out = run_fails(&mut command, 4);
+    assert!(
+        out.contains("writes to daisy_run/full/events.jsonl failed (a full disk?)"),
+        "{out}"
+    );
+    let (done, total) = marked_done(&dir.join("daisy_run/full"), "t");
+    assert_eq!(done.len() as u64, total, "the done markers lost nothing");
+}
+
 /// The next message from the driver that is not a heartbeat.
 fn receive(stream: &mut std::net::TcpStream) -> daisy_core::protocol::FromDriver {
     use std::io::Read;

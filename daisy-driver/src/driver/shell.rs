@@ -304,7 +304,12 @@ impl Shell {
         if let Some(error) = self.fatal.take() {
             return Err(error);
         }
-        Ok(self.core.summary(end, now, &self.run_dir))
+        self.recorder.flush();
+        let summary = self.core.summary(end, now, &self.run_dir);
+        Ok(RunSummary {
+            failed_event_writes: self.recorder.failed_event_writes(),
+            ..summary
+        })
     }
 }
 

@@ -108,6 +108,7 @@ impl Core {
             .collect();
         RunSummary {
             failed_attempts: self.failed_attempts,
+            failed_event_writes: 0,
             tasks,
             seconds: elapsed.as_secs_f64(),
             events: run_dir.events(),
