@@ -101,6 +101,9 @@ pub fn main(cli: Cli) -> u8 {
 }
 
 fn serve(config: RunConfig) -> u8 {
+    // What user code starts outside its process group comes back to this
+    // worker when its parent ends, and ends with it (below).
+    crate::user_code::adopt_orphans();
     // One thread: the connection, the signals and a worker command's pipes
     // all wait on it, so passing a block on costs no thread hop (blocking
     // user code gets a thread of its own all the same).
@@ -126,6 +129,7 @@ fn serve(config: RunConfig) -> u8 {
     // and the watchdog stops whatever user processes are left.
     runtime.shutdown_background();
     crate::user_code::end_all_user_processes(crate::user_code::DEFAULT_GRACE);
+    crate::user_code::end_children(crate::user_code::ADOPTED_GRACE);
     exit_code(outcome)
 }
 

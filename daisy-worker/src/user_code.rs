@@ -20,6 +20,7 @@
 //! Terms: the *grace* period is how long a process group gets between
 //! SIGTERM (or, for a worker command, its stdin closing) and SIGKILL.
 
+mod adopted;
 mod block_command;
 mod exit_watch;
 mod group;
@@ -30,6 +31,7 @@ mod test_util;
 mod watcher;
 mod worker_command;
 
+pub use adopted::{adopt_orphans, end_children, ADOPTED_GRACE};
 pub use block_command::BlockCommand;
 pub use daisy_core::template::CommandError;
 pub use group::{end_all as end_all_user_processes, SpawnError};

@@ -1,7 +1,8 @@
 //! User processes die with their worker, descendants included, however
 //! the worker ends: its block's end, a timeout, a drain, SIGKILL of a
 //! launched or hand-started worker, Ctrl-C of the driver; for block
-//! commands and worker commands. (A lost driver:
+//! commands and worker commands; and a descendant that left its group
+//! (`setsid`) ends with its worker. (A lost driver:
 //! `failures::a_lost_driver_leaves_no_user_process_behind`.)
 //!
 //! The user code leaves a grandchild of the worker behind, as a shell's
@@ -147,6 +148,22 @@ fn a_drained_worker_ends_what_its_last_block_left_running() {
 fn a_block_that_exits_leaving_a_child_has_it_ended() {
     let (dir, marker) = (TestDir::new(), marker(3005));
     let driver = driver(&dir, &task("t", 1, &leave_grandchild(&marker), ""));
+    assert_success(driver);
+    assert_gone(&marker);
+}
+
+#[test]
+fn a_descendant_that_left_its_group_and_ignores_sigterm_ends_with_its_worker() {
+    let (dir, marker) = (TestDir::new(), marker(3007));
+    // A daemon: a session of its own (out of the block's process group),
+    // deaf to SIGTERM, outliving the block that started it.
+    dir.write(
+        "daemon.sh",
+        &format!("trap '' TERM\necho $$ > child.pid\nexec sleep {marker}\n"),
+    );
+    let block = "if [ ! -e child.pid ]; then setsid sh daemon.sh & fi; \
+                 while [ ! -e child.pid ]; do sleep 0.01; done";
+    let driver = driver(&dir, &task("t", 2, block, "max_workers = 1"));
     assert_success(driver);
     assert_gone(&marker);
 }

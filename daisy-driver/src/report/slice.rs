@@ -479,9 +479,11 @@ mod tests {
             block_command = ["true"]
         "#;
         let picture = &pictures(huge, "huge", 5)[0];
-        // Block 5 lies outside the middle slice: one run of remaining
-        // blocks per row, and the legend's four swatches.
-        assert_eq!(picture.matches("<rect").count(), 128 + 4);
+        // Block 5 lies outside the middle slice, and is drawn where it
+        // projects: one run of remaining blocks per row but for its row,
+        // split in three around it, and the legend's four swatches.
+        assert_eq!(picture.matches("<rect").count(), 128 + 2 + 4);
+        assert!(picture.contains(": failed"), "the failure is on the page");
         assert!(picture.contains("remaining 2097151"));
         assert!(picture.contains("the slice at index 64 of dimension 0"));
     }
