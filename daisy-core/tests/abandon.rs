@@ -2,28 +2,18 @@
 //! those of its downstream tasks are orphaned, unrelated tasks go on, and
 //! the counters still add up.
 
-use daisy_core::{BlockOutcome, DependencyGraph, Roi, Scheduler, TaskIdx, TaskSpec};
-use std::sync::Arc;
+mod lines;
 
-fn line(id: &str, upstream: Vec<TaskIdx>) -> TaskSpec {
-    TaskSpec {
-        upstream,
-        read_write_conflict: false,
-        ..TaskSpec::new(
-            id,
-            Roi::from_slices(&[0], &[10]),
-            Roi::from_slices(&[0], &[1]),
-            Roi::from_slices(&[0], &[1]),
-        )
-    }
-}
+use daisy_core::{BlockOutcome, DependencyGraph, Scheduler, TaskIdx};
+use lines::line;
+use std::sync::Arc;
 
 #[test]
 fn abandoning_orphans_the_rest_of_the_task_and_its_downstream_tasks_only() {
     let graph = DependencyGraph::new(vec![
-        line("a", vec![]),
-        line("b", vec![TaskIdx(0)]),
-        line("peer", vec![]),
+        line("a", 10, vec![]),
+        line("b", 10, vec![TaskIdx(0)]),
+        line("peer", 10, vec![]),
     ])
     .unwrap();
     let (a, b, peer) = (TaskIdx(0), TaskIdx(1), TaskIdx(2));

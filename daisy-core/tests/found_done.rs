@@ -2,24 +2,14 @@
 //! `Skipped`, they count as completed and skipped, as daisy counts them,
 //! and unlock their downstream blocks like any success.
 
-use daisy_core::{BlockOutcome, DependencyGraph, Roi, Scheduler, TaskIdx, TaskSpec};
+mod lines;
+
+use daisy_core::{BlockOutcome, DependencyGraph, Scheduler, TaskIdx};
+use lines::line;
 use std::sync::Arc;
 
-fn line(id: &str, upstream: Vec<TaskIdx>) -> TaskSpec {
-    TaskSpec {
-        upstream,
-        read_write_conflict: false,
-        ..TaskSpec::new(
-            id,
-            Roi::from_slices(&[0], &[4]),
-            Roi::from_slices(&[0], &[1]),
-            Roi::from_slices(&[0], &[1]),
-        )
-    }
-}
-
 fn two_tasks() -> Scheduler {
-    let graph = DependencyGraph::new(vec![line("a", vec![]), line("b", vec![TaskIdx(0)])]);
+    let graph = DependencyGraph::new(vec![line("a", 4, vec![]), line("b", 4, vec![TaskIdx(0)])]);
     Scheduler::new(Arc::new(graph.unwrap()))
 }
 

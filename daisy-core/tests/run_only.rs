@@ -2,27 +2,13 @@
 //! run, done blocks are still skipped, every other block is left with
 //! everything downstream of it, and the counters add up.
 
+mod lines;
+
 use daisy_core::serial::{self, SerialEnd, Step};
-use daisy_core::{
-    Block, BlockId, BlockOutcome, DependencyGraph, Roi, Scheduler, TaskIdx, TaskSpec,
-};
+use daisy_core::{Block, BlockId, BlockOutcome, DependencyGraph, Scheduler, TaskIdx};
+use lines::line;
 use std::collections::HashSet;
 use std::sync::Arc;
-
-/// Ten 1-D blocks of size 1; block k of a downstream task reads exactly
-/// what block k of its upstream task writes.
-fn line(id: &str, upstream: Vec<TaskIdx>) -> TaskSpec {
-    TaskSpec {
-        upstream,
-        read_write_conflict: false,
-        ..TaskSpec::new(
-            id,
-            Roi::from_slices(&[0], &[10]),
-            Roi::from_slices(&[0], &[1]),
-            Roi::from_slices(&[0], &[1]),
-        )
-    }
-}
 
 fn id(task: u32, spatial: u64) -> BlockId {
     BlockId {
@@ -33,7 +19,8 @@ fn id(task: u32, spatial: u64) -> BlockId {
 
 #[test]
 fn only_the_chosen_blocks_run_and_the_rest_is_left_with_its_downstream() {
-    let graph = DependencyGraph::new(vec![line("a", vec![]), line("b", vec![TaskIdx(0)])]).unwrap();
+    let graph =
+        DependencyGraph::new(vec![line("a", 10, vec![]), line("b", 10, vec![TaskIdx(0)])]).unwrap();
     let (a, b) = (TaskIdx(0), TaskIdx(1));
     let mut s = Scheduler::new(Arc::new(graph));
     s.run_only(Arc::new(HashSet::from([id(0, 3), id(1, 3)])));
@@ -67,7 +54,8 @@ fn only_the_chosen_blocks_run_and_the_rest_is_left_with_its_downstream() {
 
 #[test]
 fn a_chosen_block_failing_again_orphans_its_downstream_once() {
-    let graph = DependencyGraph::new(vec![line("a", vec![]), line("b", vec![TaskIdx(0)])]).unwrap();
+    let graph =
+        DependencyGraph::new(vec![line("a", 10, vec![]), line("b", 10, vec![TaskIdx(0)])]).unwrap();
     let mut s = Scheduler::new(Arc::new(graph));
     let chosen: HashSet<BlockId> = [id(0, 2), id(1, 2)].into();
     s.run_only(Arc::new(chosen));
@@ -84,7 +72,8 @@ fn a_chosen_block_failing_again_orphans_its_downstream_once() {
 
 #[test]
 fn a_restricted_run_says_how_many_blocks_each_task_may_run_at_most() {
-    let graph = DependencyGraph::new(vec![line("a", vec![]), line("b", vec![TaskIdx(0)])]).unwrap();
+    let graph =
+        DependencyGraph::new(vec![line("a", 10, vec![]), line("b", 10, vec![TaskIdx(0)])]).unwrap();
     let mut s = Scheduler::new(Arc::new(graph));
     assert_eq!(s.most_to_run(TaskIdx(0)), None, "an unrestricted run");
     s.run_only(Arc::new(HashSet::from([id(0, 3), id(1, 3), id(1, 4)])));
