@@ -1,25 +1,36 @@
 //! A global allocator that counts, for the tests that bound what a piece
 //! of code allocates: a test binary that declares `mod allocations;`
-//! counts every allocation of its process.
+//! counts the allocations of each of its threads. Per thread, because a
+//! test shares its process with the harness's own threads, which may
+//! allocate (and keep) a few hundred bytes while a measured run goes on.
 
 use std::alloc::{GlobalAlloc, Layout, System};
-use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
+use std::cell::Cell;
 
-/// Bytes allocated now, and the most since a measurement began.
-static NOW: AtomicUsize = AtomicUsize::new(0);
-static PEAK: AtomicUsize = AtomicUsize::new(0);
+thread_local! {
+    /// Bytes this thread allocated less those it freed (negative when it
+    /// frees what another thread allocated), and the most since a
+    /// measurement began. Const-initialised: reading them allocates
+    /// nothing, as an allocator must.
+    static NOW: Cell<isize> = const { Cell::new(0) };
+    static PEAK: Cell<isize> = const { Cell::new(0) };
+}
 
 struct Counting;
 
 unsafe impl GlobalAlloc for Counting {
     unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        let now = NOW.fetch_add(layout.size(), Relaxed) + layout.size();
-        PEAK.fetch_max(now, Relaxed);
+        // Not during the thread's teardown, when its locals are gone.
+        let _ = NOW.try_with(|now| {
+            let grown = now.get() + layout.size() as isize;
+            now.set(grown);
+            let _ = PEAK.try_with(|peak| peak.set(peak.get().max(grown)));
+        });
         System.alloc(layout)
     }
 
     unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        NOW.fetch_sub(layout.size(), Relaxed);
+        let _ = NOW.try_with(|now| now.set(now.get() - layout.size() as isize));
         System.dealloc(ptr, layout)
     }
 }
@@ -35,16 +46,14 @@ pub struct Allocated {
     pub kept: usize,
 }
 
-/// Runs `run` and measures what it allocated. Tests in one binary run
-/// on threads of one process: a binary that measures has one test, or
-/// tests whose allocations at the same time do not matter.
+/// Runs `run` on this thread and measures what it allocated there.
 pub fn allocated_while<T>(run: impl FnOnce() -> T) -> (T, Allocated) {
-    let before = NOW.load(Relaxed);
-    PEAK.store(before, Relaxed);
+    let before = NOW.with(Cell::get);
+    PEAK.with(|peak| peak.set(before));
     let value = run();
     let allocated = Allocated {
-        peak: PEAK.load(Relaxed) - before,
-        kept: NOW.load(Relaxed) - before,
+        peak: (PEAK.with(Cell::get) - before).max(0) as usize,
+        kept: (NOW.with(Cell::get) - before).max(0) as usize,
     };
     (value, allocated)
 }
