@@ -1,14 +1,14 @@
 //! The `daisy-driver` command line: clap types and one `command_*`
 //! function per subcommand. The binary only parses and dispatches here.
 
-use crate::driver::RunOptions;
-use crate::launch::LaunchSettings;
+use crate::inspect::plan::plan;
+use crate::inspect::plan::scripts::WorkerProgram;
+use crate::inspect::report::{self, ReportFormat};
 use crate::pipeline::Pipeline;
-use crate::plan::plan;
-use crate::plan::scripts::WorkerProgram;
-use crate::report::{self, ReportFormat};
+use crate::run::distributed::RunOptions;
+use crate::run::launching::per_kind::TaskLaunchers;
+use crate::run::launching::LaunchSettings;
 use crate::run_dir::RunDir;
-use crate::task_launchers::TaskLaunchers;
 use anyhow::Context;
 use clap::{Args, Parser, Subcommand};
 use std::net::SocketAddr;
@@ -274,12 +274,12 @@ fn command_plan(opts: PlanOpts) -> anyhow::Result<u8> {
     };
     let plan = plan(&pipeline, &run_dir, worker);
     if opts.json {
-        crate::stdout::print_line(format_args!(
+        crate::run::stdout::print_line(format_args!(
             "{}",
             serde_json::to_string_pretty(&plan).context("encoding the plan")?
         ));
     } else {
-        crate::stdout::print(format_args!("{}", plan.render(opts.scripts)));
+        crate::run::stdout::print(format_args!("{}", plan.render(opts.scripts)));
     }
     Ok(if plan.is_runnable() { 0 } else { 1 })
 }
@@ -289,7 +289,7 @@ fn command_plan(opts: PlanOpts) -> anyhow::Result<u8> {
 /// the launcher, the lock) is checked before the run directory is written
 /// to, so a run that does not start leaves it as it was.
 fn command_run(opts: RunOpts, stop: StopSignal) -> anyhow::Result<u8> {
-    crate::stdout::set_quiet(opts.quiet);
+    crate::run::stdout::set_quiet(opts.quiet);
     let (pipeline, run_dir) = load(&opts.pipeline)?;
     let (worker, _) = worker_program(opts.worker_bin.as_deref())?;
     refuse_programs_that_cannot_start(&pipeline, (!opts.serial).then_some(&*worker))?;
@@ -297,48 +297,48 @@ fn command_run(opts: RunOpts, stop: StopSignal) -> anyhow::Result<u8> {
         true => pipeline.tasks.iter().map(|t| t.spec.id.clone()).collect(),
         false => opts.reset.clone(),
     };
-    let resets = crate::reset::markers_to_delete(&pipeline, &run_dir, &reset_tasks)?;
-    crate::run_start::check_markers(&pipeline, &run_dir, &resets)?;
+    let resets = crate::run_dir::reset::markers_to_delete(&pipeline, &run_dir, &reset_tasks)?;
+    crate::run_dir::start_checks::check_markers(&pipeline, &run_dir, &resets)?;
     if !opts.reset.is_empty() {
-        crate::reset::confirm(&resets, opts.yes)?;
+        crate::run_dir::reset::confirm(&resets, opts.yes)?;
     }
     // The failures to retry are those of the run before this one.
     let only_blocks = match opts.retry_failed {
-        true => Some(crate::retry::only_failed(&pipeline, &run_dir)?),
+        true => Some(crate::run::retry::only_failed(&pipeline, &run_dir)?),
         false => None,
     };
     let server = match opts.serial {
         true => None,
         false => Some(BlockServer::prepare(&opts, &pipeline, only_blocks.clone())?),
     };
-    let _lock = crate::run_lock::RunLock::acquire(&run_dir, "run")?;
-    crate::earlier_jobs::cancel(&run_dir, launch_settings(&opts))?;
-    crate::reset::delete(&resets)?;
+    let _lock = crate::run_dir::lock::RunLock::acquire(&run_dir, "run")?;
+    crate::run::launching::earlier_jobs::cancel(&run_dir, launch_settings(&opts))?;
+    crate::run_dir::reset::delete(&resets)?;
     if !opts.fresh {
-        crate::reset::announce_deleted(&resets);
+        crate::run_dir::reset::announce_deleted(&resets);
     }
     run_dir.record_pipeline(&opts.pipeline.pipeline)?;
     let summary = match server {
         None => {
             let progress_every = opts.progress_every();
-            crate::serial_run::run(&pipeline, &run_dir, only_blocks.as_ref(), progress_every)?
+            crate::run::serial::run(&pipeline, &run_dir, only_blocks.as_ref(), progress_every)?
         }
         Some(server) => server.run(pipeline, &run_dir, stop)?,
     };
     if !opts.no_summary {
-        crate::stdout::print(format_args!("{}", summary.render()));
+        crate::run::stdout::print(format_args!("{}", summary.render()));
     }
     Ok(summary.exit_code())
 }
 
 /// A program that will not start would fail every try of every block:
-/// the run does not start (see [`crate::program_check`]).
+/// the run does not start (see [`crate::run::program_check`]).
 fn refuse_programs_that_cannot_start(
     pipeline: &Pipeline,
     worker: Option<&Path>,
 ) -> anyhow::Result<()> {
     let dir = std::env::current_dir().context("reading the working directory")?;
-    let problems = crate::program_check::check_programs(pipeline, &dir, worker).problems;
+    let problems = crate::run::program_check::check_programs(pipeline, &dir, worker).problems;
     match problems.as_slice() {
         [] => Ok(()),
         [one] => anyhow::bail!("{one}"),
@@ -362,7 +362,7 @@ impl BlockServer {
     fn prepare(
         opts: &RunOpts,
         pipeline: &Pipeline,
-        only_blocks: Option<crate::retry::OnlyBlocks>,
+        only_blocks: Option<crate::run::retry::OnlyBlocks>,
     ) -> anyhow::Result<Self> {
         let options = run_options(opts, only_blocks)?;
         let launcher = Box::new(TaskLaunchers::new(pipeline, launch_settings(opts))?);
@@ -382,8 +382,8 @@ impl BlockServer {
         pipeline: Pipeline,
         run_dir: &RunDir,
         stop: StopSignal,
-    ) -> anyhow::Result<crate::summary::RunSummary> {
-        self.runtime.block_on(crate::driver::run(
+    ) -> anyhow::Result<crate::run::summary::RunSummary> {
+        self.runtime.block_on(crate::run::distributed::run(
             Arc::new(pipeline),
             run_dir,
             self.options,
@@ -403,7 +403,7 @@ fn launch_settings(opts: &RunOpts) -> LaunchSettings {
 
 fn run_options(
     opts: &RunOpts,
-    only_blocks: Option<crate::retry::OnlyBlocks>,
+    only_blocks: Option<crate::run::retry::OnlyBlocks>,
 ) -> anyhow::Result<RunOptions> {
     if opts.heartbeat_interval < MIN_HEARTBEAT {
         anyhow::bail!(
@@ -425,39 +425,39 @@ fn run_options(
 
 fn command_status(opts: StatusOpts) -> anyhow::Result<u8> {
     let run_dir = RunDir::new(Some(&opts.run_dir), "");
-    let status = crate::status::status(&run_dir, opts.pipeline.as_deref())?;
+    let status = crate::inspect::status::status(&run_dir, opts.pipeline.as_deref())?;
     if opts.json {
-        crate::stdout::print_line(format_args!(
+        crate::run::stdout::print_line(format_args!(
             "{}",
             serde_json::to_string_pretty(&status).context("encoding the status")?
         ));
     } else {
-        crate::stdout::print(format_args!("{}", status.render()));
+        crate::run::stdout::print(format_args!("{}", status.render()));
     }
     Ok(status.state.exit_code())
 }
 
 fn command_reset(opts: ResetOpts) -> anyhow::Result<u8> {
     let (pipeline, run_dir) = load(&opts.pipeline)?;
-    let markers = crate::reset::markers_to_delete(&pipeline, &run_dir, &opts.tasks)?;
-    crate::reset::confirm(&markers, opts.yes)?;
+    let markers = crate::run_dir::reset::markers_to_delete(&pipeline, &run_dir, &opts.tasks)?;
+    crate::run_dir::reset::confirm(&markers, opts.yes)?;
     if !markers.is_empty() {
-        let _lock = crate::run_lock::RunLock::acquire(&run_dir, "reset")?;
-        crate::reset::delete(&markers)?;
-        crate::reset::announce_deleted(&markers);
+        let _lock = crate::run_dir::lock::RunLock::acquire(&run_dir, "reset")?;
+        crate::run_dir::reset::delete(&markers)?;
+        crate::run_dir::reset::announce_deleted(&markers);
     }
     Ok(0)
 }
 
 /// What launched workers run: the given program, else the Python worker
-/// of the interpreter this driver runs in (`crate::embedding`), else
+/// of the interpreter this driver runs in (`crate::run::embedding`), else
 /// `daisy-worker` beside this program or on PATH, else this program's
 /// own `worker` subcommand (one binary is then enough).
 fn worker_program(given: Option<&std::path::Path>) -> anyhow::Result<(PathBuf, Vec<String>)> {
     if let Some(path) = given {
         return Ok((path.to_path_buf(), Vec::new()));
     }
-    if let Some(python_worker) = crate::embedding::python_worker() {
+    if let Some(python_worker) = crate::run::embedding::python_worker() {
         return Ok(python_worker);
     }
     match launchers::find_worker_program() {
@@ -482,7 +482,7 @@ fn command_report(opts: ReportOpts) -> anyhow::Result<u8> {
     for warning in &written.warnings {
         eprintln!("daisy-driver: warning: {warning}");
     }
-    crate::stdout::print_line(format_args!("{}", written.path.display()));
+    crate::run::stdout::print_line(format_args!("{}", written.path.display()));
     Ok(0)
 }
 

@@ -57,14 +57,14 @@ fn forget_signals_handled(py: Python<'_>) {
 }
 
 /// Tells the driver it runs in this interpreter, so that its workers are
-/// this interpreter's `-m daisy_rs.worker` (`daisy_driver::embedding`).
+/// this interpreter's `-m daisy_rs.worker` (`daisy_driver::run::embedding`).
 pub fn embed_driver_in(py: Python<'_>) {
     let executable = py
         .import("sys")
         .and_then(|sys| sys.getattr("executable"))
         .and_then(|executable| executable.extract::<String>());
     match executable {
-        Ok(path) if !path.is_empty() => daisy_driver::embedding::embed_in_python(path.into()),
+        Ok(path) if !path.is_empty() => daisy_driver::run::embedding::embed_in_python(path.into()),
         _ => tracing::debug!("sys.executable is unknown: workers are found as daisy-driver's are"),
     }
 }
@@ -94,7 +94,7 @@ pub fn pipeline_problems(text: &str, path: &str) -> Vec<String> {
 #[pyfunction]
 pub fn status_json(py: Python<'_>, run_dir: std::path::PathBuf) -> PyResult<String> {
     let run_dir = daisy_driver::run_dir::RunDir::new(Some(&run_dir), "");
-    let status = py.detach(|| daisy_driver::status::status(&run_dir, None));
+    let status = py.detach(|| daisy_driver::inspect::status::status(&run_dir, None));
     let status = status.map_err(|e| pyo3::exceptions::PyRuntimeError::new_err(format!("{e:#}")))?;
     serde_json::to_string(&status)
         .map_err(|e| pyo3::exceptions::PyRuntimeError::new_err(e.to_string()))

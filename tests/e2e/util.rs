@@ -10,7 +10,7 @@
 //! it, is checked by [`assert_each_block_done_once`] and friends.
 
 use daisy_core::Block;
-use daisy_driver::done_marker::DoneMarker;
+use daisy_driver::run_dir::done_marker::DoneMarker;
 use daisy_driver::run_dir::RunDir;
 use std::collections::{BTreeMap, BTreeSet};
 use std::fs::File;
@@ -386,7 +386,7 @@ pub fn failure_counts(run_dir: &Path, task: &str) -> BTreeMap<u64, u32> {
 pub fn stored_costs(
     run_dir: &Path,
     task: &str,
-) -> BTreeMap<u64, daisy_driver::done_marker::costs::StoredCost> {
+) -> BTreeMap<u64, daisy_driver::run_dir::done_marker::costs::StoredCost> {
     let (marker, blocks) = open_marker(run_dir, task);
     let marker = marker.expect("a done marker");
     let Some(table) = marker.read_costs().expect("readable cost arrays") else {

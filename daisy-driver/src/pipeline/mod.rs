@@ -30,6 +30,7 @@
 
 mod fields;
 mod resolve;
+pub(crate) mod skip_mask;
 mod syntax;
 mod validate;
 
@@ -112,7 +113,7 @@ pub struct TaskConfig {
     /// own `launcher` table laid over it.
     pub launcher: LauncherConfig,
     /// Blocks not to run (`skip_mask`), loaded and checked.
-    pub skip_mask: Option<std::sync::Arc<crate::skip_mask::SkipMask>>,
+    pub skip_mask: Option<std::sync::Arc<crate::pipeline::skip_mask::SkipMask>>,
 }
 
 /// What a worker of the task runs (DESIGN "Workers and user code").

@@ -16,7 +16,7 @@ use super::{
     LauncherConfig, LauncherKind, Pipeline, Problem, TaskConfig, UserCommand, DEFAULT_MAX_WORKERS,
     DEFAULT_MAX_WORKER_RESTARTS, MAX_BATCH_SIZE, MAX_PREFETCH,
 };
-use crate::skip_mask::SkipMask;
+use crate::pipeline::skip_mask::SkipMask;
 use daisy_core::coordinate::{MAX_COORDINATE, MAX_DIMS};
 use daisy_core::geometry::geometry_problems;
 use daisy_core::protocol::{CodeKind, FunctionCode, FunctionSource};
@@ -504,7 +504,7 @@ fn default_worker_program(command: &UserCommand) -> Option<Vec<String>> {
     let UserCommand::Function { .. } = command else {
         return None;
     };
-    let python = crate::embedding::python_for_workers();
+    let python = crate::run::embedding::python_for_workers();
     Some(vec![python, "-m".into(), "daisy_rs.worker".into()])
 }
 

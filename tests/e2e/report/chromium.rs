@@ -51,7 +51,7 @@ fn headless(chromium: &Path, dir: &TestDir, args: &[String]) -> Rendered {
     let (stdout_path, stderr_path) = (dir.join("chromium.out"), dir.join("chromium.err"));
     let mut command = Command::new(chromium);
     command
-        .args(daisy_driver::report::headless_args(profile.path()))
+        .args(daisy_driver::inspect::report::headless_args(profile.path()))
         .args(["--enable-logging=stderr", "--v=0", "--log-level=0"])
         .args(args)
         .stdin(Stdio::null())

@@ -1,0 +1,345 @@
+//! `daisy-driver report RUN_DIR`: a run drawn from its run directory, for
+//! finished, crashed and running runs alike.
+//!
+//! It reads `events.jsonl` (the last run in it, streamed through
+//! [`crate::run_dir::events::history`], never held whole), the recorded pipeline (`pipeline.json`, for
+//! the task geometry) and the done markers (block states as `status`
+//! finds them, [`crate::inspect::status::findings`]), and
+//! draws: a timeline of the workers, blocks per second per task, block run
+//! times, the execution summary, and a slice of each task's done markers.
+//! Output is a self-contained HTML page (inline SVG and CSS, nothing
+//! fetched), one SVG figure, or that figure as PNG (rendered by a headless
+//! Chromium). Every chart aggregates (merged bars, bins, downsampled
+//! cells), so a run of millions of blocks gives a page of a few MB at most.
+//!
+//! # Layout
+//! - [`model`]: worker rows, block bars and per-task activity.
+//! - [`svg`]: SVG primitives and shared colours.
+//! - [`timeline`], [`charts`], [`slice`], [`table`]: the pictures and the
+//!   summary table.
+//! - [`html`], [`figure`]: the page and the single-SVG figure.
+//! - [`png`]: the figure rendered to PNG by headless Chromium.
+
+mod charts;
+mod costs;
+mod failures;
+mod figure;
+mod html;
+mod model;
+mod png;
+mod run_choice;
+mod slice;
+mod svg;
+mod table;
+mod timeline;
+
+pub use png::{headless_args, PngError};
+pub use svg::human_seconds;
+
+use crate::inspect::status::{findings, LastRunEvents, TaskStatus};
+use crate::pipeline::Pipeline;
+use crate::run_dir::events::history::{HistoryError, RunHistory};
+use crate::run_dir::RunDir;
+use model::{Builder, RunModel};
+use std::path::{Path, PathBuf};
+use std::time::{Duration, UNIX_EPOCH};
+use svg::Chart;
+use table::SummaryRow;
+
+/// What `report` writes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum ReportFormat {
+    /// A self-contained page: open it in any browser, offline.
+    Html,
+    /// One SVG picture of everything (for a lab notebook, a slide).
+    Svg,
+    /// That picture as PNG, rendered by headless Chromium (found on PATH,
+    /// or set DAISY_CHROMIUM).
+    Png,
+    /// The numbers behind the pictures, per task: block counts and, for
+    /// tasks that tracked resources, what blocks cost (summary and
+    /// distributions).
+    Json,
+}
+
+impl ReportFormat {
+    pub fn extension(self) -> &'static str {
+        match self {
+            ReportFormat::Html => "html",
+            ReportFormat::Svg => "svg",
+            ReportFormat::Png => "png",
+            ReportFormat::Json => "json",
+        }
+    }
+}
+
+/// Why no report could be written.
+#[derive(Debug, thiserror::Error)]
+pub enum ReportError {
+    #[error("run directory {0} does not exist")]
+    NoRunDir(PathBuf),
+    #[error("{0} does not exist: no run has used this run directory yet")]
+    NoEvents(PathBuf),
+    #[error("there is no run {asked}: this run directory holds {runs} (--run 1 to --run {runs})")]
+    NoSuchRun { asked: usize, runs: usize },
+    #[error(transparent)]
+    Read(HistoryError),
+    #[error("writing {path}")]
+    Write {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error(transparent)]
+    Png(#[from] PngError),
+}
+
+/// What was written, and what the user should know about it.
+#[derive(Debug)]
+pub struct Written {
+    pub path: PathBuf,
+    /// Things the report could not show, and corrupt lines skipped.
+    pub warnings: Vec<String>,
+}
+
+/// Writes the report of a run in `run_dir` to `output` as `format`: run
+/// number `run` (from 1), else the last that ran a block.
+pub fn write(
+    run_dir: &RunDir,
+    format: ReportFormat,
+    output: &Path,
+    run: Option<usize>,
+) -> Result<Written, ReportError> {
+    let drawings = draw(run_dir, run)?;
+    let write_file = |path: &Path, text: &str| {
+        std::fs::write(path, text).map_err(|source| ReportError::Write {
+            path: path.to_path_buf(),
+            source,
+        })
+    };
+    match format {
+        ReportFormat::Html => write_file(output, &html::page(&drawings))?,
+        ReportFormat::Svg => write_file(output, &figure::figure(&drawings).svg)?,
+        ReportFormat::Png => png::render_svg(&figure::figure(&drawings), output)?,
+        ReportFormat::Json => write_file(output, &json(&drawings))?,
+    }
+    Ok(Written {
+        path: output.to_path_buf(),
+        warnings: drawings.warnings,
+    })
+}
+
+/// Everything the report shows, drawn once for any output format.
+struct Drawings {
+    title: String,
+    /// Short facts about the run, one line each.
+    facts: Vec<String>,
+    warnings: Vec<String>,
+    table: Vec<SummaryRow>,
+    timeline: Chart,
+    throughput: Chart,
+    histograms: Vec<Chart>,
+    slices: Vec<Chart>,
+    /// What blocks cost (tasks that tracked resources).
+    costs: Vec<Chart>,
+    /// Each task's numbers, for `--format json`.
+    tasks: Vec<TaskNumbers>,
+}
+
+/// A task in `report --format json`.
+#[derive(Debug, serde::Serialize)]
+struct TaskNumbers {
+    #[serde(flatten)]
+    status: TaskStatus,
+    /// Per measure, blocks per bin (tasks that tracked resources).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    cost_distributions: Vec<costs::Distribution>,
+}
+
+fn json(drawings: &Drawings) -> String {
+    let report = serde_json::json!({
+        "title": drawings.title,
+        "facts": drawings.facts,
+        "warnings": drawings.warnings,
+        "tasks": drawings.tasks,
+    });
+    format!("{report:#}\n")
+}
+
+fn draw(run_dir: &RunDir, run: Option<usize>) -> Result<Drawings, ReportError> {
+    let events = events_file(run_dir)?;
+    let choice = run_choice::choose(&events, run)?;
+    let mut pipeline_error = None;
+    let pipeline = run_dir
+        .load_recorded_pipeline()
+        .map_err(|error| pipeline_error = Some(format!("no done-marker pictures: {error:#}")))
+        .ok();
+    let task_order: Vec<String> = pipeline
+        .iter()
+        .flat_map(|p| p.tasks.iter().map(|t| t.spec.id.clone()))
+        .collect();
+    let new_run = || (Builder::new(&task_order), LastRunEvents::default());
+    let history = RunHistory::read_run(&events, Some(choice.number).filter(|&n| n > 0), new_run)
+        .map_err(ReportError::Read)?;
+    let mut warnings = lines_skipped(&history);
+    warnings.extend(pipeline_error);
+    let (builder, last_run) = history.last_run.unwrap_or_else(new_run);
+    let model = builder.finish(choice.number.saturating_sub(1));
+    let (tasks, slices, costs) = match &pipeline {
+        Some(pipeline) => done_markers(pipeline, run_dir, &last_run, &mut warnings),
+        None => Default::default(),
+    };
+    let statuses: Vec<&TaskStatus> = tasks.iter().map(|t| &t.status).collect();
+    let table = table::rows(&model, &statuses);
+    Ok(Drawings {
+        title: format!("daisy run report: {}", model.pipeline),
+        facts: facts(&model, &table, run_dir, &choice),
+        table,
+        timeline: timeline::render(&model),
+        throughput: charts::render_throughput(&model),
+        histograms: charts::render_histograms(&model),
+        slices,
+        costs,
+        tasks,
+        warnings,
+    })
+}
+
+/// The run directory's `events.jsonl`, which must exist.
+fn events_file(run_dir: &RunDir) -> Result<PathBuf, ReportError> {
+    if !run_dir.path().is_dir() {
+        return Err(ReportError::NoRunDir(run_dir.path().to_path_buf()));
+    }
+    let events = run_dir.events();
+    if !events.exists() {
+        return Err(ReportError::NoEvents(events));
+    }
+    Ok(events)
+}
+
+/// Each task's block counts and done-marker picture, as `status` finds
+/// them, and the pictures of what its blocks cost; none (and a warning)
+/// if the markers cannot be read.
+fn done_markers(
+    pipeline: &Pipeline,
+    run_dir: &RunDir,
+    last_run: &LastRunEvents,
+    warnings: &mut Vec<String>,
+) -> (Vec<TaskNumbers>, Vec<Chart>, Vec<Chart>) {
+    let mut findings = match findings(pipeline, run_dir, last_run) {
+        Ok(findings) => findings,
+        Err(error) => {
+            warnings.push(format!("no done-marker pictures: {error:#}"));
+            return Default::default();
+        }
+    };
+    findings.read_costs();
+    warnings.extend(findings.warnings().iter().cloned());
+    let (mut tasks, mut slices, mut costs) = (Vec::new(), Vec::new(), Vec::new());
+    for task in findings.graph().task_indices() {
+        let status = findings.task_status(run_dir, task);
+        slices.push(slice::render(&findings, &status, task));
+        let cost_distributions = costs::distributions(&findings, task);
+        costs.extend(costs::render(&findings, task, &cost_distributions));
+        tasks.push(TaskNumbers {
+            status,
+            cost_distributions,
+        });
+    }
+    (tasks, slices, costs)
+}
+
+/// Most skipped lines named one by one; a badly damaged file gets a count.
+const SKIPPED_LINES_NAMED: usize = 5;
+
+fn lines_skipped<R>(history: &RunHistory<R>) -> Vec<String> {
+    let mut warnings = history.warnings();
+    let skipped = history.bad_lines.len() + history.more_bad_lines;
+    if skipped > SKIPPED_LINES_NAMED {
+        warnings.truncate(SKIPPED_LINES_NAMED);
+        let more = skipped - SKIPPED_LINES_NAMED;
+        warnings.push(format!("... and {more} more lines that are not events"));
+    }
+    warnings
+}
+
+fn facts(
+    model: &RunModel,
+    table: &[SummaryRow],
+    run_dir: &RunDir,
+    choice: &run_choice::RunChoice,
+) -> Vec<String> {
+    let started = Duration::try_from_secs_f64(model.started)
+        .map(|since| humantime::format_rfc3339_seconds(UNIX_EPOCH + since).to_string())
+        .unwrap_or_else(|_| "at an unknown time".to_string());
+    let failed: u64 = table.iter().map(|row| row.failed).sum();
+    let orphaned: u64 = table.iter().filter_map(|row| row.orphaned).sum();
+    // Blocks a --retry-failed run did not try, for a later plain run.
+    let left: u64 = model
+        .tasks
+        .iter()
+        .filter_map(|task| task.counters)
+        .map(|counters| counters.left)
+        .sum();
+    let state = match model.finished {
+        Some(true) if failed + orphaned + left == 0 => {
+            "finished, every block completed".to_string()
+        }
+        Some(true) if left > 0 => format!(
+            "finished; {failed} blocks failed, {orphaned} orphaned, {left} left for a run \
+             without --retry-failed"
+        ),
+        Some(true) => format!("finished; {failed} blocks failed, {orphaned} orphaned"),
+        Some(false) => "stopped before every block was processed (interrupted)".to_string(),
+        None => "no run_finished event: still running, or the driver crashed".to_string(),
+    };
+    let mut facts = vec![
+        format!("run directory {}", run_dir.path().display()),
+        format!(
+            "started {started}, {} of events; {state}",
+            svg::human_seconds(model.span)
+        ),
+        format!("{} workers", model.workers.len()),
+    ];
+    facts.extend(choice.fact());
+    facts
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use daisy_core::TaskCounters;
+    use model::TaskActivity;
+
+    #[test]
+    fn a_retry_run_that_left_blocks_says_so() {
+        let counters = TaskCounters {
+            total: 10,
+            completed: 4,
+            left: 6,
+            ..TaskCounters::default()
+        };
+        let model = RunModel {
+            finished: Some(true),
+            tasks: vec![TaskActivity {
+                id: "t".into(),
+                counters: Some(counters),
+                ..TaskActivity::default()
+            }],
+            ..RunModel::default()
+        };
+        let run_dir = RunDir::new(Some(Path::new("run")), "p");
+        let only = run_choice::RunChoice {
+            number: 1,
+            runs: 1,
+            why: run_choice::Why::Last,
+        };
+        let facts = facts(&model, &[], &run_dir, &only).join("\n");
+        assert!(
+            facts.contains(
+                "finished; 0 blocks failed, 0 orphaned, 6 left for a run without --retry-failed"
+            ),
+            "{facts}"
+        );
+    }
+}

@@ -1,0 +1,270 @@
+//! `daisy-driver status RUN_DIR`: where a run stands, from its run
+//! directory alone, and live from its driver when one is running.
+//!
+//! Terms, per task: **done** blocks are those set in the done marker (the
+//! truth: `events.jsonl` may lack the last done blocks after a `kill -9`,
+//! and big runs record them only summed up); **failed** blocks failed for good in the last run and are
+//! not done; **orphaned** blocks are not done and lie downstream of a
+//! failed block (or belong to a task the last run abandoned);
+//! **remaining** is the rest. The *last run* starts at the last
+//! `run_started` line of `events.jsonl`.
+//!
+//! - [`offline`]: the numbers from done markers and events.
+//! - [`live`]: a snapshot from the running driver (found through
+//!   `context.json`).
+//! - [`render`]: the text output; `--json` prints [`RunStatus`].
+
+mod block_by_id;
+mod live;
+mod offline;
+mod render;
+
+pub use offline::{
+    blocks_to_retry, findings, read_last_run, BlockState, Findings, LastRunEvents, RetryBlocks,
+};
+
+use crate::pipeline::Pipeline;
+use crate::run_dir::RunDir;
+use anyhow::Context as _;
+use daisy_core::printable::printable;
+use daisy_core::protocol::messages::TaskSnapshot;
+use daisy_core::TaskCounters;
+use serde::Serialize;
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+/// Everything `status` reports (`status --json` prints this).
+#[derive(Debug, Serialize)]
+pub struct RunStatus {
+    pub run_dir: PathBuf,
+    pub pipeline: String,
+    pub pipeline_file: PathBuf,
+    pub state: RunState,
+    /// A driver answered: `live` holds what it said.
+    pub running: bool,
+    pub tasks: Vec<TaskStatus>,
+    pub last_run: Option<LastRun>,
+    pub live: Option<LiveStatus>,
+    /// Problems that did not stop `status` (damaged lines of
+    /// events.jsonl, a driver that did not answer).
+    pub warnings: Vec<String>,
+}
+
+/// The run's state as the exit code tells it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RunState {
+    /// Every block is done (exit 0).
+    Finished,
+    /// Some blocks failed for good or are orphaned (exit 1).
+    Failed,
+    /// Blocks remain and none failed: running, stopped or left (exit 3).
+    Incomplete,
+}
+
+impl RunState {
+    pub fn exit_code(self) -> u8 {
+        match self {
+            RunState::Finished => 0,
+            RunState::Failed => 1,
+            RunState::Incomplete => 3,
+        }
+    }
+}
+
+/// One task, from its done marker and the last run's events.
+#[derive(Debug, Serialize)]
+pub struct TaskStatus {
+    pub id: String,
+    pub total: u64,
+    pub done: u64,
+    /// Blocks its `skip_mask` removes: never run, not failed.
+    pub skipped: u64,
+    pub failed: u64,
+    pub orphaned: u64,
+    pub remaining: u64,
+    /// Why the last run abandoned the task, if it did.
+    pub abandoned: Option<String>,
+    /// The failed blocks, by block id.
+    pub failed_blocks: Vec<FailedBlock>,
+    /// What its blocks cost, if it tracked resources (`resource_tracking`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub costs: Option<crate::inspect::cost_summary::TaskCosts>,
+}
+
+/// A block that failed for good in the last run.
+#[derive(Debug, Serialize)]
+pub struct FailedBlock {
+    pub block_id: u64,
+    /// The region the block writes, if the pipeline still has it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub write_roi: Option<daisy_core::protocol::WireRoi>,
+    /// Failed attempts in the last run.
+    pub attempts: u32,
+    /// The error of the last attempt.
+    pub error: String,
+    /// The worker of the last attempt (none in a `--serial` run).
+    pub worker_id: Option<u64>,
+    /// Where that attempt's user code wrote its stderr, if the file exists.
+    pub log: Option<PathBuf>,
+}
+
+/// The last run as events.jsonl tells it.
+#[derive(Debug, Serialize)]
+pub struct LastRun {
+    /// Unix seconds.
+    pub started: f64,
+    /// `distributed` or `serial`.
+    pub mode: String,
+    pub retry_failed: bool,
+    /// How it ended; `None` while it runs, or if its driver was killed.
+    pub finished: Option<RunEnding>,
+    pub workers: Vec<WorkerStatus>,
+    /// The counters of each task the run saw to its end, as its
+    /// `task_done` line records them: what this run did (`skipped`
+    /// counts blocks done before it and blocks a check function found
+    /// done), where the task's numbers above are the run directory's.
+    pub tasks_ended: BTreeMap<String, TaskCounters>,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct RunEnding {
+    /// The run reached its end (failed and orphaned blocks included)
+    /// rather than being interrupted, as `run_finished` records it.
+    pub completed: bool,
+    pub seconds: f64,
+}
+
+/// One worker of the last run.
+#[derive(Clone, Debug, Serialize)]
+pub struct WorkerStatus {
+    pub task: String,
+    pub worker_id: u64,
+    /// The job it was submitted as (launched workers).
+    pub job: Option<String>,
+    pub host: Option<String>,
+    pub pid: Option<u32>,
+    pub by_hand: bool,
+    pub end: WorkerEnd,
+    /// Why it ended (lost, failed start), as recorded.
+    pub why: Option<String>,
+}
+
+/// How a worker ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum WorkerEnd {
+    /// Left after being told to stop, or drained.
+    Clean,
+    /// Crashed, killed, went silent, or its connection broke.
+    Lost,
+    /// Never connected: its job ended first or submitting it failed.
+    FailedStart,
+    /// No end recorded and the driver is running: still at work.
+    Running,
+    /// No end recorded and no driver running: the driver stopped first
+    /// (killed, or it cancelled the job at its end).
+    Unrecorded,
+}
+
+/// What the running driver said.
+#[derive(Debug, Serialize)]
+pub struct LiveStatus {
+    /// Seconds since the run started.
+    pub seconds: f64,
+    /// Blocks completed per second recently, all tasks together.
+    pub blocks_per_s: f64,
+    /// Seconds until every task is through at that pace.
+    pub eta_s: Option<f64>,
+    /// The driver's snapshot of each task (docs/protocol.md, `snapshot`).
+    pub tasks: Vec<TaskSnapshot>,
+}
+
+/// Where `status` gets the pipeline: `--pipeline FILE`, else the copy the
+/// last run recorded in the run directory.
+pub fn load_pipeline(run_dir: &RunDir, file: Option<&Path>) -> anyhow::Result<Pipeline> {
+    match file {
+        Some(file) => Ok(Pipeline::load(file)?),
+        None => run_dir.load_recorded_pipeline().context(
+            "runs before pipeline.json existed need the pipeline file: pass --pipeline FILE",
+        ),
+    }
+}
+
+/// The status of the run in `run_dir`, live if its driver answers.
+pub fn status(run_dir: &RunDir, pipeline_file: Option<&Path>) -> anyhow::Result<RunStatus> {
+    if !run_dir.path().is_dir() {
+        anyhow::bail!("run directory {} does not exist", run_dir.path().display());
+    }
+    let pipeline = load_pipeline(run_dir, pipeline_file)?;
+    let (events, mut warnings) = read_last_run(run_dir)?;
+    let analysis = offline::analyse(&pipeline, run_dir, &events)?;
+    warnings.extend(analysis.warnings);
+    let live = live_status(run_dir, &events, &mut warnings);
+    let last_run = offline::last_run(&events, live.is_some());
+    Ok(RunStatus {
+        run_dir: run_dir.path().to_path_buf(),
+        pipeline: pipeline.name.clone(),
+        pipeline_file: pipeline.path.clone(),
+        state: state_of(&analysis.tasks),
+        running: live.is_some(),
+        tasks: analysis.tasks,
+        last_run,
+        live,
+        warnings,
+    })
+}
+
+/// The running driver's view, if the last run has not finished and its
+/// driver answers; a driver that does not answer is a warning.
+fn live_status(
+    run_dir: &RunDir,
+    last_run: &LastRunEvents,
+    warnings: &mut Vec<String>,
+) -> Option<LiveStatus> {
+    if !last_run.unfinished() {
+        return None;
+    }
+    match live::snapshot(&run_dir.context_file()) {
+        Ok(snapshot) => Some(LiveStatus::from(snapshot)),
+        Err(error) => {
+            warnings.push(format!(
+                "the last run did not finish and its driver does not answer \
+                 (killed or crashed?): {error:#}"
+            ));
+            None
+        }
+    }
+}
+
+fn state_of(tasks: &[TaskStatus]) -> RunState {
+    if tasks.iter().any(|t| t.failed + t.orphaned > 0) {
+        RunState::Failed
+    } else if tasks.iter().all(|t| t.remaining == 0) {
+        RunState::Finished
+    } else {
+        RunState::Incomplete
+    }
+}
+
+impl From<daisy_core::protocol::messages::RunSnapshot> for LiveStatus {
+    fn from(snapshot: daisy_core::protocol::messages::RunSnapshot) -> Self {
+        let blocks_per_s: f64 = snapshot.tasks.iter().map(|t| t.blocks_per_s).sum();
+        let unresolved: u64 = snapshot.tasks.iter().map(|t| t.counters.unresolved()).sum();
+        Self {
+            seconds: snapshot.seconds,
+            blocks_per_s,
+            eta_s: (blocks_per_s > 0.0).then(|| unresolved as f64 / blocks_per_s),
+            tasks: snapshot.tasks,
+        }
+    }
+}
+
+impl RunStatus {
+    /// The human-readable status, control characters escaped: it quotes
+    /// block errors (a user process's stderr) and what workers sent, from
+    /// runs of any version.
+    pub fn render(&self) -> String {
+        printable(&render::render(self)).into_owned()
+    }
+}

@@ -1,0 +1,20 @@
+//! A run: the distributed one (a block server, workers started through
+//! launchers, one run loop) and the serial one (blocks one at a time in
+//! process), with what both share: the budget and the worker slots it is
+//! counted by, progress and the summary, and the checks before anything
+//! starts.
+
+pub(crate) mod budget;
+pub(crate) mod context;
+pub(crate) mod distributed;
+pub mod embedding;
+pub(crate) mod launching;
+pub(crate) mod program_check;
+pub(crate) mod progress;
+pub(crate) mod recent_rate;
+pub(crate) mod retry;
+pub(crate) mod serial;
+pub(crate) mod slots;
+pub(crate) mod stdout;
+pub mod summary;
+pub(crate) mod throttle;
