@@ -4,7 +4,7 @@
 //!
 //! The driver hashes a block's id about five times per block (in flight,
 //! held by a worker, released), and SipHash made those lookups a tenth of
-//! the driver's instructions per block (docs/benchmarks.md, "Round 5").
+//! the driver's instructions per block (docs/benchmarks-history.md, "Round 5").
 //! SipHash resists keys chosen to collide; these keys are not chosen by a
 //! peer (a worker can only name ids it was given, and a lookup of any
 //! other id inserts nothing), so that resistance buys nothing here.
