@@ -37,12 +37,15 @@
 //! of relaying a block. Messages queued during a turn of the loop leave
 //! in one write at its end (a release and the next acquire).
 
+mod state;
+
 use crate::batch_size::BatchSize;
 use crate::client::{self, Answer, ClientError, ConnectError, ConnectOpts, Wire};
 use crate::drain::Drain;
 use crate::runner::{Batch, Overdue, Ran, Runner, SharedRunner};
 use crate::user_code::Finished;
 use daisy_core::protocol::{BlockResult, CodeKind, TaskCode, ToDriver, Welcome, WireBlock};
+use state::{stopped_when_idle, Intake, Supply};
 use std::collections::VecDeque;
 use std::future::Future;
 use std::path::{Path, PathBuf};
@@ -199,10 +202,7 @@ type Done = (Vec<u64>, Result<Vec<Ran>, JoinError>);
 /// The state of the main loop.
 struct Worker {
     wire: Wire,
-    /// An `AcquireBlocks` is not answered yet.
-    asked: bool,
-    /// The driver has no more work for this worker: why.
-    shutdown: Option<String>,
+    supply: Supply,
     /// Shared with the batch running; only ever locked there, or between
     /// batches.
     runner: SharedRunner,
@@ -211,12 +211,9 @@ struct Worker {
     /// Blocks asked for per `AcquireBlocks`.
     batch: BatchSize,
     running: Option<Running>,
-    /// Set once draining: why. No more blocks are asked for or started.
-    draining: Option<String>,
+    intake: Intake,
     /// Shared with the thread running blocks, which asks it before each.
     drain: Arc<Drain>,
-    /// A stop signal came.
-    signalled: bool,
     /// In-process code with a timeout: the block found running past it.
     overdue: Option<Overdue>,
     /// The task served, for errors.
@@ -227,15 +224,13 @@ impl Worker {
     fn new(wire: Wire, runner: Runner, batch: BatchSize, drain: Drain) -> Self {
         Self {
             wire,
-            asked: false,
-            shutdown: None,
+            supply: Supply::NotAsked,
             runner: SharedRunner::new(runner),
             queued: VecDeque::new(),
             batch,
             running: None,
-            draining: None,
+            intake: Intake::Taking,
             drain: Arc::new(drain),
-            signalled: false,
             overdue: None,
             task: String::new(),
         }
@@ -258,16 +253,17 @@ impl Worker {
             // random pick, and none can starve another (each is rare).
             tokio::select! {
                 biased;
-                reason = &mut stop, if !self.signalled => self.on_signal(reason)?,
-                answer = self.wire.next_answer() => match (answer, &self.shutdown) {
+                reason = &mut stop, if !self.intake.signalled() => self.on_signal(reason)?,
+                answer = self.wire.next_answer() => match (answer, &self.supply) {
                     (Ok(answer), _) => self.on_answer(answer),
-                    (Err(ClientError::Disconnected | ClientError::Io { .. }), Some(reason)) => {
-                        return Ok(gone_after_shutdown(reason, self.running.is_some()));
-                    }
+                    (
+                        Err(ClientError::Disconnected | ClientError::Io { .. }),
+                        Supply::Shutdown { reason },
+                    ) => return Ok(gone_after_shutdown(reason, self.running.is_some())),
                     (Err(error), _) => return Err(error.into()),
                 },
                 done = finished(&mut self.running) => {
-                    if !self.signalled && stopped_by_signal(&done) {
+                    if !self.intake.signalled() && stopped_by_signal(&done) {
                         // SLURM signals every process of a job at once: the
                         // worker's own signal may be a moment behind.
                         if let Ok(reason) = tokio::time::timeout(SIGNAL_LAG, stop.as_mut()).await {
@@ -277,7 +273,7 @@ impl Worker {
                     self.on_batch_done(done).await?
                 }
                 // A worker waiting for blocks drains on time too.
-                () = walltime.at(self.drain.walltime_deadline()), if self.draining.is_none() => {}
+                () = walltime.at(self.drain.walltime_deadline()), if self.intake == Intake::Taking => {}
                 block_id = overdue_block(&mut self.overdue) => return Err(self.on_overdue(block_id).await),
             }
         }
@@ -287,39 +283,37 @@ impl Worker {
     /// to leave.
     fn ask(&mut self) -> Result<(), ClientError> {
         let idle = self.queued.is_empty() && self.running.is_none();
-        if !idle || self.asked || self.draining.is_some() || self.shutdown.is_some() {
+        let free = self.supply == Supply::NotAsked && self.intake == Intake::Taking;
+        if !idle || !free {
             return Ok(());
         }
         let max = self.batch.next();
         self.wire.queue(ToDriver::AcquireBlocks { max })?;
-        self.asked = true;
+        self.supply = Supply::Asked;
         Ok(())
     }
 
     fn drain_if_walltime_short(&mut self) -> Result<(), RunError> {
-        match (&self.draining, self.drain.walltime_too_short()) {
-            (None, Some(why)) => self.on_stop(why, true),
-            _ => Ok(()),
-        }
+        let Some(why) = self.drain.walltime_too_short() else {
+            return Ok(());
+        };
+        let began = self.intake.on_out_of_time(why);
+        self.take_no_more(began)
     }
 
     fn on_signal(&mut self, reason: String) -> Result<(), RunError> {
-        self.signalled = true;
-        self.on_stop(reason, false)
+        let began = self.intake.on_signal(reason);
+        self.take_no_more(began)
     }
 
-    fn on_stop(&mut self, reason: String, out_of_time: bool) -> Result<(), RunError> {
-        if self.draining.is_some() {
+    /// Once draining began (`said`: the `Draining` for the driver), the
+    /// thread running blocks starts no more and the driver is told.
+    fn take_no_more(&mut self, said: Option<ToDriver>) -> Result<(), RunError> {
+        let Some(said) = said else {
             return Ok(());
-        }
-        tracing::info!("{reason}: taking no more blocks");
-        self.drain.begin();
-        let draining = ToDriver::Draining {
-            reason: reason.clone(),
-            out_of_time,
         };
-        self.wire.queue(draining)?;
-        self.draining = Some(reason);
+        self.drain.begin();
+        self.wire.queue(said)?;
         Ok(())
     }
 
@@ -367,9 +361,9 @@ impl Worker {
     /// which hands them back unrun. A shutdown ends the worker once
     /// nothing runs.
     fn on_answer(&mut self, answer: Answer) {
-        self.asked = false;
         match answer {
             Answer::Blocks(blocks) => {
+                self.supply.on_blocks();
                 // Taken over, not copied, when nothing waits (the usual case).
                 if self.queued.is_empty() {
                     self.queued = VecDeque::from(blocks);
@@ -378,7 +372,7 @@ impl Worker {
                 }
                 self.start_next();
             }
-            Answer::Shutdown(reason) => self.shutdown = Some(reason),
+            Answer::Shutdown(reason) => self.supply = Supply::Shutdown { reason },
         }
     }
 
@@ -414,7 +408,8 @@ impl Worker {
             self.wire.queue(release(results))?;
         }
         if !returned.is_empty() {
-            let reason = unable.clone().or(self.draining.clone()).unwrap_or_default();
+            let draining = self.intake.draining().map(str::to_string);
+            let reason = unable.clone().or(draining).unwrap_or_default();
             tracing::info!(
                 blocks = returned.len(),
                 cut_short = cut_short.len(),
@@ -439,7 +434,7 @@ impl Worker {
     /// both came from outside (SLURM signals the whole job), so it is no
     /// failure of the block's.
     fn cut_short_by_signal(&self, ran: &Ran) -> bool {
-        self.signalled && ran.outcome.as_ref().is_err_and(|f| f.by_signal)
+        self.intake.signalled() && ran.outcome.as_ref().is_err_and(|f| f.by_signal)
     }
 
     /// Starts every queued block, as one batch.
@@ -458,17 +453,10 @@ impl Worker {
     /// Stopped, once asked to (or told to leave), with nothing received
     /// left to run and no blocks still owed by the driver.
     fn stopped(&self) -> Option<Stopped> {
-        let idle = self.running.is_none() && self.queued.is_empty() && !self.asked;
-        match (&self.draining, &self.shutdown) {
-            _ if !idle => None,
-            (Some(reason), _) => Some(Stopped::Drained {
-                reason: reason.clone(),
-            }),
-            (None, Some(reason)) => Some(Stopped::Shutdown {
-                reason: reason.clone(),
-            }),
-            (None, None) => None,
+        if self.running.is_some() || !self.queued.is_empty() {
+            return None;
         }
+        stopped_when_idle(&self.intake, &self.supply)
     }
 
     /// Ends the connection once what was queued is written, leaving the

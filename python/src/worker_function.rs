@@ -208,6 +208,24 @@ impl WorkerFunction {
         })
     }
 
+    /// Takes in how feeding went; whether the rest of the batch is fed on
+    /// (to the function started again).
+    fn on_fed(&mut self, fed: Fed) -> bool {
+        self.interrupted = matches!(fed, Fed::Interrupted);
+        match fed {
+            Fed::Released | Fed::Interrupted => false,
+            Fed::Ended { stopped } => {
+                self.running = None;
+                !stopped
+            }
+            Fed::Unable { why } => {
+                self.running = None;
+                self.unable = Some(why);
+                false
+            }
+        }
+    }
+
     /// The running function, started (again) if it is not.
     fn running(&mut self) -> Result<&mut Running, BlockFailure> {
         let running = match self.running.take() {
@@ -231,27 +249,18 @@ impl EmbeddedCode for WorkerFunction {
         let mut done = Vec::with_capacity(todo.len());
         let depth = self.depth;
         while !todo.is_empty() {
-            match self.running() {
-                Ok(running) => {
-                    let fed = feed_ahead(running, &mut todo, depth, control, &mut done);
-                    if fed.ended {
-                        self.running = None;
-                    }
-                    self.interrupted = fed.interrupted;
-                    if fed.unable.is_some() {
-                        self.unable = fed.unable;
-                        break;
-                    }
-                    if fed.stopped || fed.interrupted {
-                        break;
-                    }
-                }
+            let fed = match self.running() {
+                Ok(running) => feed_ahead(running, &mut todo, depth, control, &mut done),
                 Err(failure) => {
                     let failed = todo
                         .drain(..)
                         .map(|b| failed(b.block_id, &failure, Instant::now()));
                     done.extend(failed);
+                    break;
                 }
+            };
+            if !self.on_fed(fed) {
+                break;
             }
         }
         done
@@ -284,17 +293,19 @@ impl EmbeddedCode for WorkerFunction {
 }
 
 /// How feeding a batch ended.
-#[derive(Default)]
-struct Fed {
-    /// The function ended (its fed blocks failed).
-    ended: bool,
-    /// `control` stopped the batch.
-    stopped: bool,
+enum Fed {
+    /// Every block fed was released and no more are to be fed: the batch
+    /// ran out, or `control` stopped it.
+    Released,
+    /// The function ended, failing the blocks it held. `stopped`: `control`
+    /// stopped the batch; if not, the rest goes to the function started
+    /// again.
+    Ended { stopped: bool },
     /// Ctrl-C: the blocks fed and not released did not run.
-    interrupted: bool,
+    Interrupted,
     /// The function ended before it asked for a block: why it cannot
     /// serve (the blocks fed did not run).
-    unable: Option<String>,
+    Unable { why: String },
 }
 
 impl Fed {
@@ -303,11 +314,7 @@ impl Fed {
             Some(error) => format!("the worker function raised before it took a block: {error}"),
             None => "the worker function returned before it took a block".to_string(),
         };
-        Self {
-            ended: true,
-            unable: Some(why),
-            ..Self::default()
-        }
+        Self::Unable { why }
     }
 }
 
@@ -315,99 +322,132 @@ impl Fed {
 /// start, collecting its releases into `done`, until every fed block is
 /// released.
 fn feed_ahead(
-    running: &mut Running,
+    running: &Running,
     todo: &mut VecDeque<WireBlock>,
     depth: usize,
     control: &dyn BlockControl,
     done: &mut Vec<EmbeddedRan>,
 ) -> Fed {
-    // A function that ended between batches held nothing: start another,
-    // unless it never got as far as asking for a block.
-    if let Ok(Report::Ended { error, asked }) = running.reports.try_recv() {
-        return match asked {
-            true => Fed {
-                ended: true,
-                ..Fed::default()
-            },
-            false => Fed::unable(error),
-        };
+    if let Some(ended) = ended_between_batches(&running.reports) {
+        return ended;
     }
-    let mut fed: BTreeMap<u64, Instant> = BTreeMap::new();
-    let mut stopped = false;
+    let mut feeding = Feeding {
+        running,
+        control,
+        done,
+        held: BTreeMap::new(),
+        stopped: false,
+    };
     loop {
-        let clients = running.clients.load(Ordering::Relaxed);
-        while fed.len() < depth + clients.saturating_sub(1) && !stopped {
+        feeding.fill(todo, depth);
+        if feeding.held.is_empty() {
+            return Fed::Released;
+        }
+        let report = match next_report(&running.reports) {
+            Ok(report) => report,
+            Err(Interrupted) => return Fed::Interrupted,
+        };
+        if let Some(ended) = feeding.on_report(report) {
+            return ended;
+        }
+    }
+}
+
+/// A function that ended between batches held nothing: another is
+/// started, unless it never got as far as asking for a block. Any other
+/// report is dropped.
+fn ended_between_batches(reports: &Receiver<Report>) -> Option<Fed> {
+    match reports.try_recv() {
+        Ok(Report::Ended {
+            error,
+            asked: false,
+        }) => Some(Fed::unable(error)),
+        Ok(Report::Ended { asked: true, .. }) => Some(Fed::Ended { stopped: false }),
+        _ => None,
+    }
+}
+
+/// One batch being fed to a running function.
+struct Feeding<'a> {
+    running: &'a Running,
+    control: &'a dyn BlockControl,
+    done: &'a mut Vec<EmbeddedRan>,
+    /// The blocks fed and not yet released, and when each was fed.
+    held: BTreeMap<u64, Instant>,
+    /// `control` refused a block: no more are fed.
+    stopped: bool,
+}
+
+impl Feeding<'_> {
+    /// Feeds blocks from `todo` until the function holds `depth` of them
+    /// (and one more per relay client past the first), the batch runs out,
+    /// or `control` stops it.
+    fn fill(&mut self, todo: &mut VecDeque<WireBlock>, depth: usize) {
+        let clients = self.running.clients.load(Ordering::Relaxed);
+        while self.held.len() < depth + clients.saturating_sub(1) && !self.stopped {
             let Some(block) = todo.front() else { break };
-            if !control.start(block.block_id) {
-                stopped = true;
+            if !self.control.start(block.block_id) {
+                self.stopped = true;
                 break;
             }
             let block = todo.pop_front().expect("not empty");
-            fed.insert(block.block_id, Instant::now());
-            if running.blocks.send(Some(block)).is_err() {
+            self.held.insert(block.block_id, Instant::now());
+            if self.running.blocks.send(Some(block)).is_err() {
                 break;
             }
         }
-        if fed.is_empty() {
-            return Fed {
-                stopped,
-                ..Fed::default()
-            };
-        }
-        match next_report(&running.reports) {
-            Err(Interrupted) => {
-                return Fed {
-                    interrupted: true,
-                    stopped,
-                    ..Fed::default()
-                };
-            }
-            Ok(Ok(Report::Released { block_id, outcome })) => {
-                let Some(started) = fed.remove(&block_id) else {
-                    tracing::warn!(
-                        block_id,
-                        "the worker function released a block it was not given"
-                    );
-                    continue;
-                };
-                control.finished(block_id);
-                let outcome = outcome.map_err(BlockFailure::new);
-                let took = started.elapsed();
-                done.push(EmbeddedRan {
-                    block_id,
-                    outcome,
-                    took,
-                });
-            }
-            Ok(Ok(Report::HandedBack { block_id })) => {
-                if fed.remove(&block_id).is_some() {
-                    control.finished(block_id);
+    }
+
+    /// Takes in one report of the function's; how feeding ended, if the
+    /// function did.
+    fn on_report(&mut self, report: Result<Report, RecvError>) -> Option<Fed> {
+        match report {
+            Ok(Report::Released { block_id, outcome }) => self.on_released(block_id, outcome),
+            Ok(Report::HandedBack { block_id }) => {
+                if self.held.remove(&block_id).is_some() {
+                    self.control.finished(block_id);
                 }
             }
-            Ok(Ok(Report::Ended {
+            Ok(Report::Ended {
                 error,
                 asked: false,
-            })) => {
-                fed.keys().for_each(|id| control.finished(*id));
-                return Fed::unable(error);
+            }) => {
+                self.held.keys().for_each(|id| self.control.finished(*id));
+                return Some(Fed::unable(error));
             }
-            Ok(Ok(Report::Ended { error, .. })) => {
-                hand_back_untaken(&running.untaken, &mut fed, control);
-                end_fed(fed, error, control, done);
-                return Fed {
-                    ended: true,
-                    stopped,
-                    ..Fed::default()
-                };
+            Ok(Report::Ended { error, .. }) => {
+                hand_back_untaken(&self.running.untaken, &mut self.held, self.control);
+                return Some(self.ended(error));
             }
-            Ok(Err(RecvError)) => {
-                end_fed(fed, Some("its thread vanished".into()), control, done);
-                return Fed {
-                    ended: true,
-                    stopped,
-                    ..Fed::default()
-                };
-            }
+            Err(RecvError) => return Some(self.ended(Some("its thread vanished".into()))),
+        }
+        None
+    }
+
+    fn on_released(&mut self, block_id: u64, outcome: Result<Finished, String>) {
+        let Some(started) = self.held.remove(&block_id) else {
+            tracing::warn!(
+                block_id,
+                "the worker function released a block it was not given"
+            );
+            return;
+        };
+        self.control.finished(block_id);
+        let outcome = outcome.map_err(BlockFailure::new);
+        let took = started.elapsed();
+        self.done.push(EmbeddedRan {
+            block_id,
+            outcome,
+            took,
+        });
+    }
+
+    /// The function ended while it held blocks: they fail.
+    fn ended(&mut self, error: Option<String>) -> Fed {
+        let held = std::mem::take(&mut self.held);
+        end_fed(held, error, self.control, self.done);
+        Fed::Ended {
+            stopped: self.stopped,
         }
     }
 }
