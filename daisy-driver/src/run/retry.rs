@@ -1,9 +1,10 @@
 //! `run --retry-failed`: a run restricted to the blocks that failed for
 //! good in the last run and the blocks that wait for them (found by
-//! [`crate::inspect::status::blocks_to_retry`]). Blocks done are skipped as
+//! [`BlockStates::to_retry`]). Blocks done are skipped as
 //! always; any other block is left for a later plain run (see
 //! [`Scheduler::run_only`]).
 
+use crate::inspect::run_state::{BlockStates, RunEvents};
 use crate::pipeline::Pipeline;
 use crate::run_dir::RunDir;
 use daisy_core::{BlockId, Scheduler};
@@ -15,7 +16,8 @@ pub type OnlyBlocks = Arc<HashSet<BlockId>>;
 
 /// The blocks to retry in `run_dir`, after saying how many there are.
 pub fn only_failed(pipeline: &Pipeline, run_dir: &RunDir) -> anyhow::Result<OnlyBlocks> {
-    let retry = crate::inspect::status::blocks_to_retry(pipeline, run_dir)?;
+    let (last_run, _) = RunEvents::read_last(run_dir)?;
+    let retry = BlockStates::read(pipeline, run_dir, &last_run)?.to_retry();
     crate::run::stdout::print_line(format_args!(
         "daisy-driver: --retry-failed: running {} failed blocks and {} orphaned blocks; other blocks not done are left for a later run",
         retry.failed, retry.orphaned

@@ -28,10 +28,10 @@ const HISTOGRAM_HEIGHT: f64 = 170.0;
 /// over the run. The blocks of a bar of many (a `blocks_done` record)
 /// are spread evenly from when the first ended to when the last did.
 pub fn throughput(model: &RunModel, bins: usize) -> Vec<Vec<f64>> {
-    let span = model.span.max(1e-3);
+    let span = model.run.span.max(1e-3);
     let bin_seconds = span / bins as f64;
     let bin_of = |time: f64| ((time / bin_seconds).max(0.0) as usize).min(bins - 1);
-    let mut rates = vec![vec![0.0; bins]; model.tasks.len()];
+    let mut rates = vec![vec![0.0; bins]; model.run.tasks.len()];
     for row in &model.workers {
         for bar in row.bars.iter().filter(|b| b.outcome == Outcome::Done) {
             let rates = &mut rates[row.task];
@@ -67,7 +67,7 @@ pub fn render_throughput(model: &RunModel) -> Chart {
     let top = if peak > 0.0 { peak * 1.1 } else { 1.0 };
     let plot_height = THROUGHPUT_HEIGHT - TOP - BOTTOM;
     let y = |rate: f64| TOP + plot_height * (1.0 - rate / top);
-    let axis = TimeAxis::new(LEFT, WIDTH - LEFT - 20.0, model.span);
+    let axis = TimeAxis::new(LEFT, WIDTH - LEFT - 20.0, model.run.span);
     let mut chart = Svg::new(WIDTH, THROUGHPUT_HEIGHT);
     axis.draw(&mut chart, TOP, TOP + plot_height);
     chart.line((LEFT, TOP), (LEFT, TOP + plot_height), svg::AXIS);
@@ -76,7 +76,7 @@ pub fn render_throughput(model: &RunModel) -> Chart {
         chart.text(LEFT - 6.0, y(tick) + 4.0, "end", &tick_label(tick));
     }
     chart.text(LEFT - 40.0, TOP + plot_height / 2.0, "end", "blocks/s");
-    let bin_seconds = model.span.max(1e-3) / bins as f64;
+    let bin_seconds = model.run.span.max(1e-3) / bins as f64;
     for (task, task_rates) in rates.iter().enumerate() {
         let mut points = Vec::with_capacity(2 * task_rates.len());
         for (bin, rate) in task_rates.iter().enumerate() {
@@ -86,7 +86,7 @@ pub fn render_throughput(model: &RunModel) -> Chart {
         let peak = task_rates.iter().copied().fold(0.0, f64::max);
         let title = format!(
             "{}: peak {:.1} blocks/s (bins of {})",
-            model.tasks[task].id,
+            model.run.tasks[task].id,
             peak,
             human_seconds(bin_seconds)
         );
@@ -98,7 +98,7 @@ pub fn render_throughput(model: &RunModel) -> Chart {
 
 fn draw_task_legend(chart: &mut Svg, model: &RunModel, y: f64) {
     let mut x = LEFT;
-    for (i, task) in model.tasks.iter().enumerate() {
+    for (i, task) in model.run.tasks.iter().enumerate() {
         let swatch = Rect {
             x,
             y: y - 9.0,
@@ -130,7 +130,7 @@ pub fn histogram(model: &RunModel, task: usize, bins: usize) -> Histogram {
             .flat_map(|row| row.bars.iter())
             .filter(|bar| bar.block_id.is_some())
     };
-    let summed = &model.tasks[task].run_times;
+    let summed = &model.run.tasks[task].run_times;
     let longest = singles()
         .map(|b| b.seconds())
         .fold(summed.longest, f64::max);
@@ -156,10 +156,10 @@ pub fn histogram(model: &RunModel, task: usize, bins: usize) -> Histogram {
 
 /// One histogram of block run times per task that ran blocks.
 pub fn render_histograms(model: &RunModel) -> Vec<Chart> {
-    (0..model.tasks.len())
+    (0..model.run.tasks.len())
         .map(|task| (task, histogram(model, task, HISTOGRAM_BINS)))
         .filter(|(_, h)| h.done.iter().chain(&h.failed).any(|n| *n > 0))
-        .map(|(task, h)| render_histogram(&model.tasks[task].id, &h))
+        .map(|(task, h)| render_histogram(&model.run.tasks[task].id, &h))
         .collect()
 }
 

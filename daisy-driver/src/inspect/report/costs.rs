@@ -5,7 +5,7 @@
 use super::slice::{self, Shading, LEGEND_HEIGHT, MARGIN};
 use super::svg::{human_seconds, tick_label, Chart, Rect, Svg, AXIS};
 use crate::inspect::cost_summary::{Measure, Unit, MEASURES};
-use crate::inspect::status::Findings;
+use crate::inspect::run_state::BlockStates;
 use crate::run_dir::done_marker::costs::StoredCost;
 use daisy_core::TaskIdx;
 use serde::Serialize;
@@ -25,13 +25,13 @@ const PLOT_HEIGHT: f64 = HEIGHT - PLOT_TOP - 28.0;
 
 /// The task's cost pictures: its run-time picture, then a histogram per
 /// one of its `distributions`; none if no block was measured.
-pub fn render(findings: &Findings, task: TaskIdx, distributions: &[Distribution]) -> Vec<Chart> {
-    let blocks = findings.measured_blocks(task);
+pub fn render(states: &BlockStates, task: TaskIdx, distributions: &[Distribution]) -> Vec<Chart> {
+    let blocks = states.measured_blocks(task);
     let Some(longest) = blocks.iter().map(|(_, c)| c.wall_seconds).reduce(f32::max) else {
         return Vec::new();
     };
-    let id = &findings.graph().task(task).id;
-    let mut charts = vec![run_time_picture(findings, task, longest as f64)];
+    let id = &states.graph().task(task).id;
+    let mut charts = vec![run_time_picture(states, task, longest as f64)];
     charts.extend(distributions.iter().map(|d| histogram(id, d)));
     charts
 }
@@ -41,7 +41,7 @@ fn level(seconds: f64, longest: f64) -> usize {
     ((seconds / longest * HEAT.len() as f64).ceil() as usize).clamp(1, HEAT.len())
 }
 
-fn run_time_picture(findings: &Findings, task: TaskIdx, longest: f64) -> Chart {
+fn run_time_picture(states: &BlockStates, task: TaskIdx, longest: f64) -> Chart {
     let step = longest / HEAT.len() as f64;
     let show = |level: usize| {
         let (from, to) = (step * (level - 1) as f64, step * level as f64);
@@ -49,7 +49,7 @@ fn run_time_picture(findings: &Findings, task: TaskIdx, longest: f64) -> Chart {
     };
     let shading = Shading {
         level: &|block| {
-            let cost = findings.block_cost(block)?;
+            let cost = states.block_cost(block)?;
             Some(level(cost.wall_seconds as f64, longest))
         },
         colour: &|level| HEAT[level - 1],
@@ -57,8 +57,8 @@ fn run_time_picture(findings: &Findings, task: TaskIdx, longest: f64) -> Chart {
         cell_shows: "the longest run time",
         also: None,
     };
-    let title = format!("{}, run time per block", findings.graph().task(task).id);
-    let mut chart = slice::draw(findings.graph(), task, &title, &shading);
+    let title = format!("{}, run time per block", states.graph().task(task).id);
+    let mut chart = slice::draw(states.graph(), task, &title, &shading);
     draw_heat_legend(&mut chart, &show, longest);
     chart.finish()
 }
@@ -108,8 +108,8 @@ impl Distribution {
 }
 
 /// The distribution of each measure `task`'s measured blocks have.
-pub fn distributions(findings: &Findings, task: TaskIdx) -> Vec<Distribution> {
-    let blocks = findings.measured_blocks(task);
+pub fn distributions(states: &BlockStates, task: TaskIdx) -> Vec<Distribution> {
+    let blocks = states.measured_blocks(task);
     let costs: Vec<StoredCost> = blocks.into_iter().map(|(_, cost)| cost).collect();
     let of = |measure: &Measure| {
         let values: Vec<f64> = costs.iter().filter_map(measure.value).collect();

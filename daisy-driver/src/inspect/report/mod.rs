@@ -4,7 +4,7 @@
 //! It reads `events.jsonl` (the last run in it, streamed through
 //! [`crate::run_dir::events::history`], never held whole), the recorded pipeline (`pipeline.json`, for
 //! the task geometry) and the done markers (block states as `status`
-//! finds them, [`crate::inspect::status::findings`]), and
+//! finds them, [`crate::inspect::run_state`]), and
 //! draws: a timeline of the workers, blocks per second per task, block run
 //! times, the execution summary, and a slice of each task's done markers.
 //! Output is a self-contained HTML page (inline SVG and CSS, nothing
@@ -13,7 +13,8 @@
 //! cells), so a run of millions of blocks gives a page of a few MB at most.
 //!
 //! # Layout
-//! - [`model`]: worker rows, block bars and per-task activity.
+//! - [`model`]: the run's events summed up, and worker rows of block
+//!   bars.
 //! - [`svg`]: SVG primitives and shared colours.
 //! - [`timeline`], [`charts`], [`slice`], [`table`]: the pictures and the
 //!   summary table.
@@ -36,7 +37,8 @@ mod timeline;
 pub use png::{headless_args, PngError};
 pub use svg::human_seconds;
 
-use crate::inspect::status::{findings, LastRunEvents, TaskStatus};
+use crate::inspect::run_state::{BlockStates, RunEvents};
+use crate::inspect::status::TaskStatus;
 use crate::pipeline::Pipeline;
 use crate::run_dir::events::history::{HistoryError, RunHistory};
 use crate::run_dir::RunDir;
@@ -178,21 +180,21 @@ fn draw(run_dir: &RunDir, run: Option<usize>) -> Result<Drawings, ReportError> {
         .iter()
         .flat_map(|p| p.tasks.iter().map(|t| t.spec.id.clone()))
         .collect();
-    let new_run = || (Builder::new(&task_order), LastRunEvents::default());
+    let new_run = || Builder::new(&task_order);
     let history = RunHistory::read_run(&events, Some(choice.number).filter(|&n| n > 0), new_run)
         .map_err(ReportError::Read)?;
     let mut warnings = lines_skipped(&history);
     warnings.extend(pipeline_error);
-    let (builder, last_run) = history.last_run.unwrap_or_else(new_run);
+    let builder = history.last_run.unwrap_or_else(new_run);
     let model = builder.finish(choice.number.saturating_sub(1));
     let (tasks, slices, costs) = match &pipeline {
-        Some(pipeline) => done_markers(pipeline, run_dir, &last_run, &mut warnings),
+        Some(pipeline) => done_markers(pipeline, run_dir, &model.run, &mut warnings),
         None => Default::default(),
     };
     let statuses: Vec<&TaskStatus> = tasks.iter().map(|t| &t.status).collect();
     let table = table::rows(&model, &statuses);
     Ok(Drawings {
-        title: format!("daisy run report: {}", model.pipeline),
+        title: format!("daisy run report: {}", model.pipeline()),
         facts: facts(&model, &table, run_dir, &choice),
         table,
         timeline: timeline::render(&model),
@@ -223,24 +225,24 @@ fn events_file(run_dir: &RunDir) -> Result<PathBuf, ReportError> {
 fn done_markers(
     pipeline: &Pipeline,
     run_dir: &RunDir,
-    last_run: &LastRunEvents,
+    run: &RunEvents,
     warnings: &mut Vec<String>,
 ) -> (Vec<TaskNumbers>, Vec<Chart>, Vec<Chart>) {
-    let mut findings = match findings(pipeline, run_dir, last_run) {
-        Ok(findings) => findings,
+    let mut states = match BlockStates::read(pipeline, run_dir, run) {
+        Ok(states) => states,
         Err(error) => {
             warnings.push(format!("no done-marker pictures: {error:#}"));
             return Default::default();
         }
     };
-    findings.read_costs();
-    warnings.extend(findings.warnings().iter().cloned());
+    states.read_costs();
+    warnings.extend(states.warnings().iter().cloned());
     let (mut tasks, mut slices, mut costs) = (Vec::new(), Vec::new(), Vec::new());
-    for task in findings.graph().task_indices() {
-        let status = findings.task_status(run_dir, task);
-        slices.push(slice::render(&findings, &status, task));
-        let cost_distributions = costs::distributions(&findings, task);
-        costs.extend(costs::render(&findings, task, &cost_distributions));
+    for task in states.graph().task_indices() {
+        let status = TaskStatus::of(&states, run_dir, task);
+        slices.push(slice::render(&states, &status, task));
+        let cost_distributions = costs::distributions(&states, task);
+        costs.extend(costs::render(&states, task, &cost_distributions));
         tasks.push(TaskNumbers {
             status,
             cost_distributions,
@@ -269,19 +271,20 @@ fn facts(
     run_dir: &RunDir,
     choice: &run_choice::RunChoice,
 ) -> Vec<String> {
-    let started = Duration::try_from_secs_f64(model.started)
+    let started = Duration::try_from_secs_f64(model.run.started())
         .map(|since| humantime::format_rfc3339_seconds(UNIX_EPOCH + since).to_string())
         .unwrap_or_else(|_| "at an unknown time".to_string());
     let failed: u64 = table.iter().map(|row| row.failed).sum();
     let orphaned: u64 = table.iter().filter_map(|row| row.orphaned).sum();
     // Blocks a --retry-failed run did not try, for a later plain run.
     let left: u64 = model
+        .run
         .tasks
         .iter()
         .filter_map(|task| task.counters)
         .map(|counters| counters.left)
         .sum();
-    let state = match model.finished {
+    let state = match model.run.finished.as_ref().map(|end| end.completed) {
         Some(true) if failed + orphaned + left == 0 => {
             "finished, every block completed".to_string()
         }
@@ -297,7 +300,7 @@ fn facts(
         format!("run directory {}", run_dir.path().display()),
         format!(
             "started {started}, {} of events; {state}",
-            svg::human_seconds(model.span)
+            svg::human_seconds(model.run.span)
         ),
         format!("{} workers", model.workers.len()),
     ];
@@ -308,8 +311,8 @@ fn facts(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::inspect::run_state::{RunEnding, TaskEvents};
     use daisy_core::TaskCounters;
-    use model::TaskActivity;
 
     #[test]
     fn a_retry_run_that_left_blocks_says_so() {
@@ -319,13 +322,20 @@ mod tests {
             left: 6,
             ..TaskCounters::default()
         };
-        let model = RunModel {
-            finished: Some(true),
-            tasks: vec![TaskActivity {
+        let run = RunEvents {
+            finished: Some(RunEnding {
+                completed: true,
+                seconds: 0.0,
+            }),
+            tasks: vec![TaskEvents {
                 id: "t".into(),
                 counters: Some(counters),
-                ..TaskActivity::default()
+                ..TaskEvents::default()
             }],
+            ..RunEvents::default()
+        };
+        let model = RunModel {
+            run,
             ..RunModel::default()
         };
         let run_dir = RunDir::new(Some(Path::new("run")), "p");

@@ -1,5 +1,6 @@
-//! What the report draws, rebuilt from a run's events: one row per worker
-//! with its queue wait and its blocks, and per task what happened to it.
+//! What the report draws, rebuilt from a run's events: the run as
+//! [`RunEvents`] sums it up (per task what happened to it, per worker its
+//! life), and one row per worker with its blocks as bars.
 //!
 //! Times are seconds since the run started (its first event). A block's
 //! bar ends when the driver recorded its result and spans the run time
@@ -8,14 +9,14 @@
 //! worker connected, which is what the worker was doing in between. A
 //! `blocks_done` record (big runs sum up a worker's done blocks per
 //! second) is one bar of many blocks, from the earliest start to the last
-//! end, and its run times go to the task's [`TaskActivity::run_times`].
+//! end, and its run times go to the task's
+//! [`run_times`](crate::inspect::run_state::TaskEvents::run_times).
 //! Nothing here needs the run to have finished: a crashed or running run
 //! simply has rows without an end.
 
+use crate::inspect::run_state::{RunEvents, WorkerLife};
 use crate::run_dir::events::history::{HistoryEvent, RunFold};
-use crate::run_dir::events::run_times::RunTimes;
 use crate::run_dir::events::Event;
-use daisy_core::TaskCounters;
 use std::collections::BTreeMap;
 
 /// How one attempt at a block ended.
@@ -57,59 +58,24 @@ impl BlockBar {
     }
 }
 
-/// One worker's life: submitted (queued), connected, blocks, gone.
+/// One worker's row: its life (submitted, connected, gone) and its
+/// blocks.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct WorkerRow {
-    /// Index into [`RunModel::tasks`].
+    /// Index into [`RunEvents::tasks`].
     pub task: usize,
     /// `None` for blocks the driver ran itself (`run --serial`).
     pub worker_id: Option<u64>,
-    pub job: Option<String>,
-    pub host: Option<String>,
-    pub submitted: Option<f64>,
-    pub connected: Option<f64>,
-    /// When it went, and whether cleanly.
-    pub gone: Option<(f64, bool)>,
-    /// When it started to drain (a signal, its walltime), and why.
-    pub drained: Option<(f64, String)>,
-    /// Blocks it handed back unrun while draining.
-    pub returned: u64,
+    /// Empty for the driver, and for a worker whose events name only
+    /// its blocks.
+    pub life: WorkerLife,
     pub bars: Vec<BlockBar>,
-}
-
-/// What happened to one task in the run.
-#[derive(Clone, Debug, Default, PartialEq)]
-pub struct TaskActivity {
-    pub id: String,
-    /// The final counters, if the task finished (`task_done`).
-    pub counters: Option<TaskCounters>,
-    /// Blocks that succeeded in this run.
-    pub blocks_done: u64,
-    /// Attempts that failed for good (one per block).
-    pub failed_for_good: u64,
-    pub workers: u32,
-    /// Unclean worker exits (lost workers, failed starts).
-    pub restarts: u32,
-    pub done_at: Option<f64>,
-    pub abandoned: Option<String>,
-    pub last_error: Option<String>,
-    /// Run times of the done blocks of `blocks_done` records (those of
-    /// single blocks are their bars').
-    pub run_times: RunTimes,
 }
 
 /// A run as the report sees it.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct RunModel {
-    pub pipeline: String,
-    /// Unix seconds of the first event.
-    pub started: f64,
-    /// Seconds from the first event to the last.
-    pub span: f64,
-    /// `run_finished`'s `completed`; `None` if the run is still going or
-    /// crashed.
-    pub finished: Option<bool>,
-    pub tasks: Vec<TaskActivity>,
+    pub run: RunEvents,
     /// Ordered by task, then worker id.
     pub workers: Vec<WorkerRow>,
     /// Runs before the last one in the same run directory (resumes).
@@ -117,65 +83,40 @@ pub struct RunModel {
 }
 
 impl RunModel {
-    pub fn task_index(&self, id: &str) -> Option<usize> {
-        self.tasks.iter().position(|t| t.id == id)
+    pub fn pipeline(&self) -> &str {
+        self.run.start.as_ref().map_or("", |start| &start.pipeline)
+    }
+
+    fn rows_of(&self, task: usize) -> impl Iterator<Item = &WorkerRow> {
+        self.workers.iter().filter(move |row| row.task == task)
+    }
+
+    /// The workers of task `task` (the driver is none).
+    pub fn workers_of(&self, task: usize) -> u32 {
+        self.rows_of(task)
+            .filter(|row| row.worker_id.is_some())
+            .count() as u32
+    }
+
+    /// Unclean worker exits of task `task` (lost workers, failed starts).
+    pub fn restarts_of(&self, task: usize) -> u32 {
+        let unclean = |row: &&WorkerRow| row.life.gone().is_some_and(|(_, clean)| !clean);
+        self.rows_of(task).filter(unclean).count() as u32
     }
 }
 
-/// Builds the model of one run while `events.jsonl` streams by.
+/// Builds the model of one run while `events.jsonl` streams by: the run's
+/// events summed up, and each worker's bars beside them.
 pub struct Builder {
-    model: RunModel,
-    rows: BTreeMap<(usize, Option<u64>), WorkerRow>,
+    run: RunEvents,
+    bars: BTreeMap<(usize, Option<u64>), Vec<BlockBar>>,
 }
 
 impl RunFold for Builder {
     fn on_event(&mut self, event: &HistoryEvent) {
-        if let Event::RunStarted { pipeline, .. } = &event.kind {
-            self.model.started = event.time;
-            self.model.pipeline = pipeline.to_string();
-        }
-        self.on_any_event(event);
-    }
-}
-
-impl Builder {
-    /// Tasks come in `task_order` (the pipeline's, when known), then in
-    /// order of appearance.
-    pub fn new(task_order: &[String]) -> Self {
-        let mut builder = Builder {
-            model: RunModel::default(),
-            rows: BTreeMap::new(),
-        };
-        for id in task_order {
-            builder.task(id);
-        }
-        builder
-    }
-
-    fn task(&mut self, id: &str) -> usize {
-        self.model.task_index(id).unwrap_or_else(|| {
-            self.model.tasks.push(TaskActivity {
-                id: id.to_string(),
-                ..TaskActivity::default()
-            });
-            self.model.tasks.len() - 1
-        })
-    }
-
-    fn row(&mut self, task: &str, worker_id: Option<u64>) -> &mut WorkerRow {
-        let task = self.task(task);
-        self.rows
-            .entry((task, worker_id))
-            .or_insert_with(|| WorkerRow {
-                task,
-                worker_id,
-                ..WorkerRow::default()
-            })
-    }
-
-    fn on_any_event(&mut self, event: &HistoryEvent) {
-        let time = event.time - self.model.started;
-        self.model.span = self.model.span.max(time);
+        self.run.on_event(event);
+        let started = self.run.started();
+        let time = event.time - started;
         match &event.kind {
             Event::BlocksDone {
                 task,
@@ -183,15 +124,8 @@ impl Builder {
                 count,
                 first,
                 start,
-                run_times,
+                ..
             } => {
-                let task_index = self.task(task);
-                let activity = &mut self.model.tasks[task_index];
-                activity.blocks_done += count;
-                if let Some(run_times) = run_times {
-                    activity.run_times.merge(run_times);
-                }
-                let started = self.model.started;
                 let (first, start) = (first - started, start.map(|s| s - started));
                 self.on_blocks_done(task, *worker_id, (start, first, time), *count);
             }
@@ -200,95 +134,44 @@ impl Builder {
                 block_id,
                 worker_id,
                 seconds,
-            } => {
-                let task_index = self.task(task);
-                self.model.tasks[task_index].blocks_done += 1;
-                self.on_block(task, *worker_id, time, *seconds, Outcome::Done, *block_id);
-            }
+            } => self.on_block(task, *worker_id, time, *seconds, Outcome::Done, *block_id),
             Event::BlockFailed {
                 task,
                 block_id,
                 worker_id,
-                error,
                 for_good,
                 seconds,
+                ..
             } => {
-                let task_index = self.task(task);
-                let activity = &mut self.model.tasks[task_index];
-                activity.last_error = Some(error.to_string());
                 let outcome = if *for_good {
-                    activity.failed_for_good += 1;
                     Outcome::FailedForGood
                 } else {
                     Outcome::Retried
                 };
                 self.on_block(task, *worker_id, time, *seconds, outcome, *block_id);
             }
-            kind => self.on_task_or_worker(kind, time),
+            _ => {}
+        }
+    }
+}
+
+impl Builder {
+    /// Tasks come in `task_order` (the pipeline's, when known), then in
+    /// order of appearance.
+    pub fn new(task_order: &[String]) -> Self {
+        Builder {
+            run: RunEvents::new(task_order),
+            bars: BTreeMap::new(),
         }
     }
 
-    fn on_task_or_worker(&mut self, kind: &Event, time: f64) {
-        match kind {
-            Event::TaskDone { task, counters } => {
-                let task = self.task(task);
-                self.model.tasks[task].counters = Some(*counters);
-                self.model.tasks[task].done_at = Some(time);
-            }
-            Event::TaskAbandoned { task, why, .. } => {
-                let task = self.task(task);
-                self.model.tasks[task].abandoned = Some(why.to_string());
-            }
-            Event::WorkerSubmitted {
-                task,
-                worker_id,
-                job,
-            } => {
-                let row = self.row(task, Some(*worker_id));
-                row.submitted = Some(time);
-                row.job = Some(job.to_string());
-            }
-            Event::WorkerStartFailed {
-                task, worker_id, ..
-            } => {
-                self.row(task, Some(*worker_id)).gone = Some((time, false));
-            }
-            Event::WorkerConnected {
-                task,
-                worker_id,
-                host,
-                ..
-            } => {
-                let row = self.row(task, Some(*worker_id));
-                // A requeued job connects again as the same worker; its
-                // row began at the first connection.
-                row.connected.get_or_insert(time);
-                row.host = Some(host.to_string());
-            }
-            Event::WorkerGone {
-                task,
-                worker_id,
-                clean,
-                ..
-            } => self.row(task, Some(*worker_id)).gone = Some((time, *clean)),
-            Event::WorkerDraining {
-                task,
-                worker_id,
-                why,
-            } => {
-                self.row(task, Some(*worker_id))
-                    .drained
-                    .get_or_insert((time, why.to_string()));
-            }
-            Event::BlocksReturned {
-                task,
-                worker_id,
-                block_ids,
-                ..
-            } => self.row(task, Some(*worker_id)).returned += block_ids.len() as u64,
-            Event::RunFinished { completed, .. } => self.model.finished = Some(*completed),
-            _ => {}
-        }
+    /// The bars of `worker_id` of `task` so far, and when it connected:
+    /// where a bar without measured seconds starts.
+    fn bars(&mut self, task: &str, worker_id: Option<u64>) -> (&mut Vec<BlockBar>, Option<f64>) {
+        let task = self.run.task_entry(task);
+        let life = worker_id.and_then(|id| self.run.workers.get(&(task, id)));
+        let connected = life.and_then(|life| life.connected);
+        (self.bars.entry((task, worker_id)).or_default(), connected)
     }
 
     fn on_block(
@@ -300,17 +183,12 @@ impl Builder {
         outcome: Outcome,
         block_id: u64,
     ) {
-        let row = self.row(task, worker_id);
+        let (bars, connected) = self.bars(task, worker_id);
         let start = match seconds.filter(|s| s.is_finite() && *s >= 0.0) {
             Some(seconds) => end - seconds,
-            None => row
-                .bars
-                .last()
-                .map(|b| b.end)
-                .or(row.connected)
-                .unwrap_or(end),
+            None => bars.last().map(|b| b.end).or(connected).unwrap_or(end),
         };
-        row.bars.push(BlockBar {
+        bars.push(BlockBar {
             start: start.min(end),
             end,
             first: end,
@@ -330,14 +208,11 @@ impl Builder {
         (start, first, end): (Option<f64>, f64, f64),
         count: u64,
     ) {
-        let row = self.row(task, worker_id);
-        let start = start.unwrap_or_else(|| {
-            (row.bars.last().map(|b| b.end))
-                .or(row.connected)
-                .unwrap_or(first)
-        });
+        let (bars, connected) = self.bars(task, worker_id);
+        let start =
+            start.unwrap_or_else(|| (bars.last().map(|b| b.end)).or(connected).unwrap_or(first));
         let first = first.min(end);
-        row.bars.push(BlockBar {
+        bars.push(BlockBar {
             start: start.min(first),
             end,
             first,
@@ -348,22 +223,34 @@ impl Builder {
     }
 
     /// The model, with `earlier_runs` runs before this one in its file.
-    pub fn finish(mut self, earlier_runs: usize) -> RunModel {
-        self.model.earlier_runs = earlier_runs;
-        for row in self.rows.values_mut() {
-            let task = &mut self.model.tasks[row.task];
-            if row.worker_id.is_some() {
-                task.workers += 1;
-            }
-            if row.gone.is_some_and(|(_, clean)| !clean) {
-                task.restarts += 1;
-            }
+    pub fn finish(self, earlier_runs: usize) -> RunModel {
+        let mut rows: BTreeMap<_, _> = (self.run.workers.iter())
+            .map(|(&(task, id), life)| {
+                let row = WorkerRow {
+                    task,
+                    worker_id: Some(id),
+                    life: life.clone(),
+                    bars: Vec::new(),
+                };
+                ((task, Some(id)), row)
+            })
+            .collect();
+        for ((task, worker_id), mut bars) in self.bars {
             // Results are recorded in the order they arrive; bars are drawn
             // by start.
-            row.bars.sort_by(|a, b| a.start.total_cmp(&b.start));
+            bars.sort_by(|a, b| a.start.total_cmp(&b.start));
+            let row = rows.entry((task, worker_id)).or_insert_with(|| WorkerRow {
+                task,
+                worker_id,
+                ..WorkerRow::default()
+            });
+            row.bars = bars;
         }
-        self.model.workers = self.rows.into_values().collect();
-        self.model
+        RunModel {
+            run: self.run,
+            workers: rows.into_values().collect(),
+            earlier_runs,
+        }
     }
 }
 
@@ -406,19 +293,27 @@ pub(crate) mod tests {
     #[test]
     fn rows_have_queue_wait_bars_and_ends() {
         let model = model_of(SAMPLE_EVENTS, &["z".to_string()]);
-        assert_eq!(model.pipeline, "p");
-        assert_eq!((model.span, model.earlier_runs), (9.0, 1));
-        assert_eq!(model.finished, None, "no run_finished: crashed or running");
-        assert_eq!(model.tasks.len(), 2, "the pipeline's task first, then a");
-        let a = &model.tasks[1];
-        assert_eq!((a.workers, a.restarts, a.blocks_done), (2, 1, 2));
+        assert_eq!(model.pipeline(), "p");
+        assert_eq!((model.run.span, model.earlier_runs), (9.0, 1));
+        assert_eq!(
+            model.run.finished, None,
+            "no run_finished: crashed or running"
+        );
+        assert_eq!(
+            model.run.tasks.len(),
+            2,
+            "the pipeline's task first, then a"
+        );
+        let a = &model.run.tasks[1];
+        let (workers, restarts) = (model.workers_of(1), model.restarts_of(1));
+        assert_eq!((workers, restarts, a.blocks_done), (2, 1, 2));
         assert_eq!(a.failed_for_good, 1);
-        let first = &model.workers[0];
+        let first = &model.workers[0].life;
         assert_eq!((first.submitted, first.connected), (Some(0.5), Some(2.5)));
-        assert_eq!(first.gone, Some((9.0, true)));
+        assert_eq!(first.gone(), Some((9.0, true)));
         assert_eq!(first.drained, Some((8.5, "received SIGTERM".to_string())));
         assert_eq!(first.returned, 2);
-        let spans: Vec<(f64, f64, Outcome)> = first
+        let spans: Vec<(f64, f64, Outcome)> = model.workers[0]
             .bars
             .iter()
             .map(|b| (b.start, b.end, b.outcome))
@@ -432,7 +327,7 @@ pub(crate) mod tests {
             ],
             "measured seconds, else from the previous block's end"
         );
-        assert_eq!(model.workers[1].gone, Some((8.0, false)));
+        assert_eq!(model.workers[1].life.gone(), Some((8.0, false)));
     }
 
     /// A run that summed up its done blocks: worker 1 of task "a" did 4
@@ -447,8 +342,8 @@ pub(crate) mod tests {
     #[test]
     fn a_record_of_done_blocks_is_one_bar_of_many() {
         let model = model_of(SUMMED_UP_EVENTS, &[]);
-        assert_eq!(model.tasks[0].blocks_done, 6);
-        assert_eq!(model.tasks[0].run_times.longest, 0.5);
+        assert_eq!(model.run.tasks[0].blocks_done, 6);
+        assert_eq!(model.run.tasks[0].run_times.longest, 0.5);
         let bars: Vec<(f64, f64, f64, u64, Option<u64>)> = (model.workers[0].bars.iter())
             .map(|b| (b.start, b.end, b.first, b.count, b.block_id))
             .collect();

@@ -1,6 +1,6 @@
 //! The done markers as a picture: per task, one cell per block of a 2-D
 //! slice through its block grid, coloured done / failed / orphaned /
-//! remaining, the states `status` counts ([`Findings::state`]).
+//! remaining, the states `status` counts ([`BlockStates::state`]).
 //!
 //! A 2-D task is shown whole; of a 3-D (or higher) task the slice through
 //! the middle of the leading dimensions, the last two as rows and columns;
@@ -10,7 +10,8 @@
 //! so the SVG stays small for any number of blocks.
 
 use super::svg::{self, Chart, Rect, Svg};
-use crate::inspect::status::{BlockState, Findings, TaskStatus};
+use crate::inspect::run_state::{BlockState, BlockStates};
+use crate::inspect::status::TaskStatus;
 use daisy_core::geometry::BlockGrid;
 use daisy_core::{Block, Coordinate, DependencyGraph, TaskIdx};
 
@@ -172,7 +173,7 @@ pub struct Shading<'a, L> {
 /// that failed or is orphaned in any slice shown where it projects onto
 /// it (the worst state along the leading dimensions wins), so each is
 /// found on the page.
-pub fn render(states: &Findings, status: &TaskStatus, task: TaskIdx) -> Chart {
+pub fn render(states: &BlockStates, status: &TaskStatus, task: TaskIdx) -> Chart {
     let grid = states.graph().task_graph(task).grid();
     let dims = grid.write_shape.dims();
     let projected = projected_failures(states, task, dims);
@@ -308,7 +309,7 @@ fn picture_place(index: &Coordinate, dims: usize) -> (i64, i64) {
 /// The worst of the failed and orphaned blocks of `task` at each place
 /// of the picture, for a task drawn as one slice of many.
 fn projected_failures(
-    states: &Findings,
+    states: &BlockStates,
     task: TaskIdx,
     dims: usize,
 ) -> std::collections::HashMap<(i64, i64), BlockState> {
@@ -378,7 +379,7 @@ fn draw_legend(chart: &mut Svg, status: &TaskStatus, y: f64) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::inspect::status::LastRunEvents;
+    use crate::inspect::run_state::RunEvents;
     use crate::pipeline::Pipeline;
     use crate::run_dir::events::history::RunHistory;
     use crate::run_dir::RunDir;
@@ -419,15 +420,15 @@ mod tests {
         let history = RunHistory::from_reader(
             Path::new("events.jsonl"),
             events.as_bytes(),
-            LastRunEvents::default,
+            RunEvents::default,
         )
         .unwrap();
         let last_run = history.last_run.unwrap();
-        let findings = crate::inspect::status::findings(&pipeline, &run_dir, &last_run).unwrap();
-        findings
+        let states = BlockStates::read(&pipeline, &run_dir, &last_run).unwrap();
+        states
             .graph()
             .task_indices()
-            .map(|task| render(&findings, &findings.task_status(&run_dir, task), task).svg)
+            .map(|task| render(&states, &TaskStatus::of(&states, &run_dir, task), task).svg)
             .collect()
     }
 

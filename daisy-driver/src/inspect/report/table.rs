@@ -3,8 +3,9 @@
 //! finished task's final counters (`task_done`), else the block counts
 //! `status` finds from the done markers, else what the events alone say.
 
-use super::model::{RunModel, TaskActivity};
+use super::model::RunModel;
 use super::svg::Escaped;
+use crate::inspect::run_state::TaskEvents;
 use crate::inspect::status::TaskStatus;
 use std::fmt::Write as _;
 
@@ -32,21 +33,20 @@ pub const HEADERS: [&str; 10] = crate::run::summary::COLUMNS;
 /// The rows of `model`'s tasks; `statuses` (found by task id) fill in
 /// what unfinished tasks' events lack.
 pub fn rows(model: &RunModel, statuses: &[&TaskStatus]) -> Vec<SummaryRow> {
-    model
-        .tasks
-        .iter()
-        .map(|task| {
-            row(
-                model,
-                task,
-                statuses.iter().find(|s| s.id == task.id).copied(),
-            )
+    (model.run.tasks.iter().enumerate())
+        .map(|(index, task)| {
+            let status = statuses.iter().find(|s| s.id == task.id).copied();
+            row(model, (index, task), status)
         })
         .collect()
 }
 
-fn row(model: &RunModel, task: &TaskActivity, status: Option<&TaskStatus>) -> SummaryRow {
-    let seconds = task.done_at.unwrap_or(model.span);
+fn row(
+    model: &RunModel,
+    (index, task): (usize, &TaskEvents),
+    status: Option<&TaskStatus>,
+) -> SummaryRow {
+    let seconds = task.done_at.unwrap_or(model.run.span);
     let mut row = SummaryRow {
         task: task.id.clone(),
         blocks: None,
@@ -54,8 +54,8 @@ fn row(model: &RunModel, task: &TaskActivity, status: Option<&TaskStatus>) -> Su
         skipped: None,
         failed: task.failed_for_good,
         orphaned: None,
-        workers: task.workers,
-        restarts: task.restarts,
+        workers: model.workers_of(index),
+        restarts: model.restarts_of(index),
         seconds,
         done: task.done_at.is_some(),
         rate: task.blocks_done as f64 / seconds.max(1e-9),
@@ -156,8 +156,8 @@ mod tests {
     #[test]
     fn a_finished_task_shows_its_final_counters() {
         let mut model = sample_model();
-        model.tasks[0].done_at = Some(4.0);
-        model.tasks[0].counters = Some(daisy_core::TaskCounters {
+        model.run.tasks[0].done_at = Some(4.0);
+        model.run.tasks[0].counters = Some(daisy_core::TaskCounters {
             total: 10,
             completed: 7,
             skipped: 5,

@@ -195,7 +195,11 @@ pub fn render(model: &RunModel) -> Chart {
     let rows = model.workers.len().max(1) as f64;
     let row_height = (ROWS_HEIGHT / rows).clamp(MIN_ROW_HEIGHT, MAX_ROW_HEIGHT);
     let rows_bottom = AXIS_HEIGHT + rows * row_height;
-    let axis = TimeAxis::new(LABEL_WIDTH, WIDTH - LABEL_WIDTH - RIGHT_MARGIN, model.span);
+    let axis = TimeAxis::new(
+        LABEL_WIDTH,
+        WIDTH - LABEL_WIDTH - RIGHT_MARGIN,
+        model.run.span,
+    );
     let mut chart = Svg::new(WIDTH, rows_bottom + LEGEND_HEIGHT);
     axis.draw(&mut chart, AXIS_HEIGHT, rows_bottom);
     for (i, row) in model.workers.iter().enumerate() {
@@ -207,7 +211,7 @@ pub fn render(model: &RunModel) -> Chart {
 }
 
 fn row_label(model: &RunModel, row: &WorkerRow) -> String {
-    let task = &model.tasks[row.task].id;
+    let task = &model.run.tasks[row.task].id;
     match row.worker_id {
         Some(id) => format!("{task} #{id}"),
         None => format!("{task} (in the driver)"),
@@ -216,27 +220,27 @@ fn row_label(model: &RunModel, row: &WorkerRow) -> String {
 
 fn row_title(model: &RunModel, row: &WorkerRow) -> String {
     let mut title = format!("worker {}", row_label(model, row));
-    if let Some(job) = &row.job {
+    if let Some(job) = &row.life.job {
         title.push_str(&format!(", job {job}"));
     }
-    if let Some(host) = &row.host {
+    if let Some(host) = &row.life.host {
         title.push_str(&format!(", on {host}"));
     }
-    if let (Some(submitted), Some(connected)) = (row.submitted, row.connected) {
+    if let (Some(submitted), Some(connected)) = (row.life.submitted, row.life.connected) {
         title.push_str(&format!(
             ", queued {}",
             human_seconds(connected - submitted)
         ));
     }
-    if let Some((_, why)) = &row.drained {
+    if let Some((_, why)) = &row.life.drained {
         title.push_str(&format!(
             ", drained ({why}), {} blocks handed back",
-            row.returned
+            row.life.returned
         ));
     }
-    let ended = match row.gone {
+    let ended = match row.life.gone() {
         Some((_, true)) => ", left cleanly",
-        Some((_, false)) if row.connected.is_none() => ", never connected",
+        Some((_, false)) if row.life.connected.is_none() => ", never connected",
         Some((_, false)) => ", lost",
         None => ", still connected at the last event",
     };
@@ -254,7 +258,7 @@ fn draw_row(
 ) {
     chart.group("worker-row");
     let middle = top + height / 2.0;
-    let row_end = row.gone.map_or(model.span, |(t, _)| t);
+    let row_end = row.life.gone().map_or(model.run.span, |(t, _)| t);
     let band = |from: f64, to: f64, shrink: f64| Rect {
         x: axis.x(from),
         y: top + height * shrink,
@@ -262,15 +266,15 @@ fn draw_row(
         height: height * (1.0 - 2.0 * shrink),
     };
     let title = row_title(model, row);
-    if let Some(submitted) = row.submitted {
-        let queued_until = row.connected.unwrap_or(row_end);
+    if let Some(submitted) = row.life.submitted {
+        let queued_until = row.life.connected.unwrap_or(row_end);
         chart.rect(
             band(submitted, queued_until, 0.3),
             svg::QUEUED,
             Some(&title),
         );
     }
-    if let Some(connected) = row.connected {
+    if let Some(connected) = row.life.connected {
         chart.line(
             (axis.x(connected), middle),
             (axis.x(row_end), middle),
@@ -292,18 +296,18 @@ fn draw_row(
         );
     }
     // A drain is a dark tick, its reason in the hover text.
-    if let Some((drained, why)) = &row.drained {
+    if let Some((drained, why)) = &row.life.drained {
         let tick = Rect {
             x: axis.x(*drained) - 1.0,
             y: top,
             width: 3.0,
             height,
         };
-        let text = format!("drained: {why}; {} blocks handed back", row.returned);
+        let text = format!("drained: {why}; {} blocks handed back", row.life.returned);
         chart.rect(tick, svg::DRAINED, Some(&text));
     }
     // A lost worker (or a failed start) ends with a red tick.
-    if let Some((gone, false)) = row.gone {
+    if let Some((gone, false)) = row.life.gone() {
         let x = axis.x(gone);
         chart.line((x, top), (x, top + height), svg::FAILED);
     }

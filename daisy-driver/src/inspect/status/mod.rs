@@ -1,28 +1,21 @@
 //! `daisy-driver status RUN_DIR`: where a run stands, from its run
 //! directory alone, and live from its driver when one is running.
 //!
-//! Terms, per task: **done** blocks are those set in the done marker (the
-//! truth: `events.jsonl` may lack the last done blocks after a `kill -9`,
-//! and big runs record them only summed up); **failed** blocks failed for good in the last run and are
-//! not done; **orphaned** blocks are not done and lie downstream of a
-//! failed block (or belong to a task the last run abandoned);
-//! **remaining** is the rest. The *last run* starts at the last
-//! `run_started` line of `events.jsonl`.
+//! The terms (done, failed, orphaned, remaining, the last run) are those
+//! of [`crate::inspect::run_state`], whose model this shows.
 //!
 //! - [`offline`]: the numbers from done markers and events.
 //! - [`live`]: a snapshot from the running driver (found through
 //!   `context.json`).
 //! - [`render`]: the text output; `--json` prints [`RunStatus`].
 
-mod block_by_id;
 mod live;
 mod offline;
 mod render;
 
-pub use offline::{
-    blocks_to_retry, findings, read_last_run, BlockState, Findings, LastRunEvents, RetryBlocks,
-};
+pub use crate::inspect::run_state::{RunEnding, WorkerEnd};
 
+use crate::inspect::run_state::RunEvents;
 use crate::pipeline::Pipeline;
 use crate::run_dir::RunDir;
 use anyhow::Context as _;
@@ -127,14 +120,6 @@ pub struct LastRun {
     pub tasks_ended: BTreeMap<String, TaskCounters>,
 }
 
-#[derive(Clone, Debug, Serialize)]
-pub struct RunEnding {
-    /// The run reached its end (failed and orphaned blocks included)
-    /// rather than being interrupted, as `run_finished` records it.
-    pub completed: bool,
-    pub seconds: f64,
-}
-
 /// One worker of the last run.
 #[derive(Clone, Debug, Serialize)]
 pub struct WorkerStatus {
@@ -148,23 +133,6 @@ pub struct WorkerStatus {
     pub end: WorkerEnd,
     /// Why it ended (lost, failed start), as recorded.
     pub why: Option<String>,
-}
-
-/// How a worker ended.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum WorkerEnd {
-    /// Left after being told to stop, or drained.
-    Clean,
-    /// Crashed, killed, went silent, or its connection broke.
-    Lost,
-    /// Never connected: its job ended first or submitting it failed.
-    FailedStart,
-    /// No end recorded and the driver is running: still at work.
-    Running,
-    /// No end recorded and no driver running: the driver stopped first
-    /// (killed, or it cancelled the job at its end).
-    Unrecorded,
 }
 
 /// What the running driver said.
@@ -197,11 +165,11 @@ pub fn status(run_dir: &RunDir, pipeline_file: Option<&Path>) -> anyhow::Result<
         anyhow::bail!("run directory {} does not exist", run_dir.path().display());
     }
     let pipeline = load_pipeline(run_dir, pipeline_file)?;
-    let (events, mut warnings) = read_last_run(run_dir)?;
+    let (events, mut warnings) = RunEvents::read_last(run_dir)?;
     let analysis = offline::analyse(&pipeline, run_dir, &events)?;
     warnings.extend(analysis.warnings);
     let live = live_status(run_dir, &events, &mut warnings);
-    let last_run = offline::last_run(&events, live.is_some());
+    let last_run = LastRun::of(&events, live.is_some());
     Ok(RunStatus {
         run_dir: run_dir.path().to_path_buf(),
         pipeline: pipeline.name.clone(),
@@ -219,7 +187,7 @@ pub fn status(run_dir: &RunDir, pipeline_file: Option<&Path>) -> anyhow::Result<
 /// driver answers; a driver that does not answer is a warning.
 fn live_status(
     run_dir: &RunDir,
-    last_run: &LastRunEvents,
+    last_run: &RunEvents,
     warnings: &mut Vec<String>,
 ) -> Option<LiveStatus> {
     if !last_run.unfinished() {
