@@ -8,9 +8,9 @@
 //!   upstream relation has no cycle (its tasks could never start). Each
 //!   cycle is reported with the tasks on it.
 
-use super::fields::{hint, Amounts, Subject};
+use super::problems::{hint, Problem, Subject};
 use super::resolve::TaskDraft;
-use super::Problem;
+use super::schema::Amounts;
 use daisy_core::TaskIdx;
 use std::collections::hash_map::Entry;
 use std::collections::HashMap;

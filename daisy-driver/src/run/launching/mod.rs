@@ -12,8 +12,7 @@ use crate::run_dir::RunDir;
 use anyhow::Context as _;
 use daisy_core::walltime::parse_slurm_time;
 use launchers::{
-    BsubLauncher, ClusterOptions, Launcher, LocalLauncher, Paced, SbatchLauncher,
-    SlurmrestdLauncher, WorkerRequest,
+    BsubLauncher, Launcher, LocalLauncher, Paced, SbatchLauncher, SlurmrestdLauncher, WorkerRequest,
 };
 use std::path::Path;
 use std::time::Duration;
@@ -51,20 +50,6 @@ pub fn launcher(
     })
 }
 
-/// A task's launcher options as the job script needs them.
-fn cluster_options(config: &LauncherConfig) -> ClusterOptions {
-    ClusterOptions {
-        partition: config.partition.clone(),
-        account: config.account.clone(),
-        qos: config.qos.clone(),
-        time: config.time.clone(),
-        template: config.template.clone(),
-        directives: config.directives.clone(),
-        setup: config.setup.clone(),
-        max_array_parallel: config.max_array_parallel,
-    }
-}
-
 /// Tells a launched worker its job's walltime (daisy-worker's
 /// `--walltime`), so it stops taking blocks before the job is killed.
 const WALLTIME_ENV: &str = "DAISY_WALLTIME";
@@ -96,7 +81,13 @@ pub fn worker_request(
     mut env: Vec<(String, String)>,
 ) -> WorkerRequest {
     let log_dir = run_dir.task_logs(&task.spec.id);
-    if let Some(walltime) = task.launcher.time.as_deref().and_then(parse_slurm_time) {
+    if let Some(walltime) = task
+        .launcher
+        .cluster
+        .time
+        .as_deref()
+        .and_then(parse_slurm_time)
+    {
         env.push((WALLTIME_ENV.to_string(), format!("{}s", walltime.as_secs())));
     }
     let (program, program_args) = task_worker_program(task, program, program_args);
@@ -113,6 +104,6 @@ pub fn worker_request(
         working_dir: std::env::current_dir().unwrap_or_else(|_| ".".into()),
         log_dir,
         requires: task.requires.clone(),
-        cluster: cluster_options(&task.launcher),
+        cluster: task.launcher.cluster.clone(),
     }
 }
