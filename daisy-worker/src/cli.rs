@@ -101,6 +101,7 @@ pub fn main(cli: Cli) -> u8 {
 }
 
 fn serve(config: RunConfig) -> u8 {
+    crate::pinning::pin_to_given_cpus();
     // What user code starts outside its process group comes back to this
     // worker when its parent ends, and ends with it (below).
     crate::user_code::adopt_orphans();

@@ -17,6 +17,7 @@
 //!   embedding this crate (the Python package), called in process.
 //! - `drain`: when the worker stops starting blocks (a stop signal, the
 //!   job's walltime); `job_end`: when the job's walltime ends.
+//! - `pinning`: binding the worker to the cores the driver gave it.
 //! - [`cli`]: the `daisy-worker` command line (context, exit codes).
 //!
 //! The serial `daisy-driver run` uses [`user_code`] in process.
@@ -27,6 +28,7 @@ pub mod cost;
 mod drain;
 pub mod embedded;
 mod job_end;
+mod pinning;
 mod runner;
 pub mod runtime;
 pub mod user_code;
@@ -55,6 +57,7 @@ pub fn init_logging(default: &str) {
 }
 
 pub use client::{Acquired, Client, ClientError, ConnectError, ConnectOpts};
+pub use pinning::PIN_ENV;
 pub use runtime::{run, RunConfig, RunError, Stopped};
 
 /// The fake driver of the tests, shared with tests/cli.rs.

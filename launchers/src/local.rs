@@ -188,21 +188,32 @@ fn log_file(log_dir: &Path, worker_id: u64, extension: &str) -> PathBuf {
 }
 
 /// What `start` runs for `request`, as one shell line for people to read
-/// (`daisy-driver plan`): the worker command and where its output goes.
-/// It runs in `working_dir` with `env` added; neither is shown, since the
-/// environment holds the run token.
+/// (`daisy-driver plan`): the variables `env` adds (the GPUs and thread
+/// counts a worker is given), the worker command and where its output
+/// goes. It runs in `working_dir`, not shown; nor is `DAISY_CONTEXT`,
+/// which holds the run token.
 pub fn command_line(request: &WorkerRequest) -> String {
     let log = |extension| {
         let path = log_file(&request.log_dir, request.worker_id, extension);
         template::shell_quote(&path.display().to_string())
     };
+    let shown = request
+        .env
+        .iter()
+        .filter(|(name, _)| name != TOKEN_VARIABLE);
+    let assignments: String = shown
+        .map(|(name, value)| format!("{name}={} ", template::shell_quote(value)))
+        .collect();
     format!(
-        "{} >> {} 2>> {}",
+        "{assignments}{} >> {} 2>> {}",
         template::worker_command(request),
         log("out"),
         log("err")
     )
 }
+
+/// The variable of a request's `env` that holds the run's secret token.
+const TOKEN_VARIABLE: &str = "DAISY_CONTEXT";
 
 fn job_id(child: &Child) -> JobId {
     JobId(child.id().to_string())

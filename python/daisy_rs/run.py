@@ -479,7 +479,10 @@ def _skip_mask(task, run_dir):
 
 def _whole(value):
     """An integer-like value (a numpy integer, say) as the `int` JSON
-    takes; anything else as it is, for the driver to judge."""
+    takes, also in a list of ids (``{"gpu": [0, 2]}``); anything else as
+    it is, for the driver to judge."""
+    if isinstance(value, (list, tuple)):
+        return [_whole(item) for item in value]
     try:
         return operator.index(value)
     except TypeError:

@@ -72,3 +72,28 @@ def test_chained_tasks_reassign_workers_when_upstream_drains(workdir):
     history = concurrency("run")
     assert peak(history, total) <= 3, history
     assert peak(history, of("down")) >= 2, f"the downstream task got the freed share: {history}"
+
+
+def see_gpu_and_threads(block):
+    """Writes what this block's worker was told: its GPUs and BLAS threads."""
+    import os
+
+    with open(f"seen-{block.block_id[1]}", "w") as seen:
+        seen.write(f"{os.environ.get('CUDA_VISIBLE_DEVICES')} {os.environ.get('OPENBLAS_NUM_THREADS')}")
+
+
+def test_listed_gpus_go_one_to_each_worker_with_its_thread_count(workdir, monkeypatch):
+    monkeypatch.delenv("OPENBLAS_NUM_THREADS", raising=False)
+    predict = daisy.Task(
+        "predict",
+        total_roi=daisy.Roi((0,), (8,)),
+        read_roi=daisy.Roi((0,), (1,)),
+        write_roi=daisy.Roi((0,), (1,)),
+        process_function=see_gpu_and_threads,
+        max_workers=2,
+        requires={"gpu": 1, "cpu": 2},
+        batch_size=1,
+    )
+    assert daisy.run_blockwise([predict], resources={"gpu": [5, 7], "cpu": 4}, run_dir="run")
+    seen = {(workdir / f"seen-{block}").read_text() for block in range(8)}
+    assert seen <= {"5 2", "7 2"}, seen

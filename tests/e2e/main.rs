@@ -19,6 +19,7 @@ mod protocol;
 mod proxy;
 mod python_worker;
 mod report;
+mod resource_slots;
 mod resources;
 mod restarts;
 mod retries;

@@ -1,6 +1,7 @@
 //! `daisy-driver plan`: the dry run, its JSON, and the validation report.
 
 use crate::util::*;
+use daisy_driver::run::resource_env::THREAD_VARIABLES;
 use std::os::unix::fs::PermissionsExt;
 
 fn executable(path: &std::path::Path) {
@@ -225,12 +226,21 @@ fn plan_simulates_the_allocation_as_tasks_drain() {
 fn plan_prints_the_local_command_lines_of_each_first_submission() {
     let dir = TestDir::new();
     dir.write("p.toml", &draining_pipeline());
-    let text = run_ok(&mut dir.driver(&["plan", "p.toml", "--scripts"]));
+    let mut plan = dir.driver(&["plan", "p.toml", "--scripts"]);
+    for name in THREAD_VARIABLES {
+        plan.env_remove(name);
+    }
+    let text = run_ok(&mut plan);
     let worker = worker_program().display().to_string();
     let header = "--- command lines for task \"c\" (worker 4), run in the driver's \
                   working directory with DAISY_CONTEXT set ---\n";
+    // Worker 4 holds the budget's fourth cpu (the first three went to
+    // task a's workers): it is told so, and to start one thread.
+    let told = "DAISY_RESOURCES='{\"cpu\":[\"3\"]}' DAISY_RESOURCE_CPU=3 \
+                OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 \
+                NUMBA_NUM_THREADS=1 NUMEXPR_NUM_THREADS=1 VECLIB_MAXIMUM_THREADS=1";
     let command = format!(
-        "{worker} --log-dir daisy_run/p/logs/c >> daisy_run/p/logs/c/worker-4.out \
+        "{told} {worker} --log-dir daisy_run/p/logs/c >> daisy_run/p/logs/c/worker-4.out \
          2>> daisy_run/p/logs/c/worker-4.err\n"
     );
     assert!(

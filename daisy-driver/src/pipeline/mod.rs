@@ -31,6 +31,7 @@
 //! - `validate`: rules between tasks (budget, ids, upstream, cycles).
 //! - `problems`: the error, its problems, and their wording.
 
+mod budget;
 mod problems;
 mod reader;
 mod resolve;
@@ -75,9 +76,10 @@ pub struct Pipeline {
     pub path: PathBuf,
     /// Names the run: the default run directory is `daisy_run/<name>`.
     pub name: String,
-    /// The global budget, resource name to amount; empty when the file has
-    /// no `[resources]` table.
-    pub resources: BTreeMap<String, u64>,
+    /// The global budget, resource name to the ids workers are given
+    /// (`cpu = 4` is `0` to `3`); empty when the file has no
+    /// `[resources]` table.
+    pub resources: BTreeMap<String, Vec<String>>,
     pub launcher: LauncherConfig,
     /// In file order: `TaskIdx(i)` in every `spec.upstream` is `tasks[i]`.
     pub tasks: Vec<TaskConfig>,
@@ -94,6 +96,8 @@ pub struct TaskConfig {
     /// What one worker of this task takes from the budget; keys may be
     /// absent from the budget only with amount 0.
     pub requires: BTreeMap<String, u64>,
+    /// Whether each local worker is bound to the `cpu` ids it was given.
+    pub pin: bool,
     /// Workers the driver starts at most; 0 means hand-launched only.
     pub max_workers: u32,
     /// Unclean worker exits tolerated before the task is abandoned.
@@ -210,6 +214,14 @@ impl fmt::Display for LauncherKind {
 }
 
 impl Pipeline {
+    /// The global budget as amounts: how many ids each key has.
+    pub fn budget_amounts(&self) -> BTreeMap<String, u64> {
+        let amounts = self.resources.iter();
+        amounts
+            .map(|(key, ids)| (key.clone(), ids.len() as u64))
+            .collect()
+    }
+
     /// Reads and validates the pipeline file at `path`.
     pub fn load(path: &Path) -> Result<Pipeline, PipelineError> {
         let text = std::fs::read_to_string(path).map_err(|source| PipelineError::Read {

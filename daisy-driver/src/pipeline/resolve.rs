@@ -14,7 +14,7 @@ use super::reader::{read_table, Reading};
 use super::schema::{Amounts, LauncherTable, PipelineFile, Table, TaskTable};
 use super::skip_mask::SkipMask;
 use super::syntax::Lines;
-use super::validate;
+use super::{budget, validate};
 use super::{LauncherConfig, Pipeline, TaskConfig, UserCommand};
 use daisy_core::geometry::geometry_problems;
 use daisy_core::protocol::{CodeKind, FunctionCode};
@@ -98,8 +98,13 @@ pub(super) fn pipeline(tree: &Value, lines: &Lines, path: &Path) -> Result<Pipel
     let top_launcher = top.launcher.as_ref();
     let (launcher, found) = launcher(top_launcher, None, lines.key("launcher"), path);
     problems.extend(found);
+    let visible_gpus = std::env::var(budget::VISIBLE_GPUS).ok();
+    let resources = budget::ids(&top.resources, visible_gpus.as_deref())
+        .map_err(|message| problems.push(Subject::Pipeline.problem("resources.gpu", message)))
+        .unwrap_or_default();
+    let budget = budget::amounts(&top.resources);
     let run = Run {
-        budget: &top.resources,
+        budget: &budget,
         launcher: top_launcher,
         resource_tracking: top.resource_tracking,
         path,
@@ -116,7 +121,7 @@ pub(super) fn pipeline(tree: &Value, lines: &Lines, path: &Path) -> Result<Pipel
         (Some(name), Some(tasks)) if problems.is_empty() => Ok(Pipeline {
             path: path.to_path_buf(),
             name,
-            resources: top.resources,
+            resources,
             launcher,
             tasks,
         }),
@@ -212,6 +217,7 @@ struct Resolved {
 fn task_config(raw: TaskTable, resolved: Resolved, run: &Run) -> TaskConfig {
     let TaskTable {
         requires,
+        pin,
         max_workers,
         max_worker_restarts,
         timeout,
@@ -250,6 +256,7 @@ fn task_config(raw: TaskTable, resolved: Resolved, run: &Run) -> TaskConfig {
         spec,
         upstream,
         requires,
+        pin,
         max_workers,
         max_worker_restarts,
         timeout,
@@ -634,7 +641,7 @@ mod tests {
             found,
             [
                 r#"unknown field "nmae" (did you mean "name"?)"#,
-                "resources.cpu = -1 is not a non-negative integer",
+                "resources.cpu = -1 is not a non-negative integer or a list of ids like [0, 2]",
                 r#"task "t": env = {"A=B":"1"} has "A=B", which cannot be a variable name"#,
                 "task \"t\": max_workers = 5000000000 is not a whole number from 0 to 4294967295",
                 r#"missing required field "name""#,

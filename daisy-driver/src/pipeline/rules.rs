@@ -11,6 +11,7 @@
 //! launchers crate's (`ClusterOptions`).
 
 use super::problems::{hint, show};
+use super::schema::Pool;
 use super::{MAX_BATCH_SIZE, MAX_PREFETCH};
 use daisy_core::coordinate::{MAX_COORDINATE, MAX_DIMS};
 use daisy_core::protocol::FunctionSource;
@@ -172,6 +173,34 @@ fn function_source(value: &Value) -> Result<FunctionSource, String> {
     }
 }
 
+/// One key of `[resources]`: a count (the ids `0` to `n - 1`) or the ids
+/// themselves, numbers or names (GPU UUIDs), each listed once.
+fn pool(value: &Value) -> Result<Pool, String> {
+    let like = "is not a non-negative integer or a list of ids like [0, 2]";
+    if let Some(count) = value.as_u64() {
+        return Ok(Pool::Count(count));
+    }
+    let items = value.as_array().ok_or(like)?;
+    let mut ids: Vec<String> = Vec::with_capacity(items.len());
+    for item in items {
+        let id = match item {
+            Value::Number(n) if n.is_u64() => n.to_string(),
+            Value::String(name) if !name.is_empty() && !name.contains(',') => name.clone(),
+            _ => {
+                return Err(format!(
+                    "has {}, which is not an id (a number or a name without commas)",
+                    show(item)
+                ))
+            }
+        };
+        if ids.contains(&id) {
+            return Err(format!("lists {id} twice"));
+        }
+        ids.push(id);
+    }
+    Ok(Pool::Ids(ids))
+}
+
 /// `env`: variable name to value. Names must be settable: not empty,
 /// without `=` or NUL.
 fn environment(value: &Value) -> Result<BTreeMap<String, String>, String> {
@@ -236,6 +265,7 @@ pub(super) mod with {
         block_command_line(Vec<String>) -> Vec<String>;
         function_source(Value) -> FunctionSource;
         environment(Value) -> BTreeMap<String, String>;
+        pool(Value) -> Pool;
     }
 }
 

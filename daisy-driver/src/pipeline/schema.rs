@@ -38,10 +38,10 @@ pub(super) struct PipelineFile {
     /// it is a directory name. Required.
     #[serde(deserialize_with = "with::directory_name")]
     pub(super) name: Option<String>,
-    /// `[resources]`: the global budget, resource name to amount; every
-    /// running worker holds its task's `requires` of it.
+    /// `[resources]`: the global budget, resource name to a [`Pool`];
+    /// every running worker holds its task's `requires` of it.
     #[serde(default)]
-    pub(super) resources: Amounts,
+    pub(super) resources: BTreeMap<String, Pool>,
     /// `[launcher]`: how workers are started, a [`LauncherTable`]; local
     /// processes when it is left out.
     #[serde(default)]
@@ -53,6 +53,26 @@ pub(super) struct PipelineFile {
     /// The `[[task]]` tables, each a [`TaskTable`]. Required, at least one.
     #[serde(deserialize_with = "with::task_tables")]
     pub(super) task: Option<Vec<Value>>,
+}
+
+/// One key of `[resources]` as written: `gpu = 4` (the ids `0` to `3`)
+/// or `gpu = [0, 2]` (exactly those).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(super) enum Pool {
+    Count(u64),
+    Ids(Vec<String>),
+}
+
+impl Default for Pool {
+    fn default() -> Self {
+        Pool::Count(0)
+    }
+}
+
+impl<'de> Deserialize<'de> for Pool {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        with::pool(deserializer)
+    }
 }
 
 /// A launcher table (`[launcher]`, or a task's `launcher`): the backend,
@@ -93,6 +113,9 @@ pub(super) struct TaskTable {
     /// What one worker of the task takes from `[resources]`.
     #[serde(default)]
     pub(super) requires: Amounts,
+    /// Whether each local worker is bound to the `cpu` ids it was given.
+    #[serde(default)]
+    pub(super) pin: bool,
     /// Workers the driver starts at most; 0 means hand-launched only.
     #[serde(default = "constant::<DEFAULT_MAX_WORKERS>")]
     pub(super) max_workers: u32,

@@ -51,7 +51,11 @@ fn full_example_resolves_every_field() {
     assert_eq!(pipeline.path, path);
     assert_eq!(pipeline.name, "segmentation");
     let budget = BTreeMap::from([("cpu".to_string(), 32), ("gpu".to_string(), 4)]);
-    assert_eq!(pipeline.resources, budget);
+    assert_eq!(pipeline.budget_amounts(), budget);
+    assert_eq!(
+        pipeline.resources["cpu"][31], "31",
+        "a count is the ids 0 to n - 1"
+    );
     let launcher = LauncherConfig {
         kind: LauncherKind::Sbatch,
         cluster: ClusterOptions {
@@ -85,6 +89,7 @@ fn full_example_resolves_every_field() {
         spec,
         upstream: vec![],
         requires: BTreeMap::from([("cpu".to_string(), 4), ("gpu".to_string(), 1)]),
+        pin: false,
         max_workers: 4,
         max_worker_restarts: 10,
         timeout: Some(Duration::from_secs(600)),
@@ -515,4 +520,30 @@ proptest! {
             Err(error) => drop(error.to_string()),
         }
     }
+}
+
+#[test]
+fn a_budget_key_may_list_its_ids_and_bad_lists_are_named() {
+    let text = format!(
+        "name = \"p\"\nresources = {{ gpu = [0, \"MIG-1\", 3], cpu = 2 }}\n{}",
+        task("t", "requires = { gpu = 1 }\npin = true")
+    );
+    let pipeline = Pipeline::from_str(&text, Path::new("p.toml")).unwrap();
+    assert_eq!(pipeline.resources["gpu"], ["0", "MIG-1", "3"]);
+    assert_eq!(pipeline.budget_amounts()["gpu"], 3);
+    assert!(pipeline.tasks[0].pin);
+    let bad = |resources: &str| {
+        problems(&format!(
+            "name = \"p\"\nresources = {resources}\n{}",
+            task("t", "")
+        ))
+    };
+    assert_eq!(
+        bad("{ gpu = [0, 0] }"),
+        ["resources.gpu = [0,0] lists 0 twice"]
+    );
+    assert_eq!(
+        bad("{ gpu = [0, 1.5] }"),
+        ["resources.gpu = [0,1.5] has 1.5, which is not an id (a number or a name without commas)"]
+    );
 }

@@ -12,6 +12,7 @@ pub(crate) mod launching;
 pub(crate) mod program_check;
 pub(crate) mod progress;
 pub(crate) mod recent_rate;
+pub mod resource_env;
 pub(crate) mod retry;
 pub(crate) mod serial;
 pub(crate) mod slots;

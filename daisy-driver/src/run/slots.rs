@@ -15,7 +15,7 @@
 //! may restart workers while it has had at most `max_worker_restarts` of
 //! them, and is abandoned once it has had more and no worker is left.
 
-use crate::run::budget::Budget;
+use crate::run::budget::{Budget, Share};
 use daisy_core::TaskIdx;
 use std::collections::BTreeMap;
 use std::time::Instant;
@@ -90,6 +90,9 @@ pub struct Slot {
     pub task: TaskIdx,
     /// Started by us (holds a budget share) rather than by hand.
     pub launched: bool,
+    /// The budget's ids this worker holds (none if started by hand), kept
+    /// after it ends to say what it had.
+    pub share: Share,
     pub job: Option<String>,
     pub state: SlotState,
     pub connected: Option<Instant>,
@@ -150,11 +153,9 @@ impl Slots {
     /// share: from now on it holds its slot and share, before the
     /// cluster's scheduler has even answered.
     pub fn launch(&mut self, task: TaskIdx) -> Option<SlotId> {
-        if !self.budget.try_allocate(&self.requires[task.index()]) {
-            return None;
-        }
+        let share = self.budget.try_allocate(&self.requires[task.index()])?;
         let id = self.next_id();
-        self.insert(id, task, true);
+        self.insert(id, task, share, true);
         Some(id)
     }
 
@@ -165,10 +166,11 @@ impl Slots {
         }
     }
 
-    fn insert(&mut self, id: SlotId, task: TaskIdx, launched: bool) {
+    fn insert(&mut self, id: SlotId, task: TaskIdx, share: Share, launched: bool) {
         let slot = Slot {
             task,
             launched,
+            share,
             job: None,
             state: SlotState::Submitted,
             connected: None,
@@ -201,9 +203,14 @@ impl Slots {
         now: Instant,
     ) -> Result<Connected, ShareGone> {
         let requeued = self.requeued(claimed, task);
-        if requeued.is_some() && !self.budget.try_allocate(&self.requires[task.index()]) {
-            return Err(ShareGone);
-        }
+        let share_again = match requeued {
+            Some(_) => Some(
+                self.budget
+                    .try_allocate(&self.requires[task.index()])
+                    .ok_or(ShareGone)?,
+            ),
+            None => None,
+        };
         let own = claimed.filter(|id| {
             self.slots
                 .get(id)
@@ -211,11 +218,12 @@ impl Slots {
         });
         let id = own.or(requeued).unwrap_or_else(|| {
             let id = self.next_id();
-            self.insert(id, task, false);
+            self.insert(id, task, Share::new(), false);
             id
         });
         let slot = self.slots.get_mut(&id).expect("slot exists");
-        if requeued.is_some() {
+        if let Some(share) = share_again {
+            slot.share = share;
             self.live[task.index()] += 1;
         }
         slot.state = SlotState::Connected;
@@ -241,9 +249,7 @@ impl Slots {
             self.last_unclean[task] = how.why().map(str::to_string);
         }
         slot.state = SlotState::Gone(how);
-        if slot.launched {
-            self.budget.release(&self.requires[task]);
-        }
+        self.budget.release(&slot.share);
         Some(slot)
     }
 
@@ -302,7 +308,8 @@ mod tests {
     /// Slots of one task whose workers each need one of `gpus` GPUs.
     fn slots(gpus: u64) -> Slots {
         let gpu: BTreeMap<String, u64> = [("gpu".to_string(), 1)].into();
-        let budget = Budget::new([("gpu".to_string(), gpus)].into());
+        let ids = (0..gpus).map(|gpu| gpu.to_string()).collect();
+        let budget = Budget::new([("gpu".to_string(), ids)].into());
         Slots::new(budget, vec![gpu])
     }
 

@@ -19,7 +19,7 @@
 //! later levels of a task become ready, up to `max_workers`).
 
 use crate::pipeline::Pipeline;
-use crate::run::budget::{worker_demand, Budget};
+use crate::run::budget::{worker_demand, Budget, Share};
 use daisy_core::{DependencyGraph, TaskIdx};
 use serde::Serialize;
 use std::collections::BTreeMap;
@@ -74,12 +74,14 @@ pub struct WorkerIds {
 }
 
 /// One submission of the simulated run.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Grant {
     pub task: TaskIdx,
     /// 1-based, as shown.
     pub phase: usize,
     pub workers: WorkerIds,
+    /// The budget ids each of these workers is given, in order.
+    pub shares: Vec<Share>,
 }
 
 /// The phases of a run, and every submission made in them.
@@ -102,7 +104,7 @@ pub fn simulate(
         graph,
         budget: Budget::new(pipeline.resources.clone()),
         next_worker: 1,
-        workers: vec![0; blocks_left.len()],
+        held: vec![Vec::new(); blocks_left.len()],
         blocks_left,
         grants: Vec::new(),
     };
@@ -151,11 +153,17 @@ struct Simulation<'a> {
     budget: Budget,
     next_worker: u64,
     blocks_left: Vec<u64>,
-    workers: Vec<u32>,
+    /// Per task, the budget shares of its running workers.
+    held: Vec<Vec<Share>>,
     grants: Vec<Grant>,
 }
 
 impl Simulation<'_> {
+    /// How many workers `task` runs now.
+    fn workers(&self, task: TaskIdx) -> u32 {
+        self.held[task.index()].len() as u32
+    }
+
     fn tasks(&self) -> impl Iterator<Item = TaskIdx> + '_ {
         self.graph.task_indices()
     }
@@ -182,7 +190,7 @@ impl Simulation<'_> {
         phase: usize,
         runnable: impl Fn(TaskIdx) -> u64,
     ) -> Vec<Option<WorkerIds>> {
-        let mut started = vec![None; self.workers.len()];
+        let mut started = vec![None; self.held.len()];
         for task in self.tasks().collect::<Vec<_>>() {
             if self.is_done(task) || (phase > 1 && !self.upstream_left(task).is_empty()) {
                 continue;
@@ -190,8 +198,9 @@ impl Simulation<'_> {
             let config = &self.pipeline.tasks[task.index()];
             let ready = runnable(task).min(self.blocks_left[task.index()]);
             let wanted =
-                worker_demand(ready, config.max_workers).saturating_sub(self.workers[task.index()]);
-            let granted = self.budget.allocate_up_to(&config.requires, wanted);
+                worker_demand(ready, config.max_workers).saturating_sub(self.workers(task));
+            let shares = self.budget.allocate_up_to(&config.requires, wanted);
+            let granted = shares.len() as u32;
             if granted == 0 {
                 continue;
             }
@@ -200,11 +209,12 @@ impl Simulation<'_> {
                 last: self.next_worker + u64::from(granted) - 1,
             };
             self.next_worker += u64::from(granted);
-            self.workers[task.index()] += granted;
+            self.held[task.index()].extend(shares.iter().cloned());
             self.grants.push(Grant {
                 task,
                 phase,
                 workers,
+                shares,
             });
             started[task.index()] = Some(workers);
         }
@@ -221,16 +231,20 @@ impl Simulation<'_> {
                 state: self.state(task, started[task.index()]),
             })
             .collect();
-        let used = self.budget.used().iter().filter(|(_, &amount)| amount > 0);
+        let used = self
+            .budget
+            .used()
+            .into_iter()
+            .filter(|&(_, amount)| amount > 0);
         Phase {
             after,
             tasks,
-            budget_used: used.map(|(key, &amount)| (key.clone(), amount)).collect(),
+            budget_used: used.collect(),
         }
     }
 
     fn state(&self, task: TaskIdx, started: Option<WorkerIds>) -> TaskState {
-        let workers = self.workers[task.index()];
+        let workers = self.workers(task);
         let upstream = self.upstream_left(task);
         if workers > 0 {
             TaskState::Running {
@@ -275,7 +289,7 @@ impl Simulation<'_> {
             .filter(|&task| !self.is_done(task) && self.upstream_left(task).is_empty())
             .collect();
         let rounds_left = |task: TaskIdx| {
-            let workers = u64::from(self.workers[task.index()]);
+            let workers = u64::from(self.workers(task));
             (workers > 0).then(|| self.blocks_left[task.index()].div_ceil(workers))
         };
         let Some(rounds) = can_finish.iter().filter_map(|&t| rounds_left(t)).min() else {
@@ -283,7 +297,7 @@ impl Simulation<'_> {
         };
         let mut finished = Vec::new();
         for task in can_finish {
-            let workers = self.workers[task.index()];
+            let workers = self.workers(task);
             let left = &mut self.blocks_left[task.index()];
             *left = left.saturating_sub(rounds * u64::from(workers));
             if *left == 0 {
@@ -310,9 +324,8 @@ impl Simulation<'_> {
 
     /// A done task's workers leave; their budget share returns.
     fn end_workers(&mut self, task: TaskIdx) {
-        let requires = &self.pipeline.tasks[task.index()].requires;
-        for _ in 0..std::mem::take(&mut self.workers[task.index()]) {
-            self.budget.release(requires);
+        for share in std::mem::take(&mut self.held[task.index()]) {
+            self.budget.release(&share);
         }
     }
 }

@@ -121,7 +121,7 @@ pub fn plan(pipeline: &Pipeline, run_dir: &RunDir, worker: WorkerProgram) -> Pla
         pipeline: pipeline.name.clone(),
         file: pipeline.path.clone(),
         run_dir: run_dir.path().to_path_buf(),
-        resources: pipeline.resources.clone(),
+        resources: pipeline.budget_amounts(),
         tasks,
         launcher: pipeline.launcher.kind,
         phases: allocation.phases,
@@ -232,8 +232,9 @@ fn task_plan(pipeline: &Pipeline, graph: &DependencyGraph, task: TaskIdx, done: 
 }
 
 /// Workers `task` may run at once with the budget to itself.
-fn workers_under_budget(task: &TaskConfig, budget: &BTreeMap<String, u64>) -> u32 {
-    Budget::new(budget.clone()).allocate_up_to(&task.requires, task.max_workers)
+fn workers_under_budget(task: &TaskConfig, budget: &BTreeMap<String, Vec<String>>) -> u32 {
+    let shares = Budget::new(budget.clone()).allocate_up_to(&task.requires, task.max_workers);
+    shares.len() as u32
 }
 
 impl Plan {

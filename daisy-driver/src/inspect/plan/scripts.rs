@@ -77,8 +77,10 @@ fn requests(
 ) -> Vec<WorkerRequest> {
     let task = &pipeline.tasks[grant.task.index()];
     (grant.workers.first..=grant.workers.last)
-        .map(|id| {
-            launching::worker_request(task, id, run_dir, worker.path, worker.args, Vec::new())
+        .zip(&grant.shares)
+        .map(|(id, share)| {
+            let (path, args) = (worker.path, worker.args);
+            launching::worker_request(task, id, share, run_dir, path, args, Vec::new())
         })
         .collect()
 }

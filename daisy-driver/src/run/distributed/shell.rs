@@ -278,6 +278,7 @@ impl Shell {
         launching::worker_request(
             config,
             slot.0,
+            &self.core.share_of(slot),
             &self.run_dir,
             &self.options.worker_program,
             &self.options.worker_args,

@@ -8,6 +8,8 @@ pub(crate) mod per_kind;
 pub(crate) mod thread;
 
 use crate::pipeline::{LauncherConfig, LauncherKind, TaskConfig};
+use crate::run::budget::Share;
+use crate::run::resource_env::{resource_env, Placement};
 use crate::run_dir::RunDir;
 use anyhow::Context as _;
 use daisy_core::walltime::parse_slurm_time;
@@ -71,15 +73,29 @@ pub fn task_worker_program<'a>(
 /// `worker_program` if it has one, else `program` with `program_args`,
 /// then the worker's log directory; `env` holds what the worker must not
 /// get on its command line (`DAISY_CONTEXT`, the token), to which the
-/// task's walltime is added.
+/// task's walltime and what the worker is told of its budget `share` are
+/// added ([`resource_env`]).
 pub fn worker_request(
     task: &TaskConfig,
     worker_id: u64,
+    share: &Share,
     run_dir: &RunDir,
     program: &Path,
     program_args: &[String],
     mut env: Vec<(String, String)>,
 ) -> WorkerRequest {
+    let placement = match task.launcher.kind {
+        LauncherKind::Local => Placement::Local { pin: task.pin },
+        _ => Placement::Cluster,
+    };
+    let inherited = |name: &str| std::env::var_os(name).is_some();
+    env.extend(resource_env(
+        share,
+        &task.requires,
+        placement,
+        &task.env,
+        inherited,
+    ));
     let log_dir = run_dir.task_logs(&task.spec.id);
     if let Some(walltime) = task
         .launcher

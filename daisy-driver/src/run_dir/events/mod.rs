@@ -20,11 +20,13 @@ pub(crate) mod history;
 pub(crate) mod recorder;
 pub(crate) mod run_times;
 
+use crate::run::budget::Share;
 use crate::run_dir::events::run_times::RunTimes;
 use daisy_core::TaskCounters;
 pub use file::EventLog;
 use serde::{Deserialize, Serialize};
 use std::borrow::Cow;
+use std::collections::BTreeMap;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 /// Text of an event: borrowed when written, owned when read back.
@@ -109,6 +111,9 @@ pub enum Event<'a> {
         task: Text<'a>,
         worker_id: u64,
         job: Text<'a>,
+        /// The budget's ids the worker holds, per key (none: no budget).
+        #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+        resources: Cow<'a, Share>,
     },
     WorkerStartFailed {
         task: Text<'a>,

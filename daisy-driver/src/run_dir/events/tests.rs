@@ -123,8 +123,18 @@ fn every_kind() -> Vec<(Event<'static>, &'static str)> {
                 task: "t".into(),
                 worker_id: 1,
                 job: "42".into(),
+                resources: Cow::default(),
             },
             r#"{"time":1764403200.5,"event":"worker_submitted","task":"t","worker_id":1,"job":"42"}"#,
+        ),
+        (
+            Event::WorkerSubmitted {
+                task: "t".into(),
+                worker_id: 2,
+                job: "43".into(),
+                resources: Cow::Owned([("gpu".to_string(), vec!["1".to_string()])].into()),
+            },
+            r#"{"time":1764403200.5,"event":"worker_submitted","task":"t","worker_id":2,"job":"43","resources":{"gpu":["1"]}}"#,
         ),
         (
             Event::WorkerStartFailed {

@@ -28,7 +28,7 @@ mod workers;
 mod tests;
 
 use crate::pipeline::{Pipeline, TaskConfig};
-use crate::run::budget::Budget;
+use crate::run::budget::{Budget, Share};
 use crate::run::distributed::connection::{ConnId, PeerEvent};
 use crate::run::launching::thread::LauncherEvent;
 use crate::run::recent_rate::RecentRate;
@@ -270,6 +270,14 @@ impl Core {
         for conn in self.peers.stop_all() {
             self.send(conn, shutdown(reason));
         }
+    }
+
+    /// The budget's ids a launched worker holds.
+    pub fn share_of(&self, slot: SlotId) -> Share {
+        self.slots
+            .get(slot)
+            .map(|s| s.share.clone())
+            .unwrap_or_default()
     }
 
     /// The block a command names.

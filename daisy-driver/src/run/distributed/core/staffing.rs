@@ -10,6 +10,7 @@ use crate::run::slots::{Gone, SlotId};
 use crate::run_dir::events::Event;
 use daisy_core::TaskIdx;
 use launchers::{JobId, LaunchError};
+use std::borrow::Cow;
 
 impl Core {
     /// Starts the workers each task wants, as one submission per task (one
@@ -68,7 +69,7 @@ impl Core {
         result: Result<JobId, LaunchError>,
         done_before: DoneBefore,
     ) {
-        let Some(task) = self.slots.get(slot).map(|s| s.task) else {
+        let Some((task, share)) = self.slots.get(slot).map(|s| (s.task, s.share.clone())) else {
             return;
         };
         let task_id = self.task_id(task).to_string();
@@ -79,6 +80,7 @@ impl Core {
                     task: task_id.into(),
                     worker_id: slot.0,
                     job: job.0.into(),
+                    resources: Cow::Owned(share),
                 });
             }
             Err(error) => error,
