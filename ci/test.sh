@@ -36,7 +36,7 @@ REQUIREMENTS=(SLURM slurmrestd Chromium daisy2 netns)
 # module: a new test in one of these modules is covered without a change).
 E2E='binary_id(daisy-driver::e2e)'
 declare -A TESTS=(
-  [SLURM]="binary_id(launchers::slurm) | binary_id(launchers::lsf) | ($E2E & test(/^((cluster|plan_cluster|preemption::slurm)::|programs::cluster_)/))"
+  [SLURM]="binary_id(launchers::slurm) | binary_id(launchers::lsf) | ($E2E & test(/^((cluster|plan_cluster|preemption::slurm)::|programs::cluster_|resource_slots::cluster_)/))"
   [slurmrestd]="binary_id(launchers::slurmrestd) | ($E2E & test(/^cluster::slurmrestd::/))"
   [Chromium]="$E2E & test(/^report::chromium::/)"
   [daisy2]="$E2E & test(/^daisy2_compat::/)"

@@ -4,6 +4,7 @@
 //! the user set them, and is pinned to its cores when asked.
 
 use crate::util::*;
+use daisy_driver::run::resource_env::THREAD_VARIABLES;
 use serde_json::Value;
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -184,4 +185,26 @@ fn plan_shows_what_each_first_worker_is_told() {
         assert!(text.contains(&told), "{told} in:\n{text}");
     }
     assert!(text.contains("OMP_NUM_THREADS=2 "), "{text}");
+}
+
+#[test]
+fn cluster_jobs_get_the_thread_counts_of_their_cpu_share_but_no_ids() {
+    crate::cluster::needs_slurm("cluster thread counts");
+    let dir = TestDir::new();
+    let task = task(
+        "threads",
+        2,
+        "echo \\\"$OMP_NUM_THREADS|$OPENBLAS_NUM_THREADS|$DAISY_RESOURCES\\\" > seen-{block_id}",
+        "requires = { cpu = 2 }\n[task.launcher]\nkind = \"sbatch\"\ntime = \"00:05:00\"",
+    );
+    dir.write("slots.toml", &pipeline("cpu = 2", &[task]));
+    let mut driver = crate::cluster::cluster_driver(&dir, "slots.toml");
+    for name in THREAD_VARIABLES {
+        driver.env_remove(name);
+    }
+    run_ok(&mut driver);
+    for block in 0..2 {
+        assert_eq!(dir.read(&format!("seen-{block}")).trim(), "2|2|");
+    }
+    crate::cluster::wait_until_gone(&crate::cluster::job_ids(&run_dir(&dir)));
 }
