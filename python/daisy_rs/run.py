@@ -434,6 +434,8 @@ def _task_table(task, pipeline):
         table["launcher"] = task.launcher
     if task.resource_tracking:
         table["resource_tracking"] = True
+    if task.pin:
+        table["pin"] = True
     return table
 
 

@@ -79,7 +79,7 @@ class Task:
     ``read_write_conflict``, anything else 1.x's ``init_callback_fn``.
     Every argument of both also works by keyword, and so do this engine's
     own (``batch_size``, ``prefetch``, ``retry_backoff``, ``idle_timeout``,
-    ``launcher``, ``worker_function``, ``worker_program``).
+    ``launcher``, ``worker_function``, ``worker_program``, ``pin``).
 
     ``process_function`` takes a block, or nothing: a function without
     positional parameters (daisy's rule) is a *worker function* that loops
@@ -153,6 +153,7 @@ class Task:
         idle_timeout=None,
         launcher=None,
         worker_program=None,
+        pin=False,
         **unknown,
     ):
         for name in unknown:
@@ -200,6 +201,9 @@ class Task:
         self.idle_timeout = idle_timeout
         self.launcher = dict(launcher or {})
         self.worker_program = worker_program
+        #: Bind each local worker to the cpu ids it was given from the
+        #: budget (docs/user-guide.md, "Resource slots").
+        self.pin = bool(pin)
 
     @property
     def done_marker_path(self):

@@ -97,3 +97,26 @@ def test_listed_gpus_go_one_to_each_worker_with_its_thread_count(workdir, monkey
     assert daisy.run_blockwise([predict], resources={"gpu": [5, 7], "cpu": 4}, run_dir="run")
     seen = {(workdir / f"seen-{block}").read_text() for block in range(8)}
     assert seen <= {"5 2", "7 2"}, seen
+
+
+def see_cores(block):
+    """Writes the cores this block's worker may run on."""
+    import os
+
+    with open(f"cores-{block.block_id[1]}", "w") as seen:
+        seen.write(",".join(map(str, sorted(os.sched_getaffinity(0)))))
+
+
+def test_a_pinned_task_runs_each_worker_on_its_own_cores(workdir):
+    pinned = daisy.Task(
+        "pinned",
+        total_roi=daisy.Roi((0,), (4,)),
+        read_roi=daisy.Roi((0,), (1,)),
+        write_roi=daisy.Roi((0,), (1,)),
+        process_function=see_cores,
+        max_workers=1,
+        requires={"cpu": 1},
+        pin=True,
+    )
+    assert daisy.run_blockwise([pinned], resources={"cpu": [0]}, run_dir="run")
+    assert {(workdir / f"cores-{block}").read_text() for block in range(4)} == {"0"}
