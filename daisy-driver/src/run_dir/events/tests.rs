@@ -1,3 +1,7 @@
+//! events.jsonl written and read back: every kind of event as the bytes
+//! earlier versions wrote, buffered lines, cut-short last lines, and the
+//! block_done fast path byte for byte against serde.
+
 use super::file::BlockDoneHead;
 use super::*;
 
