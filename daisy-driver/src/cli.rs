@@ -274,12 +274,12 @@ fn command_plan(opts: PlanOpts) -> anyhow::Result<u8> {
     };
     let plan = plan(&pipeline, &run_dir, worker);
     if opts.json {
-        crate::run::stdout::print_line(format_args!(
+        crate::run::output::stdout::print_line(format_args!(
             "{}",
             serde_json::to_string_pretty(&plan).context("encoding the plan")?
         ));
     } else {
-        crate::run::stdout::print(format_args!("{}", plan.render(opts.scripts)));
+        crate::run::output::stdout::print(format_args!("{}", plan.render(opts.scripts)));
     }
     Ok(if plan.is_runnable() { 0 } else { 1 })
 }
@@ -289,7 +289,7 @@ fn command_plan(opts: PlanOpts) -> anyhow::Result<u8> {
 /// the launcher, the lock) is checked before the run directory is written
 /// to, so a run that does not start leaves it as it was.
 fn command_run(opts: RunOpts, stop: StopSignal) -> anyhow::Result<u8> {
-    crate::run::stdout::set_quiet(opts.quiet);
+    crate::run::output::stdout::set_quiet(opts.quiet);
     let (pipeline, run_dir) = load(&opts.pipeline)?;
     let (worker, _) = worker_program(opts.worker_bin.as_deref())?;
     refuse_programs_that_cannot_start(&pipeline, (!opts.serial).then_some(&*worker))?;
@@ -326,7 +326,7 @@ fn command_run(opts: RunOpts, stop: StopSignal) -> anyhow::Result<u8> {
         Some(server) => server.run(pipeline, &run_dir, stop)?,
     };
     if !opts.no_summary {
-        crate::run::stdout::print(format_args!("{}", summary.render()));
+        crate::run::output::stdout::print(format_args!("{}", summary.render()));
     }
     Ok(summary.exit_code())
 }
@@ -382,7 +382,7 @@ impl BlockServer {
         pipeline: Pipeline,
         run_dir: &RunDir,
         stop: StopSignal,
-    ) -> anyhow::Result<crate::run::summary::RunSummary> {
+    ) -> anyhow::Result<crate::run::output::summary::RunSummary> {
         self.runtime.block_on(crate::run::distributed::run(
             Arc::new(pipeline),
             run_dir,
@@ -427,12 +427,12 @@ fn command_status(opts: StatusOpts) -> anyhow::Result<u8> {
     let run_dir = RunDir::new(Some(&opts.run_dir), "");
     let status = crate::inspect::status::status(&run_dir, opts.pipeline.as_deref())?;
     if opts.json {
-        crate::run::stdout::print_line(format_args!(
+        crate::run::output::stdout::print_line(format_args!(
             "{}",
             serde_json::to_string_pretty(&status).context("encoding the status")?
         ));
     } else {
-        crate::run::stdout::print(format_args!("{}", status.render()));
+        crate::run::output::stdout::print(format_args!("{}", status.render()));
     }
     Ok(status.state.exit_code())
 }
@@ -482,7 +482,7 @@ fn command_report(opts: ReportOpts) -> anyhow::Result<u8> {
     for warning in &written.warnings {
         eprintln!("daisy-driver: warning: {warning}");
     }
-    crate::run::stdout::print_line(format_args!("{}", written.path.display()));
+    crate::run::output::stdout::print_line(format_args!("{}", written.path.display()));
     Ok(0)
 }
 

@@ -53,7 +53,7 @@ fn hand_started_workers_are_counted_and_skipped_blocks_explained() {
 
     let again = run_ok(&mut dir.driver(&["run", "p.toml"]));
     assert!(
-        again.contains(daisy_driver::run::summary::SKIPPED_LEGEND),
+        again.contains(daisy_driver::run::output::summary::SKIPPED_LEGEND),
         "{again}"
     );
 }

@@ -18,7 +18,7 @@ pub type OnlyBlocks = Arc<HashSet<BlockId>>;
 pub fn only_failed(pipeline: &Pipeline, run_dir: &RunDir) -> anyhow::Result<OnlyBlocks> {
     let (last_run, _) = RunEvents::read_last(run_dir)?;
     let retry = BlockStates::read(pipeline, run_dir, &last_run)?.to_retry();
-    crate::run::stdout::print_line(format_args!(
+    crate::run::output::stdout::print_line(format_args!(
         "daisy-driver: --retry-failed: running {} failed blocks and {} orphaned blocks; other blocks not done are left for a later run",
         retry.failed, retry.orphaned
     ));

@@ -8,8 +8,8 @@
 //! loses a block it reported done; a block killed mid-way runs again.
 
 use crate::pipeline::{Pipeline, TaskConfig, UserCommand};
+use crate::run::output::summary::{RunEnd, RunSummary, TaskSummary};
 use crate::run::retry::OnlyBlocks;
-use crate::run::summary::{RunEnd, RunSummary, TaskSummary};
 use crate::run_dir::events::Event;
 use crate::run_dir::outcome_recorder::{Attempt, OutcomeRecorder};
 use crate::run_dir::RunDir;
@@ -276,7 +276,7 @@ impl<'a> SerialRunner<'a> {
             return;
         }
         self.last_progress = Instant::now();
-        crate::run::stdout::print_line(format_args!(
+        crate::run::output::stdout::print_line(format_args!(
             "progress: {} blocks run, {} attempts failed",
             self.blocks_run, self.attempts_failed
         ));

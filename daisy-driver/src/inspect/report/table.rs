@@ -28,7 +28,7 @@ pub struct SummaryRow {
 }
 
 /// The execution summary's columns, as `run` prints them.
-pub const HEADERS: [&str; 10] = crate::run::summary::COLUMNS;
+pub const HEADERS: [&str; 10] = crate::run::output::summary::COLUMNS;
 
 /// The rows of `model`'s tasks; `statuses` (found by task id) fill in
 /// what unfinished tasks' events lack.
@@ -116,7 +116,7 @@ pub fn to_html(rows: &[SummaryRow]) -> String {
     }
     html.push_str("</tbody></table>");
     if rows.iter().any(|row| row.skipped.is_some_and(|n| n > 0)) {
-        let legend = Escaped(crate::run::summary::SKIPPED_LEGEND);
+        let legend = Escaped(crate::run::output::summary::SKIPPED_LEGEND);
         let _ = write!(html, "<p class=\"legend\">{legend}</p>");
     }
     html

@@ -16,7 +16,7 @@ pub fn announce(
     options: &RunOptions,
     context: &WorkerContext,
 ) {
-    crate::run::stdout::print_line(format_args!(
+    crate::run::output::stdout::print_line(format_args!(
         "daisy-driver: serving {:?} on {}",
         pipeline.name,
         context.addresses.join(", ")
@@ -25,7 +25,7 @@ pub fn announce(
     let lines: Vec<String> = pipeline.tasks.iter().map(hand_command).collect();
     let _ = std::fs::write(run_dir.worker_commands(), lines.join("\n") + "\n");
     for task in pipeline.tasks.iter().filter(|t| t.max_workers == 0) {
-        crate::run::stdout::print_line(format_args!(
+        crate::run::output::stdout::print_line(format_args!(
             "task {:?} takes workers started by hand: {}",
             task.spec.id,
             hand_command(task)

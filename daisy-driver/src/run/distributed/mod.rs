@@ -18,7 +18,7 @@ mod shell;
 use crate::pipeline::Pipeline;
 use crate::run::context::{advertised_addresses, new_token, run_context, write_context_file};
 use crate::run::launching::thread::{LauncherEvent, LauncherThread};
-use crate::run::summary::{RunEnd, RunSummary};
+use crate::run::output::summary::{RunEnd, RunSummary};
 use crate::run_dir::RunDir;
 use anyhow::Context as _;
 use connection::{ConnEvent, ConnId, ConnSettings};

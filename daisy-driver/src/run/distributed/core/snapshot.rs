@@ -3,9 +3,9 @@
 
 use super::Core;
 use crate::run::distributed::connection::ConnId;
-use crate::run::progress::TaskProgress;
+use crate::run::output::progress::TaskProgress;
+use crate::run::output::summary::{RunEnd, RunSummary, TaskSummary};
 use crate::run::slots::{Gone, SlotState};
-use crate::run::summary::{RunEnd, RunSummary, TaskSummary};
 use crate::run_dir::RunDir;
 use daisy_core::protocol::messages::{InFlightBlock, RunSnapshot, TaskSnapshot, WorkerCounts};
 use daisy_core::protocol::FromDriver;

@@ -75,7 +75,7 @@ impl Progress {
             } => {
                 if last.elapsed() >= *every {
                     *last = Instant::now();
-                    crate::run::stdout::print_line(format_args!(
+                    crate::run::output::stdout::print_line(format_args!(
                         "{}",
                         line(started.elapsed(), tasks)
                     ));
