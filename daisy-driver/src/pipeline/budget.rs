@@ -1,10 +1,15 @@
 //! `[resources]` resolved into the ids the driver hands out: a count is
-//! the ids `0` to `n - 1`, a list is its ids as given. A `gpu` count is
-//! special: when the driver itself may see only some GPUs
-//! (`CUDA_VISIBLE_DEVICES`, set by SLURM for a job with `--gres=gpu`, or
-//! by hand), the budget's GPUs are the first `n` of those, since device
-//! `0` of a worker told `CUDA_VISIBLE_DEVICES=0` would be a GPU the driver
-//! was never given.
+//! the ids `0` to `n - 1`, a list is its ids as given. Two keys are what
+//! the driver's own process may use, when that is known:
+//! - a `gpu` count, where the driver may see only some GPUs
+//!   (`CUDA_VISIBLE_DEVICES`, set by SLURM for a job with `--gres=gpu`,
+//!   or by hand), is the first `n` of those, since device `0` of a worker
+//!   told `CUDA_VISIBLE_DEVICES=0` would be a GPU the driver was never
+//!   given;
+//! - a `cpu` count no larger than the cores the driver may run on (its
+//!   affinity: a SLURM job's cores, `taskset`) is the first `n` of those,
+//!   so pinned workers land on the job's cores. A larger count is a count
+//!   to share out, not cores: `0` to `n - 1`.
 
 use super::schema::{Amounts, Pool};
 use std::collections::BTreeMap;
@@ -24,22 +29,54 @@ pub(super) fn amounts(pools: &BTreeMap<String, Pool>) -> Amounts {
         .collect()
 }
 
-/// The budget's ids per key, or what is wrong; `visible_gpus` is the
-/// driver's `CUDA_VISIBLE_DEVICES`, if set.
+/// What the driver's process may use.
+#[derive(Clone, Debug, Default)]
+pub(super) struct Visible {
+    /// `CUDA_VISIBLE_DEVICES`, if set.
+    pub(super) gpus: Option<String>,
+    /// The cores the driver may run on, in order.
+    pub(super) cpus: Vec<usize>,
+}
+
+impl Visible {
+    /// This process's.
+    pub(super) fn of_this_process() -> Self {
+        Self {
+            gpus: std::env::var(VISIBLE_GPUS).ok(),
+            cpus: allowed_cpus(),
+        }
+    }
+}
+
+/// The budget's ids per key, or what is wrong.
 pub(super) fn ids(
     pools: &BTreeMap<String, Pool>,
-    visible_gpus: Option<&str>,
+    visible: &Visible,
 ) -> Result<BTreeMap<String, Vec<String>>, String> {
     pools
         .iter()
         .map(|(key, pool)| {
-            let ids = match (pool, key.as_str(), visible_gpus) {
+            let ids = match (pool, key.as_str(), &visible.gpus) {
                 (Pool::Ids(ids), _, _) => ids.clone(),
-                (Pool::Count(count), "gpu", Some(visible)) => first_visible(*count, visible)?,
+                (Pool::Count(count), "gpu", Some(gpus)) => first_visible(*count, gpus)?,
+                (&Pool::Count(count), "cpu", _) if count as usize <= visible.cpus.len() => {
+                    let cpus = visible.cpus[..count as usize].iter();
+                    cpus.map(|cpu| cpu.to_string()).collect()
+                }
                 (Pool::Count(count), _, _) => (0..*count).map(|id| id.to_string()).collect(),
             };
             Ok((key.clone(), ids))
         })
+        .collect()
+}
+
+/// The cores this process may run on; none if that cannot be read.
+fn allowed_cpus() -> Vec<usize> {
+    let Ok(set) = nix::sched::sched_getaffinity(nix::unistd::Pid::from_raw(0)) else {
+        return Vec::new();
+    };
+    (0..nix::sched::CpuSet::count())
+        .filter(|&cpu| set.is_set(cpu).unwrap_or(false))
         .collect()
 }
 
@@ -79,7 +116,7 @@ mod tests {
             ("cpu", Pool::Count(3)),
             ("gpu", Pool::Ids(strings(&["2", "0"]))),
         ]);
-        let ids = ids(&budget, None).unwrap();
+        let ids = ids(&budget, &Visible::default()).unwrap();
         assert_eq!(ids["cpu"], ["0", "1", "2"]);
         assert_eq!(ids["gpu"], ["2", "0"]);
         assert_eq!(
@@ -91,7 +128,11 @@ mod tests {
     #[test]
     fn a_gpu_count_takes_the_gpus_the_driver_may_see() {
         let budget = pools(&[("gpu", Pool::Count(2)), ("cpu", Pool::Count(1))]);
-        let ids = ids(&budget, Some("4,6,7")).unwrap();
+        let visible = Visible {
+            gpus: Some("4,6,7".into()),
+            cpus: vec![],
+        };
+        let ids = ids(&budget, &visible).unwrap();
         assert_eq!(ids["gpu"], ["4", "6"]);
         assert_eq!(
             ids["cpu"],
@@ -100,7 +141,7 @@ mod tests {
         );
         let listed = pools(&[("gpu", Pool::Ids(strings(&["1"])))]);
         assert_eq!(
-            super::ids(&listed, Some("4,6")).unwrap()["gpu"],
+            super::ids(&listed, &visible).unwrap()["gpu"],
             ["1"],
             "a list is as given"
         );
@@ -109,7 +150,26 @@ mod tests {
     #[test]
     fn more_gpus_than_the_driver_may_see_are_refused() {
         let budget = pools(&[("gpu", Pool::Count(4))]);
-        let error = ids(&budget, Some("0,1")).unwrap_err();
+        let visible = Visible {
+            gpus: Some("0,1".into()),
+            cpus: vec![],
+        };
+        let error = ids(&budget, &visible).unwrap_err();
         assert!(error.contains("only 2 GPUs"), "{error}");
+    }
+
+    #[test]
+    fn a_cpu_count_takes_the_cores_the_driver_may_run_on_if_it_fits_in_them() {
+        let visible = Visible {
+            gpus: None,
+            cpus: vec![8, 9, 10, 11],
+        };
+        let fits = pools(&[("cpu", Pool::Count(2))]);
+        assert_eq!(ids(&fits, &visible).unwrap()["cpu"], ["8", "9"]);
+        let shared_out = pools(&[("cpu", Pool::Count(6))]);
+        assert_eq!(
+            ids(&shared_out, &visible).unwrap()["cpu"],
+            ["0", "1", "2", "3", "4", "5"]
+        );
     }
 }

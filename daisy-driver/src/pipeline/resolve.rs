@@ -98,8 +98,7 @@ pub(super) fn pipeline(tree: &Value, lines: &Lines, path: &Path) -> Result<Pipel
     let top_launcher = top.launcher.as_ref();
     let (launcher, found) = launcher(top_launcher, None, lines.key("launcher"), path);
     problems.extend(found);
-    let visible_gpus = std::env::var(budget::VISIBLE_GPUS).ok();
-    let resources = budget::ids(&top.resources, visible_gpus.as_deref())
+    let resources = budget::ids(&top.resources, &budget::Visible::of_this_process())
         .map_err(|message| problems.push(Subject::Pipeline.problem("resources.gpu", message)))
         .unwrap_or_default();
     let budget = budget::amounts(&top.resources);
