@@ -182,6 +182,14 @@ pub struct StatusOpts {
     /// it (pipeline.json) [default: the recorded one].
     #[arg(long)]
     pub pipeline: Option<PathBuf>,
+    /// Show the status again every `--every` while the run's driver runs,
+    /// and end with the final state (on a terminal each snapshot replaces
+    /// the last; with --json, one JSON object per line).
+    #[arg(long)]
+    pub watch: bool,
+    /// How often --watch shows the status.
+    #[arg(long, default_value = "2s", value_name = "DURATION", value_parser = humantime::parse_duration, requires = "watch")]
+    pub every: Duration,
 }
 
 #[derive(Debug, Args)]
@@ -425,6 +433,10 @@ fn run_options(
 
 fn command_status(opts: StatusOpts) -> anyhow::Result<u8> {
     let run_dir = RunDir::new(Some(&opts.run_dir), "");
+    if opts.watch {
+        let pipeline = opts.pipeline.as_deref();
+        return crate::inspect::status::watch(&run_dir, pipeline, opts.every, opts.json);
+    }
     let status = crate::inspect::status::status(&run_dir, opts.pipeline.as_deref())?;
     if opts.json {
         crate::run::output::stdout::print_line(format_args!(

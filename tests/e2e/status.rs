@@ -395,3 +395,59 @@ fn a_run_directory_with_done_lines_then_summed_up_records_resumes_and_reads() {
     let html = std::fs::read_to_string(dir.join("report.html")).unwrap();
     assert!(html.contains("the last of 2 runs"), "{html}");
 }
+
+#[test]
+fn status_watch_follows_a_run_and_ends_with_its_final_state() {
+    let dir = TestDir::new();
+    // Block 2 waits for `go`, so the watch sees the run unfinished first.
+    let gated = "if [ {block_id} = 2 ]; then while [ ! -e go ]; do sleep 0.05; done; fi";
+    dir.write(
+        "watched.toml",
+        &format!("name = \"watched\"\n{}", task("t", 4, gated, "")),
+    );
+    let run_dir = dir.join("daisy_run/watched");
+    let driver = ChildGuard::spawn(&mut dir.driver(&["run", "watched.toml"]));
+    wait_until("the driver serves", || {
+        run_dir.join("context.json").exists()
+    });
+    let mut watch = dir.driver(&[
+        "status",
+        "daisy_run/watched",
+        "--watch",
+        "--every",
+        "100ms",
+        "--json",
+    ]);
+    let watcher = ChildGuard::spawn_logged(&mut watch, &dir.join("watched.jsonl"));
+    let snapshots = || -> Vec<Value> {
+        let text = dir.read("watched.jsonl");
+        let lines = text.lines().filter(|line| line.starts_with('{'));
+        lines
+            .map(|line| serde_json::from_str(line).unwrap())
+            .collect()
+    };
+    wait_until("the watch shows the run going", || {
+        snapshots().iter().any(|s| s["running"] == true)
+    });
+    dir.write("go", "");
+    assert!(
+        watcher.wait_for_exit().success(),
+        "ends by itself, finished"
+    );
+    driver.wait_for_exit();
+    let seen = snapshots();
+    let last = seen.last().unwrap();
+    assert_eq!(
+        (&last["running"], &last["state"]),
+        (&Value::from(false), &Value::from("finished"))
+    );
+    assert!(seen.len() >= 2, "{seen:?}");
+    // On a file (not a terminal) plain snapshots follow each other, each
+    // under its time.
+    let text = run_ok(&mut dir.driver(&["status", "daisy_run/watched", "--watch"]));
+    assert!(text.starts_with("--- "), "{text}");
+    assert!(
+        !text.contains('\x1b'),
+        "no terminal codes in a file: {text:?}"
+    );
+}

@@ -8,12 +8,15 @@
 //! - [`live`]: a snapshot from the running driver (found through
 //!   `context.json`).
 //! - [`render`]: the text output; `--json` prints [`RunStatus`].
+//! - [`watch`]: `--watch`, the status again and again while the run goes.
 
 mod live;
 mod offline;
 mod render;
+mod watch;
 
 pub use crate::inspect::run_state::{RunEnding, WorkerEnd};
+pub use watch::watch;
 
 use crate::inspect::run_state::RunEvents;
 use crate::pipeline::Pipeline;
