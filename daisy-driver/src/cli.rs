@@ -1,6 +1,7 @@
 //! The `daisy-driver` command line: clap types and one `command_*`
 //! function per subcommand. The binary only parses and dispatches here.
 
+use crate::inspect::dashboard::Dashboard;
 use crate::inspect::plan::plan;
 use crate::inspect::plan::scripts::WorkerProgram;
 use crate::inspect::report::{self, ReportFormat};
@@ -111,6 +112,21 @@ pub struct RunOpts {
     /// port, and advertises every address to workers.
     #[arg(long, env = "DAISY_LISTEN", default_value = "0.0.0.0:0")]
     pub listen: SocketAddr,
+    /// Serve a live, read-only web page of the run: tasks, workers, blocks
+    /// per second, failed blocks and the report's views. ADDR is HOST:PORT,
+    /// HOST or PORT; without it 127.0.0.1 and port 8790 (a free one if
+    /// taken). The URL, with its token, is printed and written to
+    /// RUN_DIR/dashboard.url; from a laptop: ssh -L 8790:127.0.0.1:8790
+    /// NODE, then open it.
+    #[arg(
+        long,
+        value_name = "ADDR",
+        num_args = 0..=1,
+        require_equals = false,
+        default_missing_value = "127.0.0.1",
+        conflicts_with = "serial"
+    )]
+    pub dashboard: Option<crate::inspect::dashboard::DashboardAddr>,
     /// How often driver and workers send heartbeats.
     #[arg(long, env = "DAISY_HEARTBEAT_INTERVAL", default_value = "8s", value_parser = humantime::parse_duration)]
     pub heartbeat_interval: Duration,
@@ -362,6 +378,8 @@ fn refuse_programs_that_cannot_start(
 struct BlockServer {
     options: RunOptions,
     listener: std::net::TcpListener,
+    /// `--dashboard`'s, bound.
+    dashboard: Option<std::net::TcpListener>,
     launcher: Box<dyn launchers::Launcher>,
     runtime: tokio::runtime::Runtime,
 }
@@ -376,10 +394,14 @@ impl BlockServer {
         let launcher = Box::new(TaskLaunchers::new(pipeline, launch_settings(opts))?);
         let listener = std::net::TcpListener::bind(opts.listen)
             .with_context(|| format!("listening on {}", opts.listen))?;
+        let dashboard = (opts.dashboard.as_ref())
+            .map(|addr| (addr.bind()).with_context(|| format!("--dashboard {addr}: listening")))
+            .transpose()?;
         let runtime = tokio::runtime::Runtime::new().context("starting the async runtime")?;
         Ok(Self {
             options,
             listener,
+            dashboard,
             launcher,
             runtime,
         })
@@ -391,14 +413,24 @@ impl BlockServer {
         run_dir: &RunDir,
         stop: StopSignal,
     ) -> anyhow::Result<crate::run::output::summary::RunSummary> {
-        self.runtime.block_on(crate::run::distributed::run(
-            Arc::new(pipeline),
-            run_dir,
-            self.options,
-            self.listener,
-            self.launcher,
-            stop,
-        ))
+        self.runtime.block_on(async {
+            let dashboard = (self.dashboard)
+                .map(|listener| Dashboard::start(listener, run_dir))
+                .transpose()?;
+            let summary = crate::run::distributed::run(
+                Arc::new(pipeline),
+                run_dir,
+                self.options,
+                self.listener,
+                self.launcher,
+                stop,
+            )
+            .await;
+            if let Some(dashboard) = dashboard {
+                dashboard.finish().await;
+            }
+            summary
+        })
     }
 }
 

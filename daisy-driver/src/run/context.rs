@@ -61,7 +61,15 @@ pub fn run_context(addresses: Vec<String>, token: &str) -> WorkerContext {
 /// Writes `context.json` readable by its owner only (it holds the token),
 /// atomically: a worker started by hand never reads half a file.
 pub fn write_context_file(path: &Path, context: &WorkerContext) -> anyhow::Result<()> {
-    let partial = path.with_extension("json.partial");
+    write_secret(path, &context.to_json())
+}
+
+/// Writes `text` to `path` readable by its owner alone (it holds a
+/// token), whole or not at all: through a partial file renamed into place.
+pub fn write_secret(path: &Path, text: &str) -> anyhow::Result<()> {
+    let mut partial = path.as_os_str().to_owned();
+    partial.push(".partial");
+    let partial = std::path::PathBuf::from(partial);
     let _ = std::fs::remove_file(&partial);
     let mut file = std::fs::OpenOptions::new()
         .write(true)
@@ -69,7 +77,7 @@ pub fn write_context_file(path: &Path, context: &WorkerContext) -> anyhow::Resul
         .mode(0o600)
         .open(&partial)
         .with_context(|| format!("creating {}", partial.display()))?;
-    file.write_all(context.to_json().as_bytes())
+    file.write_all(text.as_bytes())
         .with_context(|| format!("writing {}", partial.display()))?;
     std::fs::rename(&partial, path)
         .with_context(|| format!("renaming {} into place", partial.display()))

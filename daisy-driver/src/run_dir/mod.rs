@@ -49,6 +49,12 @@ impl RunDir {
         self.path.join("context.json")
     }
 
+    /// The running driver's dashboard URL, token included (`run
+    /// --dashboard`); removed when the run ends.
+    pub fn dashboard_url(&self) -> PathBuf {
+        self.path.join("dashboard.url")
+    }
+
     /// The commands that start workers by hand, one line per task.
     pub fn worker_commands(&self) -> PathBuf {
         self.path.join("worker-commands.txt")

@@ -5,7 +5,7 @@ use super::svg::Escaped;
 use super::{failures, table, Drawings};
 use std::fmt::Write as _;
 
-const STYLE: &str = "\
+pub const STYLE: &str = "\
 body{font-family:sans-serif;margin:20px;color:#222;max-width:1120px}\
 h1{font-size:20px;margin:0 0 6px}h2{font-size:16px;margin:26px 0 8px}\
 p{margin:3px 0}.facts{color:#555;font-size:13px}.warning{color:#b00020;font-size:13px}\
@@ -18,13 +18,19 @@ th:first-child,td:first-child{text-align:left}\
 
 /// The page.
 pub fn page(drawings: &Drawings) -> String {
-    let mut html = String::with_capacity(64 * 1024);
     let title = Escaped(&drawings.title);
-    let _ = write!(
-        html,
+    format!(
         "<!DOCTYPE html><html lang=\"en\"><head><meta charset=\"utf-8\">\
-         <title>{title}</title><style>{STYLE}</style></head><body><h1>{title}</h1>"
-    );
+         <title>{title}</title><style>{STYLE}</style></head><body><h1>{title}</h1>{}\
+         </body></html>\n",
+        body(drawings)
+    )
+}
+
+/// What the page shows under its title: the facts, warnings, and every
+/// view (the live dashboard shows this too, under its own live part).
+pub fn body(drawings: &Drawings) -> String {
+    let mut html = String::with_capacity(64 * 1024);
     for fact in &drawings.facts {
         let _ = write!(html, "<p class=\"facts\">{}</p>", Escaped(fact));
     }
@@ -52,7 +58,6 @@ pub fn page(drawings: &Drawings) -> String {
     if !costs.is_empty() {
         section(&mut html, "What blocks cost", &costs);
     }
-    html.push_str("</body></html>\n");
     html
 }
 

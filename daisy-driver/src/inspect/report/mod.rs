@@ -35,7 +35,7 @@ mod table;
 mod timeline;
 
 pub use png::{headless_args, PngError};
-pub use svg::human_seconds;
+pub use svg::{human_seconds, Escaped};
 
 use crate::inspect::run_state::{BlockStates, RunEvents};
 use crate::inspect::status::TaskStatus;
@@ -130,6 +130,20 @@ pub fn write(
         warnings: drawings.warnings,
     })
 }
+
+/// The report of the last run in `run_dir` that ran a block, as the
+/// HTML under the page's title (the live dashboard's lower half), and its
+/// stylesheet.
+pub fn body(run_dir: &RunDir) -> Result<String, ReportError> {
+    Ok(html::body(&draw(run_dir, None)?))
+}
+
+/// The report page of `run_dir`, as `report` writes it.
+pub fn page(run_dir: &RunDir) -> Result<String, ReportError> {
+    Ok(html::page(&draw(run_dir, None)?))
+}
+
+pub use html::STYLE;
 
 /// Everything the report shows, drawn once for any output format.
 struct Drawings {

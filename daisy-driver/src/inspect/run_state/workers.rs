@@ -17,11 +17,32 @@ pub enum WorkerEnd {
     Lost,
     /// Never connected: its job ended first or submitting it failed.
     FailedStart,
-    /// No end recorded and the driver is running: still at work.
+    /// No end recorded and the driver is running: submitted, and not
+    /// connected yet (a job waiting in the cluster's queue).
+    Queued,
+    /// No end recorded and the driver is running: connected and at work.
     Running,
+    /// No end recorded and the driver is running: connected, and
+    /// finishing what it holds before it leaves (a signal, its walltime).
+    Draining,
     /// No end recorded and no driver running: the driver stopped first
     /// (killed, or it cancelled the job at its end).
     Unrecorded,
+}
+
+impl WorkerEnd {
+    /// In words, as `status` and the dashboard show it.
+    pub fn describe(self) -> &'static str {
+        match self {
+            WorkerEnd::Clean => "clean",
+            WorkerEnd::Lost => "lost",
+            WorkerEnd::FailedStart => "failed to start",
+            WorkerEnd::Queued => "queued",
+            WorkerEnd::Running => "running",
+            WorkerEnd::Draining => "draining",
+            WorkerEnd::Unrecorded => "no end recorded",
+        }
+    }
 }
 
 /// A recorded end of a worker: `worker_gone` or `worker_start_failed`.

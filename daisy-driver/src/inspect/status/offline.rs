@@ -118,7 +118,11 @@ impl LastRun {
 impl WorkerStatus {
     fn of(task: &str, worker_id: u64, life: &WorkerLife, running: bool) -> Self {
         let (end, why) = match life.end_state() {
-            (WorkerEnd::Unrecorded, why) if running => (WorkerEnd::Running, why),
+            (WorkerEnd::Unrecorded, why) if running => match (life.connected, &life.drained) {
+                (None, _) => (WorkerEnd::Queued, why),
+                (Some(_), Some((_, draining))) => (WorkerEnd::Draining, Some(draining.as_str())),
+                (Some(_), None) => (WorkerEnd::Running, why),
+            },
             state => state,
         };
         WorkerStatus {

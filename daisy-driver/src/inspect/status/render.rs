@@ -193,8 +193,8 @@ fn workers(out: &mut String, workers: &[WorkerStatus]) {
     sorted.sort_by_key(|w| (w.end == WorkerEnd::Clean, w.worker_id));
     for w in sorted.iter().take(LIST_LIMIT) {
         let end = match (&w.end, &w.why) {
-            (WorkerEnd::Clean, _) | (_, None) => end_name(w.end).to_string(),
-            (end, Some(why)) => format!("{}: {why}", end_name(*end)),
+            (WorkerEnd::Clean, _) | (_, None) => w.end.describe().to_string(),
+            (end, Some(why)) => format!("{}: {why}", end.describe()),
         };
         let job = match (&w.job, w.by_hand) {
             (Some(job), _) => job.clone(),
@@ -212,16 +212,6 @@ fn workers(out: &mut String, workers: &[WorkerStatus]) {
         );
     }
     more(out, workers.len());
-}
-
-fn end_name(end: WorkerEnd) -> &'static str {
-    match end {
-        WorkerEnd::Clean => "clean",
-        WorkerEnd::Lost => "lost",
-        WorkerEnd::FailedStart => "failed to start",
-        WorkerEnd::Running => "running",
-        WorkerEnd::Unrecorded => "no end recorded",
-    }
 }
 
 fn live_view(out: &mut String, live: &LiveStatus) {

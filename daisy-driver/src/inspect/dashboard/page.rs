@@ -1,0 +1,223 @@
+//! The page: its static files, and the HTML of its live part drawn from
+//! the status (the report's views below it come from
+//! [`crate::inspect::report::body`]).
+
+use crate::inspect::report::{human_seconds, Escaped};
+use crate::inspect::status::{RunStatus, TaskStatus, WorkerEnd, WorkerStatus};
+use std::fmt::Write as _;
+
+/// The page's frame; its script fills it.
+pub const INDEX: &str = include_str!("assets/index.html");
+pub const SCRIPT: &str = include_str!("assets/dashboard.js");
+/// The dashboard's own rules, after the report's stylesheet.
+pub const STYLE: &str = include_str!("assets/dashboard.css");
+
+/// Most worker rows drawn; the rest are counted (all of them are in
+/// `/api/status`). Those not ended cleanly come first.
+const WORKER_ROWS: usize = 200;
+
+/// What one snapshot puts on the page.
+#[derive(Debug)]
+pub struct Parts {
+    pub title: String,
+    pub pipeline: String,
+    /// The headline, the tasks and the workers.
+    pub live: String,
+    /// The report's views.
+    pub report: String,
+}
+
+impl Parts {
+    pub fn of(
+        status: &anyhow::Result<RunStatus>,
+        report: &anyhow::Result<String>,
+        over: bool,
+    ) -> Self {
+        let report = match report {
+            Ok(report) => report.clone(),
+            Err(error) => problem("no report", error),
+        };
+        let status = match status {
+            Ok(status) => status,
+            Err(error) => {
+                return Self {
+                    title: "daisy: no status".into(),
+                    pipeline: String::new(),
+                    live: problem("no status", error),
+                    report,
+                }
+            }
+        };
+        let state = state_name(status, over);
+        let (done, total) = done_of(&status.tasks);
+        let percent = match total {
+            0 => 100.0,
+            total => 100.0 * done as f64 / total as f64,
+        };
+        Self {
+            title: format!("daisy: {} ({state}, {percent:.0}%)", status.pipeline),
+            pipeline: status.pipeline.clone(),
+            live: live(status, state),
+            report,
+        }
+    }
+}
+
+fn problem(what: &str, error: &anyhow::Error) -> String {
+    format!(
+        "<p class=\"warning\">{what}: {}</p>",
+        Escaped(&format!("{error:#}"))
+    )
+}
+
+/// `running` while a driver answers, else the state the exit code tells.
+fn state_name(status: &RunStatus, over: bool) -> &'static str {
+    match (status.running && !over, status.state) {
+        (true, _) => "running",
+        (false, crate::inspect::status::RunState::Finished) => "finished",
+        (false, crate::inspect::status::RunState::Failed) => "failed",
+        (false, crate::inspect::status::RunState::Incomplete) => "incomplete",
+    }
+}
+
+/// Blocks done or skipped, and blocks, over every task.
+fn done_of(tasks: &[TaskStatus]) -> (u64, u64) {
+    tasks.iter().fold((0, 0), |(done, total), task| {
+        (done + task.done + task.skipped, total + task.total)
+    })
+}
+
+/// The headline, one row per task, one per worker.
+fn live(status: &RunStatus, state: &str) -> String {
+    let mut html = String::with_capacity(8 * 1024);
+    let (done, total) = done_of(&status.tasks);
+    let _ = write!(
+        html,
+        "<p id=\"headline\"><span id=\"run-state\" class=\"state state-{state}\">{state}</span> \
+         <span id=\"done\">{done}</span> of <span id=\"total\">{total}</span> blocks done"
+    );
+    if let Some(live) = &status.live {
+        let _ = write!(
+            html,
+            " &middot; <span id=\"rate\">{:.1}</span> blocks/s &middot; running for {}",
+            live.blocks_per_s,
+            human_seconds(live.seconds)
+        );
+        if let Some(eta) = live.eta_s {
+            let _ = write!(html, " &middot; about {} to go", human_seconds(eta));
+        }
+    }
+    html.push_str("</p>");
+    for warning in &status.warnings {
+        let _ = write!(html, "<p class=\"warning\">{}</p>", Escaped(warning));
+    }
+    tasks(&mut html, status);
+    if let Some(run) = &status.last_run {
+        workers(&mut html, &run.workers);
+    }
+    html
+}
+
+fn tasks(html: &mut String, status: &RunStatus) {
+    html.push_str(
+        "<h2>Tasks</h2><table id=\"tasks\"><tr><th>task</th><th>progress</th><th>done</th>\
+         <th>skipped</th><th>failed</th><th>orphaned</th><th>remaining</th><th>blocks/s</th>\
+         <th>workers</th></tr>",
+    );
+    for task in &status.tasks {
+        let live = (status.live.iter())
+            .flat_map(|live| &live.tasks)
+            .find(|t| t.task_id == task.id);
+        let rate = live.map_or("-".into(), |t| format!("{:.1}", t.blocks_per_s));
+        let connected = live.map_or("-".into(), |t| t.workers_connected.to_string());
+        let share = |n: u64| match task.total {
+            0 => 0.0,
+            total => 100.0 * n as f64 / total as f64,
+        };
+        let _ = write!(
+            html,
+            "<tr data-task=\"{id}\"><td>{id}</td><td><div class=\"bar\" title=\"{done} done, \
+             {skipped} skipped, {failed} failed, {orphaned} orphaned of {total}\">\
+             <div class=\"done\" style=\"width:{:.2}%\"></div>\
+             <div class=\"skipped\" style=\"width:{:.2}%\"></div>\
+             <div class=\"failed\" style=\"width:{:.2}%\"></div>\
+             <div class=\"orphaned\" style=\"width:{:.2}%\"></div></div></td>\
+             <td>{done} of {total}</td><td>{skipped}</td><td>{failed}</td><td>{orphaned}</td>\
+             <td>{remaining}</td><td>{rate}</td><td>{connected}</td></tr>",
+            share(task.done),
+            share(task.skipped),
+            share(task.failed),
+            share(task.orphaned),
+            id = Escaped(&task.id),
+            done = task.done,
+            skipped = task.skipped,
+            failed = task.failed,
+            orphaned = task.orphaned,
+            total = task.total,
+            remaining = task.remaining,
+        );
+        if let Some(why) = &task.abandoned {
+            let _ = write!(
+                html,
+                "<tr><td></td><td class=\"warning\" colspan=\"8\">abandoned: {}</td></tr>",
+                Escaped(why)
+            );
+        }
+    }
+    html.push_str("</table>");
+}
+
+fn workers(html: &mut String, workers: &[WorkerStatus]) {
+    let mut counts: Vec<(WorkerEnd, usize)> = Vec::new();
+    for worker in workers {
+        match counts.iter_mut().find(|(end, _)| *end == worker.end) {
+            Some((_, n)) => *n += 1,
+            None => counts.push((worker.end, 1)),
+        }
+    }
+    let counted: Vec<String> = (counts.iter())
+        .map(|(end, n)| format!("{n} {}", end.describe()))
+        .collect();
+    let _ = write!(
+        html,
+        "<h2>Workers</h2><p class=\"facts\">{} workers: {}</p>",
+        workers.len(),
+        counted.join(", ")
+    );
+    html.push_str(
+        "<table id=\"workers\"><tr><th>task</th><th>worker</th><th>job</th><th>host</th>\
+         <th>pid</th><th>state</th><th>why</th></tr>",
+    );
+    let mut shown: Vec<&WorkerStatus> = workers.iter().collect();
+    shown.sort_by_key(|w| (w.end == WorkerEnd::Clean, w.worker_id));
+    for w in shown.iter().take(WORKER_ROWS) {
+        let state = serde_json::to_value(w.end).ok();
+        let class = state.as_ref().and_then(|s| s.as_str()).unwrap_or("unknown");
+        let job = match (&w.job, w.by_hand) {
+            (Some(job), _) => job.as_str(),
+            (None, true) => "(by hand)",
+            (None, false) => "-",
+        };
+        let _ = write!(
+            html,
+            "<tr class=\"worker worker-{class}\" data-worker=\"{id}\" data-state=\"{class}\">\
+             <td>{task}</td><td>{id}</td><td>{job}</td><td>{host}</td><td>{pid}</td>\
+             <td class=\"text\">{state}</td><td class=\"text\">{why}</td></tr>",
+            id = w.worker_id,
+            task = Escaped(&w.task),
+            job = Escaped(job),
+            host = Escaped(w.host.as_deref().unwrap_or("-")),
+            pid = w.pid.map_or("-".into(), |pid| pid.to_string()),
+            state = w.end.describe(),
+            why = Escaped(w.why.as_deref().unwrap_or("")),
+        );
+    }
+    html.push_str("</table>");
+    if workers.len() > WORKER_ROWS {
+        let _ = write!(
+            html,
+            "<p class=\"hint\">and {} more workers (all of them are in /api/status)</p>",
+            workers.len() - WORKER_ROWS
+        );
+    }
+}

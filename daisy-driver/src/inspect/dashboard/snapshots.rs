@@ -1,0 +1,205 @@
+//! The run drawn again and again for the dashboard, on a thread of its
+//! own: only while someone watches (an open page, or a script that just
+//! asked), at most every [`MIN_INTERVAL`], and further apart when drawing
+//! takes long (a tenth of the time at most), so that a watched run of
+//! millions of blocks pays a bounded share of one core. Each drawing
+//! reads the run directory and asks the driver for its snapshot, as
+//! `status` and `report` do: the page shows their model, not another.
+//! The block server's thread is never waited on.
+
+use super::page;
+use crate::inspect::{report, status};
+use crate::run_dir::RunDir;
+use hyper::body::Bytes;
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+use tokio::sync::watch;
+
+/// The shortest time between two drawings.
+pub const MIN_INTERVAL: Duration = Duration::from_secs(1);
+
+/// Drawing may take this share of the thread's time at most.
+const BUSY_SHARE: u32 = 10;
+
+/// One drawing of the run.
+#[derive(Debug)]
+pub struct Snapshot {
+    /// The run is over: this is its final state.
+    pub over: bool,
+    pub drawn: Instant,
+    /// What `status --json` prints.
+    pub status_json: Bytes,
+    /// The server-sent event that carries the page's parts.
+    pub event: Bytes,
+}
+
+/// Who wants drawings, shared by the server and the drawing thread.
+#[derive(Debug, Default)]
+struct Demand {
+    /// Pages open on the event stream.
+    watchers: usize,
+    /// A script asked for the status and waits for a drawing.
+    asked: bool,
+    /// The run ended: draw its final state, then stop.
+    ending: bool,
+}
+
+#[derive(Debug, Default)]
+struct Shared {
+    demand: Mutex<Demand>,
+    wake: Condvar,
+}
+
+/// The drawing thread's handle, shared by every connection.
+#[derive(Clone, Debug)]
+pub struct Snapshots {
+    shared: Arc<Shared>,
+    latest: watch::Receiver<Option<Arc<Snapshot>>>,
+}
+
+impl Snapshots {
+    /// Starts the thread that draws the run in `run_dir`.
+    pub fn start(run_dir: &RunDir) -> std::io::Result<Self> {
+        let shared = Arc::new(Shared::default());
+        let (publish, latest) = watch::channel(None);
+        let drawer = Drawer {
+            run_dir: run_dir.clone(),
+            shared: Arc::clone(&shared),
+            publish,
+        };
+        std::thread::Builder::new()
+            .name("daisy-dashboard".into())
+            .spawn(move || drawer.run())?;
+        Ok(Self { shared, latest })
+    }
+
+    /// The drawings as they come, the newest first.
+    pub fn subscribe(&self) -> watch::Receiver<Option<Arc<Snapshot>>> {
+        self.latest.clone()
+    }
+
+    /// A page opened (`true`) or closed its event stream.
+    pub fn watching(&self, opened: bool) {
+        let mut demand = self.demand();
+        match opened {
+            true => demand.watchers += 1,
+            false => demand.watchers = demand.watchers.saturating_sub(1),
+        }
+        self.shared.wake.notify_all();
+    }
+
+    /// Pages with their event stream open.
+    pub fn watchers(&self) -> usize {
+        self.demand().watchers
+    }
+
+    /// A drawing at most [`MIN_INTERVAL`] old: the latest, or the next.
+    /// `None` if none comes (the run ended and drawing stopped).
+    pub async fn fresh(&self) -> Option<Arc<Snapshot>> {
+        let mut latest = self.latest.clone();
+        if let Some(snapshot) = latest.borrow_and_update().as_ref() {
+            if snapshot.over || snapshot.drawn.elapsed() < MIN_INTERVAL {
+                return Some(Arc::clone(snapshot));
+            }
+        }
+        self.demand().asked = true;
+        self.shared.wake.notify_all();
+        latest.changed().await.ok()?;
+        let snapshot = latest.borrow().clone();
+        snapshot
+    }
+
+    /// The run is over: the final state is drawn once more, then drawing
+    /// stops.
+    pub fn end(&self) {
+        self.demand().ending = true;
+        self.shared.wake.notify_all();
+    }
+
+    fn demand(&self) -> MutexGuard<'_, Demand> {
+        // A panic while drawing leaves plain counters behind: still valid.
+        self.shared.demand.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+/// The drawing thread's state.
+struct Drawer {
+    run_dir: RunDir,
+    shared: Arc<Shared>,
+    publish: watch::Sender<Option<Arc<Snapshot>>>,
+}
+
+impl Drawer {
+    fn run(self) {
+        let mut interval = MIN_INTERVAL;
+        let mut last: Option<Instant> = None;
+        for sequence in 1.. {
+            let Some(over) = self.wait_for_demand(last, interval) else {
+                return;
+            };
+            let started = Instant::now();
+            let snapshot = draw(&self.run_dir, sequence, over);
+            interval = MIN_INTERVAL.max(started.elapsed() * BUSY_SHARE);
+            last = Some(started);
+            let _ = self.publish.send(Some(Arc::new(snapshot)));
+            if over {
+                return;
+            }
+        }
+    }
+
+    /// Waits until a drawing is wanted and due; whether it is the final
+    /// one. `None`: nobody can ask any more (the server is gone).
+    fn wait_for_demand(&self, last: Option<Instant>, interval: Duration) -> Option<bool> {
+        let mut demand = self.shared.demand.lock().unwrap_or_else(|e| e.into_inner());
+        loop {
+            if demand.ending {
+                // The final state is drawn for those watching alone.
+                return (demand.watchers > 0).then_some(true);
+            }
+            if self.publish.is_closed() {
+                return None;
+            }
+            let since = last.map_or(interval, |last| last.elapsed());
+            let wanted = demand.watchers > 0 || demand.asked;
+            if wanted && since >= interval {
+                demand.asked = false;
+                return Some(false);
+            }
+            // Wakes up now and then to notice a server that went away.
+            let wait = match wanted {
+                true => interval - since,
+                false => Duration::from_secs(1),
+            };
+            demand = (self.shared.wake.wait_timeout(demand, wait))
+                .unwrap_or_else(|e| e.into_inner())
+                .0;
+        }
+    }
+}
+
+/// The run as `status` and `report` find it now.
+fn draw(run_dir: &RunDir, sequence: u64, over: bool) -> Snapshot {
+    let status = status::status(run_dir, None);
+    let report = report::body(run_dir).map_err(anyhow::Error::from);
+    let status_json = match &status {
+        Ok(status) => serde_json::to_vec(status).unwrap_or_default(),
+        Err(error) => serde_json::to_vec(&serde_json::json!({ "error": format!("{error:#}") }))
+            .unwrap_or_default(),
+    };
+    let parts = page::Parts::of(&status, &report, over);
+    let data = serde_json::json!({
+        "sequence": sequence,
+        "over": over,
+        "title": parts.title,
+        "pipeline": parts.pipeline,
+        "live": parts.live,
+        "report": parts.report,
+    });
+    Snapshot {
+        over,
+        drawn: Instant::now(),
+        status_json: Bytes::from(status_json),
+        event: Bytes::from(format!("event: snapshot\ndata: {data}\n\n")),
+    }
+}
