@@ -114,15 +114,15 @@ pub struct RunOpts {
     pub listen: SocketAddr,
     /// Serve a live, read-only web page of the run: tasks, workers, blocks
     /// per second, failed blocks and the report's views. ADDR is HOST:PORT,
-    /// HOST or PORT; without it 127.0.0.1 and port 8790 (a free one if
-    /// taken). The URL, with its token, is printed and written to
-    /// RUN_DIR/dashboard.url; from a laptop: ssh -L 8790:127.0.0.1:8790
-    /// NODE, then open it.
+    /// HOST or PORT (--dashboard=0.0.0.0:8790); without it 127.0.0.1 and
+    /// port 8790 (a free one if taken). The URL, with its token, is
+    /// printed and written to RUN_DIR/dashboard.url; from a laptop: ssh -L
+    /// 8790:127.0.0.1:8790 NODE, then open it.
     #[arg(
         long,
         value_name = "ADDR",
         num_args = 0..=1,
-        require_equals = false,
+        require_equals = true,
         default_missing_value = "127.0.0.1",
         conflicts_with = "serial"
     )]

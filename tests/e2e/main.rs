@@ -6,6 +6,7 @@ mod chaos;
 mod cluster;
 mod costs;
 mod daisy2_compat;
+mod dashboard;
 mod distributed;
 mod failures;
 mod found_done;
