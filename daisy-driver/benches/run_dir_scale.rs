@@ -171,7 +171,7 @@ async fn noting_worker(mut client: Client, batch: u32, seen: Arc<Seen>) -> Resul
 fn drive(dir: &Path, settings: &Settings, kill_at: Option<u64>) -> Result<(Seen, f64), String> {
     // A killed driver's context names its dead port.
     let _ = std::fs::remove_file(dir.join("run").join("context.json"));
-    let mut driver = Driver::start(dir, &pipeline_toml(settings.per_dim))?;
+    let mut driver = Driver::start(dir, &pipeline_toml(settings.per_dim), &[])?;
     let context = driver.wait_for_context()?;
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()

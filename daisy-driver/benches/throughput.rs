@@ -24,10 +24,14 @@
 //! interpreter it is skipped with a loud line saying how to get it.
 //! docs/benchmarks.md explains the set-up and records the figures.
 //!
+//! `--dashboard false,true` measures each row without and with `run
+//! --dashboard`, a watcher reading the page's event stream (as an open
+//! browser tab does) for the whole run, and prints the ratio.
+//!
 //! ```text
 //! DAISY2_PYTHON=v/bin/python cargo bench -p daisy-driver --bench throughput \
 //!     [-- --blocks 10000,100000 --workers 1,2,4,8,16 --batch 1 --runs 3 --client-threads 0 \
-//!         --conflict false --client full]
+//!         --conflict false --client full --dashboard false]
 //! ```
 
 mod common;
@@ -77,6 +81,10 @@ struct Settings {
     /// driver sees the same messages from either.
     #[arg(long, value_enum, default_value_t = ClientKind::Full)]
     client: ClientKind,
+    /// Without (`false`) and with (`true`) the dashboard, watched; each a
+    /// separate row, their runs taking turns.
+    #[arg(long, value_delimiter = ',', default_values_t = [false], action = clap::ArgAction::Set)]
+    dashboard: Vec<bool>,
 }
 
 /// Which in-process worker the bench runs.
@@ -97,6 +105,8 @@ struct Measurement {
     driver_cpu: f64,
     /// The same for this process (the workers), from the first acquire.
     workers_cpu: f64,
+    /// With the dashboard: the snapshots its watcher received.
+    dashboard: Option<u64>,
 }
 
 impl Measurement {
@@ -195,14 +205,47 @@ async fn run_workers(
     })
 }
 
+/// Reads the dashboard's event stream, as an open page does, until it
+/// ends; the snapshots received.
+fn watch_dashboard(run_dir: &Path) -> Result<u64, String> {
+    use std::io::BufRead as _;
+    let url_file = run_dir.join("dashboard.url");
+    let deadline = Instant::now() + std::time::Duration::from_secs(30);
+    while !url_file.exists() && Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+    let url = std::fs::read_to_string(&url_file).map_err(|e| format!("{url_file:?}: {e}"))?;
+    let (base, token) = url
+        .trim()
+        .split_once("/?token=")
+        .ok_or("a URL without token")?;
+    let stream = reqwest::blocking::Client::new()
+        .get(format!("{base}/api/stream?token={token}"))
+        .send()
+        .map_err(|e| e.to_string())?;
+    let lines = std::io::BufReader::new(stream).lines();
+    let events = lines
+        .map_while(Result::ok)
+        .filter(|l| l == "event: snapshot");
+    Ok(events.count() as u64)
+}
+
 /// One run: start the driver, serve every block, reap it.
 fn measure_once(
     runtime: &tokio::runtime::Runtime,
     (blocks, workers, batch): (u64, u32, u32),
     settings: &Settings,
+    dashboard: bool,
 ) -> Result<Measurement, String> {
     let dir = tempfile::tempdir().map_err(|e| e.to_string())?;
-    let mut driver = Driver::start(dir.path(), &pipeline_toml(blocks, settings.conflict))?;
+    let pipeline = pipeline_toml(blocks, settings.conflict);
+    let args: &[&str] = match dashboard {
+        true => &["--dashboard=127.0.0.1:0"],
+        false => &[],
+    };
+    let mut driver = Driver::start(dir.path(), &pipeline, args)?;
+    let run_dir = driver.run_dir.clone();
+    let watcher = dashboard.then(|| std::thread::spawn(move || watch_dashboard(&run_dir)));
     let context = driver.wait_for_context()?;
     let cpu_at_start = driver.cpu_so_far()?;
     let reaped_before = reaped_children_cpu();
@@ -212,6 +255,11 @@ fn measure_once(
     let seconds = run.start.elapsed().as_secs_f64();
     let driver_cpu = reaped_children_cpu() - reaped_before - cpu_at_start;
     let done = run.done;
+    let dashboard = match watcher.map(|w| w.join()) {
+        Some(Ok(snapshots)) => Some(snapshots?),
+        Some(Err(_)) => return Err("the dashboard's watcher panicked".into()),
+        None => None,
+    };
     if !status.success() || done != blocks {
         let log = std::fs::read_to_string(dir.path().join("driver.err")).unwrap_or_default();
         return Err(format!(
@@ -225,23 +273,27 @@ fn measure_once(
         seconds,
         driver_cpu,
         workers_cpu,
+        dashboard,
     })
 }
 
-/// The fastest of `runs` runs.
+/// The fastest of `runs` runs, for each dashboard setting, the settings'
+/// runs taking turns (so that a noisy spell hits them alike).
 fn measure_ours(
     runtime: &tokio::runtime::Runtime,
     settings: &Settings,
     row: (u64, u32, u32),
-) -> Result<Measurement, String> {
-    let mut best: Option<Measurement> = None;
+) -> Result<Vec<Measurement>, String> {
+    let mut best: Vec<Option<Measurement>> = vec![None; settings.dashboard.len()];
     for _ in 0..settings.runs.max(1) {
-        let m = measure_once(runtime, row, settings)?;
-        if best.is_none_or(|b| m.seconds < b.seconds) {
-            best = Some(m);
+        for (best, &dashboard) in best.iter_mut().zip(&settings.dashboard) {
+            let m = measure_once(runtime, row, settings, dashboard)?;
+            if best.is_none_or(|b| m.seconds < b.seconds) {
+                *best = Some(m);
+            }
         }
     }
-    Ok(best.expect("at least one run"))
+    Ok(best.into_iter().flatten().collect())
 }
 
 fn client_runtime(threads: usize) -> tokio::runtime::Runtime {
@@ -342,10 +394,11 @@ fn baseline(settings: &Settings) -> Vec<((u64, u32), f64)> {
 fn print_table(rows: &[Measurement], daisy2: &[((u64, u32), f64)]) {
     println!();
     println!(
-        "{:>8} {:>7} {:>5} {:>8} {:>9} {:>13} {:>14} | {:>12} {:>7}",
+        "{:>8} {:>7} {:>5} {:>9} {:>8} {:>9} {:>13} {:>14} | {:>12} {:>7}",
         "blocks",
         "workers",
         "batch",
+        "dashboard",
         "seconds",
         "blocks/s",
         "driver us/blk",
@@ -362,8 +415,9 @@ fn print_table(rows: &[Measurement], daisy2: &[((u64, u32), f64)]) {
             Some(rate) => format!("{rate:>12.0} {:>6.1}x", m.blocks_per_second() / rate),
             None => format!("{:>12} {:>7}", "-", "-"),
         };
+        let dashboard = m.dashboard.map_or("off".into(), |n| format!("{n} seen"));
         println!(
-            "{:>8} {:>7} {:>5} {:>8.3} {:>9.0} {:>13.2} {:>14.2} | {d2}",
+            "{:>8} {:>7} {:>5} {dashboard:>9} {:>8.3} {:>9.0} {:>13.2} {:>14.2} | {d2}",
             m.blocks,
             m.workers,
             m.batch,
@@ -373,7 +427,30 @@ fn print_table(rows: &[Measurement], daisy2: &[((u64, u32), f64)]) {
             m.workers_us_per_block()
         );
     }
+    print_dashboard_cost(rows);
     println!("\n{PUBLISHED}");
+}
+
+/// Each row with the dashboard against the same row without it.
+fn print_dashboard_cost(rows: &[Measurement]) {
+    for on in rows.iter().filter(|m| m.dashboard.is_some()) {
+        let same =
+            |m: &&Measurement| (m.blocks, m.workers, m.batch) == (on.blocks, on.workers, on.batch);
+        let Some(off) = rows.iter().filter(same).find(|m| m.dashboard.is_none()) else {
+            continue;
+        };
+        println!(
+            "dashboard watched, {} blocks, {} workers, batch {}: {:.3}x the time of off, \
+             driver CPU {:.2} vs {:.2} us/block ({:.3}x)",
+            on.blocks,
+            on.workers,
+            on.batch,
+            on.seconds / off.seconds,
+            on.driver_us_per_block(),
+            off.driver_us_per_block(),
+            on.driver_cpu / off.driver_cpu
+        );
+    }
 }
 
 fn main() {
@@ -387,7 +464,7 @@ fn main() {
         for &workers in &settings.workers {
             for &batch in &settings.batches {
                 match measure_ours(&runtime, &settings, (blocks, workers, batch)) {
-                    Ok(m) => rows.push(m),
+                    Ok(measured) => rows.extend(measured),
                     Err(error) => panic!("{blocks} blocks, {workers} workers: {error}"),
                 }
             }

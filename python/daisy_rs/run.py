@@ -162,6 +162,7 @@ def run_blockwise(
     launcher=None,
     name=None,
     resource_tracking=False,
+    dashboard=None,
 ):
     """Runs ``tasks`` (a task, a list of tasks, or a `Pipeline`) to the
     end. Returns True only if every block completed or was done before;
@@ -172,7 +173,9 @@ def run_blockwise(
     ``launcher`` (the pipeline's ``[launcher]`` table, e.g.
     ``{"kind": "sbatch", "partition": "gpu"}``; default local processes),
     ``resource_tracking`` (measure what each block costs, for every task;
-    ``Task(resource_tracking=True)`` for one).
+    ``Task(resource_tracking=True)`` for one), ``dashboard`` (True, or an
+    address such as ``"0.0.0.0:8790"``: a live web page of the run, whose
+    URL is printed and written to ``<run_dir>/dashboard.url``).
     """
     pipeline, empty = _without_empty_tasks(Pipeline.of(tasks))
     if not pipeline.tasks:
@@ -184,6 +187,7 @@ def run_blockwise(
     try:
         top = {"resources": resources, "launcher": launcher, "resource_tracking": resource_tracking}
         options = _shown(progress, summary) + ([] if tracked else ["--fresh"])
+        options += _dashboard(dashboard, multiprocessing)
         status = _run(pipeline, name, run_dir, top, host, multiprocessing, options)
     finally:
         _code.forget_in_process()  # a serial run's functions, and what they hold
@@ -267,6 +271,21 @@ def _shown(progress, summary):
     if not progress and not summary:
         return ["--quiet"]
     return [flag for flag, on in [("--no-progress", progress), ("--no-summary", summary)] if not on]
+
+
+def _dashboard(dashboard, multiprocessing):
+    """The driver's ``--dashboard`` argument for ``dashboard``."""
+    if dashboard is None or dashboard is False:
+        return []
+    if not multiprocessing:
+        raise ValueError(
+            "run_blockwise(dashboard=...) needs multiprocessing=True: a serial run "
+            "(multiprocessing=False, SerialServer) runs its blocks in this process, "
+            "without a driver to serve the page"
+        )
+    if dashboard is True:
+        return ["--dashboard"]
+    return [f"--dashboard={dashboard}"]
 
 
 def _run(pipeline, name, run_dir, top, host, multiprocessing, options):

@@ -24,9 +24,10 @@ pub struct Driver {
 }
 
 impl Driver {
-    /// Writes `pipeline` (TOML) into `dir` and starts the driver on it,
-    /// its output going to `dir/driver.out` and `dir/driver.err`.
-    pub fn start(dir: &Path, pipeline: &str) -> Result<Self, String> {
+    /// Writes `pipeline` (TOML) into `dir` and starts the driver on it
+    /// with `args` added, its output going to `dir/driver.out` and
+    /// `dir/driver.err`.
+    pub fn start(dir: &Path, pipeline: &str, args: &[&str]) -> Result<Self, String> {
         let file = dir.join("pipeline.toml");
         std::fs::write(&file, pipeline).map_err(|e| e.to_string())?;
         let run_dir = dir.join("run");
@@ -38,6 +39,7 @@ impl Driver {
             .arg(&run_dir)
             .args(["--listen", "127.0.0.1:0", "--worker-bin", "/bin/false"])
             .args(["--status-every", "1h"])
+            .args(args)
             .stdin(Stdio::null())
             .stdout(log("driver.out").map_err(|e| e.to_string())?)
             .stderr(log("driver.err").map_err(|e| e.to_string())?)
