@@ -28,23 +28,15 @@ pub struct Parts {
 }
 
 impl Parts {
-    pub fn of(
-        status: &anyhow::Result<RunStatus>,
-        report: &anyhow::Result<String>,
-        over: bool,
-    ) -> Self {
-        let report = match report {
-            Ok(report) => report.clone(),
-            Err(error) => problem("no report", error),
-        };
-        let status = match status {
-            Ok(status) => status,
+    pub fn of(drawn: &anyhow::Result<(RunStatus, String)>, over: bool) -> Self {
+        let (status, report) = match drawn {
+            Ok(drawn) => drawn,
             Err(error) => {
                 return Self {
                     title: "daisy: no status".into(),
                     pipeline: String::new(),
                     live: problem("no status", error),
-                    report,
+                    report: String::new(),
                 }
             }
         };
@@ -58,7 +50,7 @@ impl Parts {
             title: format!("daisy: {} ({state}, {percent:.0}%)", status.pipeline),
             pipeline: status.pipeline.clone(),
             live: live(status, state),
-            report,
+            report: report.clone(),
         }
     }
 }

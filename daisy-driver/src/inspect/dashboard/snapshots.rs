@@ -3,12 +3,15 @@
 //! asked), at most every [`MIN_INTERVAL`], and further apart when drawing
 //! takes long (a tenth of the time at most), so that a watched run of
 //! millions of blocks pays a bounded share of one core. Each drawing
-//! reads the run directory and asks the driver for its snapshot, as
+//! reads the events recorded since the last one (never the whole file
+//! again) and the done markers, and asks the driver for its snapshot, as
 //! `status` and `report` do: the page shows their model, not another.
 //! The block server's thread is never waited on.
 
 use super::page;
-use crate::inspect::{report, status};
+use crate::inspect::report::LiveReport;
+use crate::inspect::status::{self, RunStatus};
+use crate::pipeline::Pipeline;
 use crate::run_dir::RunDir;
 use hyper::body::Bytes;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
@@ -66,6 +69,7 @@ impl Snapshots {
             run_dir: run_dir.clone(),
             shared: Arc::clone(&shared),
             publish,
+            followed: None,
         };
         std::thread::Builder::new()
             .name("daisy-dashboard".into())
@@ -127,10 +131,13 @@ struct Drawer {
     run_dir: RunDir,
     shared: Arc<Shared>,
     publish: watch::Sender<Option<Arc<Snapshot>>>,
+    /// The run's pipeline and its report, followed as events come, once
+    /// the pipeline could be read.
+    followed: Option<(Pipeline, LiveReport)>,
 }
 
 impl Drawer {
-    fn run(self) {
+    fn run(mut self) {
         let mut interval = MIN_INTERVAL;
         let mut last: Option<Instant> = None;
         for sequence in 1.. {
@@ -138,7 +145,7 @@ impl Drawer {
                 return;
             };
             let started = Instant::now();
-            let snapshot = draw(&self.run_dir, sequence, over);
+            let snapshot = draw(&self.status_and_report(), sequence, over);
             interval = MIN_INTERVAL.max(started.elapsed() * BUSY_SHARE);
             last = Some(started);
             let _ = self.publish.send(Some(Arc::new(snapshot)));
@@ -146,6 +153,23 @@ impl Drawer {
                 return;
             }
         }
+    }
+
+    /// The status as `status` finds it, and the report's views, with the
+    /// events recorded since the last drawing read.
+    fn status_and_report(&mut self) -> anyhow::Result<(RunStatus, String)> {
+        let (pipeline, report) = match &mut self.followed {
+            Some(followed) => followed,
+            None => {
+                let pipeline = status::load_pipeline(&self.run_dir, None)?;
+                let report = LiveReport::new(&self.run_dir, &pipeline);
+                self.followed.insert((pipeline, report))
+            }
+        };
+        report.update()?;
+        let (events, warnings) = report.run_events();
+        let status = status::status_of(&self.run_dir, pipeline, &events, warnings)?;
+        Ok((status, report.body(&self.run_dir, pipeline)))
     }
 
     /// Waits until a drawing is wanted and due; whether it is the final
@@ -179,15 +203,13 @@ impl Drawer {
 }
 
 /// The run as `status` and `report` find it now.
-fn draw(run_dir: &RunDir, sequence: u64, over: bool) -> Snapshot {
-    let status = status::status(run_dir, None);
-    let report = report::body(run_dir).map_err(anyhow::Error::from);
-    let status_json = match &status {
-        Ok(status) => serde_json::to_vec(status).unwrap_or_default(),
+fn draw(drawn: &anyhow::Result<(RunStatus, String)>, sequence: u64, over: bool) -> Snapshot {
+    let status_json = match drawn {
+        Ok((status, _)) => serde_json::to_vec(status).unwrap_or_default(),
         Err(error) => serde_json::to_vec(&serde_json::json!({ "error": format!("{error:#}") }))
             .unwrap_or_default(),
     };
-    let parts = page::Parts::of(&status, &report, over);
+    let parts = page::Parts::of(drawn, over);
     let data = serde_json::json!({
         "sequence": sequence,
         "over": over,

@@ -40,7 +40,7 @@ pub use svg::{human_seconds, Escaped};
 use crate::inspect::run_state::{BlockStates, RunEvents};
 use crate::inspect::status::TaskStatus;
 use crate::pipeline::Pipeline;
-use crate::run_dir::events::history::{HistoryError, RunHistory};
+use crate::run_dir::events::history::{Following, HistoryError, RunHistory};
 use crate::run_dir::RunDir;
 use model::{Builder, RunModel};
 use std::path::{Path, PathBuf};
@@ -131,13 +131,6 @@ pub fn write(
     })
 }
 
-/// The report of the last run in `run_dir` that ran a block, as the
-/// HTML under the page's title (the live dashboard's lower half), and its
-/// stylesheet.
-pub fn body(run_dir: &RunDir) -> Result<String, ReportError> {
-    Ok(html::body(&draw(run_dir, None)?))
-}
-
 /// The report page of `run_dir`, as `report` writes it.
 pub fn page(run_dir: &RunDir) -> Result<String, ReportError> {
     Ok(html::page(&draw(run_dir, None)?))
@@ -190,26 +183,47 @@ fn draw(run_dir: &RunDir, run: Option<usize>) -> Result<Drawings, ReportError> {
         .load_recorded_pipeline()
         .map_err(|error| pipeline_error = Some(format!("no done-marker pictures: {error:#}")))
         .ok();
-    let task_order: Vec<String> = pipeline
-        .iter()
-        .flat_map(|p| p.tasks.iter().map(|t| t.spec.id.clone()))
-        .collect();
+    let task_order = task_order(pipeline.as_ref());
     let new_run = || Builder::new(&task_order);
     let history = RunHistory::read_run(&events, Some(choice.number).filter(|&n| n > 0), new_run)
         .map_err(ReportError::Read)?;
     let mut warnings = lines_skipped(&history);
     warnings.extend(pipeline_error);
-    let builder = history.last_run.unwrap_or_else(new_run);
-    let model = builder.finish(choice.number.saturating_sub(1));
-    let (tasks, slices, costs) = match &pipeline {
+    let model = (history.last_run.unwrap_or_else(new_run)).finish(choice.number.saturating_sub(1));
+    Ok(drawings(
+        run_dir,
+        pipeline.as_ref(),
+        model,
+        &choice,
+        warnings,
+    ))
+}
+
+/// The tasks in the pipeline's order, when it is known.
+fn task_order(pipeline: Option<&Pipeline>) -> Vec<String> {
+    (pipeline.iter())
+        .flat_map(|p| p.tasks.iter().map(|t| t.spec.id.clone()))
+        .collect()
+}
+
+/// Everything drawn of `model`, the run `choice` names, with the done
+/// markers' state now.
+fn drawings(
+    run_dir: &RunDir,
+    pipeline: Option<&Pipeline>,
+    model: RunModel,
+    choice: &run_choice::RunChoice,
+    mut warnings: Vec<String>,
+) -> Drawings {
+    let (tasks, slices, costs) = match pipeline {
         Some(pipeline) => done_markers(pipeline, run_dir, &model.run, &mut warnings),
         None => Default::default(),
     };
     let statuses: Vec<&TaskStatus> = tasks.iter().map(|t| &t.status).collect();
     let table = table::rows(&model, &statuses);
-    Ok(Drawings {
+    Drawings {
         title: format!("daisy run report: {}", model.pipeline()),
-        facts: facts(&model, &table, run_dir, &choice),
+        facts: facts(&model, &table, run_dir, choice),
         table,
         timeline: timeline::render(&model),
         throughput: charts::render_throughput(&model),
@@ -218,7 +232,60 @@ fn draw(run_dir: &RunDir, run: Option<usize>) -> Result<Drawings, ReportError> {
         costs,
         tasks,
         warnings,
-    })
+    }
+}
+
+/// The report of the run going on in a run directory, kept up to date as
+/// its `events.jsonl` grows: each [`LiveReport::update`] reads only the
+/// lines written since the last, so drawing it every second costs what
+/// the new events and the done markers cost, not the whole history. It
+/// shows the last run, whatever it has run so far.
+pub struct LiveReport {
+    following: Following<Builder>,
+    task_order: Vec<String>,
+}
+
+impl LiveReport {
+    pub fn new(run_dir: &RunDir, pipeline: &Pipeline) -> Self {
+        Self {
+            following: Following::new(&run_dir.events()),
+            task_order: task_order(Some(pipeline)),
+        }
+    }
+
+    /// Reads what the run recorded since the last update.
+    pub fn update(&mut self) -> Result<(), ReportError> {
+        let task_order = &self.task_order;
+        (self.following)
+            .catch_up(|| Builder::new(task_order))
+            .map_err(ReportError::Read)
+    }
+
+    /// The last run's events summed up, as `status` reads them, and the
+    /// lines skipped as not events.
+    pub fn run_events(&self) -> (RunEvents, Vec<String>) {
+        let history = &self.following.history;
+        let run = history
+            .last_run
+            .as_ref()
+            .map(|builder| builder.run().clone());
+        (run.unwrap_or_default(), lines_skipped(history))
+    }
+
+    /// The report's views of the last run as HTML, the page's body.
+    pub fn body(&self, run_dir: &RunDir, pipeline: &Pipeline) -> String {
+        let history = &self.following.history;
+        let builder = (history.last_run.clone()).unwrap_or_else(|| Builder::new(&self.task_order));
+        let runs = history.runs;
+        let model = builder.finish(runs.saturating_sub(1));
+        let last = run_choice::RunChoice {
+            number: runs,
+            runs,
+            why: run_choice::Why::Last,
+        };
+        let warnings = lines_skipped(history);
+        html::body(&drawings(run_dir, Some(pipeline), model, &last, warnings))
+    }
 }
 
 /// The run directory's `events.jsonl`, which must exist.

@@ -107,6 +107,7 @@ impl RunModel {
 
 /// Builds the model of one run while `events.jsonl` streams by: the run's
 /// events summed up, and each worker's bars beside them.
+#[derive(Clone, Debug)]
 pub struct Builder {
     run: RunEvents,
     bars: BTreeMap<(usize, Option<u64>), Vec<BlockBar>>,
@@ -163,6 +164,11 @@ impl Builder {
             run: RunEvents::new(task_order),
             bars: BTreeMap::new(),
         }
+    }
+
+    /// The run's events summed up so far.
+    pub fn run(&self) -> &RunEvents {
+        &self.run
     }
 
     /// The bars of `worker_id` of `task` so far, and when it connected:

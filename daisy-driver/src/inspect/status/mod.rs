@@ -168,11 +168,23 @@ pub fn status(run_dir: &RunDir, pipeline_file: Option<&Path>) -> anyhow::Result<
         anyhow::bail!("run directory {} does not exist", run_dir.path().display());
     }
     let pipeline = load_pipeline(run_dir, pipeline_file)?;
-    let (events, mut warnings) = RunEvents::read_last(run_dir)?;
-    let analysis = offline::analyse(&pipeline, run_dir, &events)?;
+    let (events, warnings) = RunEvents::read_last(run_dir)?;
+    status_of(run_dir, &pipeline, &events, warnings)
+}
+
+/// The status of the run in `run_dir` whose last run's events are
+/// `events` (read by the caller: the dashboard follows the file as it
+/// grows), with `warnings` from reading them.
+pub fn status_of(
+    run_dir: &RunDir,
+    pipeline: &Pipeline,
+    events: &RunEvents,
+    mut warnings: Vec<String>,
+) -> anyhow::Result<RunStatus> {
+    let analysis = offline::analyse(pipeline, run_dir, events)?;
     warnings.extend(analysis.warnings);
-    let live = live_status(run_dir, &events, &mut warnings);
-    let last_run = LastRun::of(&events, live.is_some());
+    let live = live_status(run_dir, events, &mut warnings);
+    let last_run = LastRun::of(events, live.is_some());
     Ok(RunStatus {
         run_dir: run_dir.path().to_path_buf(),
         pipeline: pipeline.name.clone(),

@@ -21,7 +21,7 @@
 
 use crate::run_dir::events::{Event, EventLine};
 use std::fs::File;
-use std::io::{BufRead, BufReader};
+use std::io::{BufRead, BufReader, Seek, SeekFrom};
 use std::path::{Path, PathBuf};
 
 /// One line of `events.jsonl`, read back.
@@ -183,6 +183,63 @@ impl<R: RunFold> RunHistory<R> {
     }
 }
 
+/// A history read as its file grows (a run that is going): each
+/// [`Following::catch_up`] reads only the lines written since the last,
+/// into the same [`RunHistory`]. A last line without its newline yet is
+/// left for the next catch-up, where it is whole.
+#[derive(Debug)]
+pub struct Following<R> {
+    pub history: RunHistory<R>,
+    /// Bytes read so far: where the next catch-up starts.
+    offset: u64,
+    lines: usize,
+}
+
+impl<R: RunFold> Following<R> {
+    /// Follows `path`, which need not exist yet.
+    pub fn new(path: &Path) -> Self {
+        Self {
+            history: RunHistory {
+                path: path.to_path_buf(),
+                last_run: None,
+                only_run: None,
+                runs: 0,
+                bad_lines: Vec::new(),
+                more_bad_lines: 0,
+            },
+            offset: 0,
+            lines: 0,
+        }
+    }
+
+    /// Reads the whole lines written since the last call.
+    pub fn catch_up(&mut self, mut new_run: impl FnMut() -> R) -> Result<(), HistoryError> {
+        let path = self.history.path.clone();
+        let io = |source| HistoryError::Io {
+            path: path.clone(),
+            source,
+        };
+        let mut file = match File::open(&path) {
+            Ok(file) => file,
+            Err(error) if error.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+            Err(error) => return Err(io(error)),
+        };
+        file.seek(SeekFrom::Start(self.offset)).map_err(io)?;
+        let mut reader = BufReader::with_capacity(1 << 16, file);
+        let mut line = Vec::new();
+        loop {
+            line.clear();
+            let read = reader.read_until(b'\n', &mut line).map_err(io)?;
+            if read == 0 || line.last() != Some(&b'\n') {
+                return Ok(());
+            }
+            self.offset += read as u64;
+            self.lines += 1;
+            self.history.on_line(self.lines, &line, false, &mut new_run);
+        }
+    }
+}
+
 impl<R> RunHistory<R> {
     /// One message per skipped line, naming the file and the line.
     pub fn warnings(&self) -> Vec<String> {
@@ -225,6 +282,30 @@ impl RunHistory {
 mod tests {
     use super::*;
     use crate::run_dir::events::EventLog;
+
+    #[test]
+    fn a_followed_file_is_read_as_it_grows_and_a_half_line_waits() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("events.jsonl");
+        let mut following = Following::<Vec<HistoryEvent>>::new(&path);
+        following.catch_up(Vec::new).unwrap();
+        assert_eq!(following.history.runs, 0, "no file yet");
+        let started = r#"{"time":1.0,"event":"run_started","pipeline":"p","mode":"serial"}"#;
+        let finished = r#"{"time":2.0,"event":"run_finished","completed":true,"seconds":1.0}"#;
+        std::fs::write(&path, format!("{started}\n{}", &finished[..10])).unwrap();
+        following.catch_up(Vec::new).unwrap();
+        let last = |f: &Following<Vec<HistoryEvent>>| f.history.last_run.clone().unwrap();
+        assert_eq!((following.history.runs, last(&following).len()), (1, 1));
+        std::fs::write(&path, format!("{started}\n{finished}\n{started}\n")).unwrap();
+        following.catch_up(Vec::new).unwrap();
+        assert_eq!(following.history.runs, 2);
+        assert_eq!(last(&following).len(), 1, "the second run, begun anew");
+        assert!(
+            following.history.bad_lines.is_empty(),
+            "{:?}",
+            following.history.bad_lines
+        );
+    }
 
     #[test]
     fn events_the_log_writes_read_back_equal() {
