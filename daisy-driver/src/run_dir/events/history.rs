@@ -151,7 +151,10 @@ impl<R: RunFold> RunHistory<R> {
     }
 
     fn on_line(&mut self, number: usize, line: &[u8], torn: bool, new_run: &mut impl FnMut() -> R) {
-        let text = String::from_utf8_lossy(line);
+        let text = match std::str::from_utf8(line) {
+            Ok(text) => std::borrow::Cow::Borrowed(text),
+            Err(_) => String::from_utf8_lossy(line),
+        };
         let text = text.trim_end_matches('\n').trim_end_matches('\r');
         if text.trim().is_empty() {
             return;
