@@ -38,7 +38,7 @@ E2E='binary_id(daisy-driver::e2e)'
 declare -A TESTS=(
   [SLURM]="binary_id(launchers::slurm) | binary_id(launchers::lsf) | ($E2E & test(/^((cluster|plan_cluster|preemption::slurm)::|programs::cluster_|resource_slots::cluster_)/))"
   [slurmrestd]="binary_id(launchers::slurmrestd) | ($E2E & test(/^cluster::slurmrestd::/))"
-  [Chromium]="$E2E & test(/^report::chromium::/)"
+  [Chromium]="$E2E & test(/^(report::chromium|browser|dashboard::chromium)::/)"
   [daisy2]="$E2E & test(/^daisy2_compat::/)"
   [netns]="$E2E & test(/^netns::/)"
 )

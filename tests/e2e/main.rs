@@ -2,6 +2,7 @@
 //! real files. One test binary (as in ripgrep); `util` holds the harness.
 
 mod batching;
+mod browser;
 mod chaos;
 mod cluster;
 mod costs;

@@ -3,26 +3,11 @@
 //! Chromium (`ci/test.sh` leaves them out without it).
 
 use super::{failed_run, report, workers_in};
+use crate::browser::{artifacts, chromium, file_url, png_size, ChromiumGroup};
 use crate::util::*;
-use std::os::unix::process::CommandExt as _;
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::path::Path;
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
-
-/// Chromium for the browser tests: `DAISY_CHROMIUM`, else `chromium` on
-/// PATH; the test fails without it.
-fn chromium(test: &str) -> PathBuf {
-    let found = std::env::var_os("DAISY_CHROMIUM")
-        .map(PathBuf::from)
-        .or_else(|| which::which("chromium").ok());
-    found.unwrap_or_else(|| {
-        missing(
-            test,
-            "Chromium not found",
-            "apt-get install chromium, or set DAISY_CHROMIUM",
-        )
-    })
-}
 
 /// What a headless Chromium printed.
 struct Rendered {
@@ -30,18 +15,6 @@ struct Rendered {
     /// Console lines (`...:CONSOLE...] "message", source: ...`): messages
     /// and uncaught errors of the page.
     console: Vec<String>,
-}
-
-/// Chromium in its own process group, which is killed when this drops:
-/// Chromium's helper processes must not outlive the test.
-struct ChromiumGroup(Child);
-
-impl Drop for ChromiumGroup {
-    fn drop(&mut self) {
-        let group = nix::unistd::Pid::from_raw(self.0.id() as i32);
-        let _ = nix::sys::signal::killpg(group, nix::sys::signal::Signal::SIGKILL);
-        let _ = self.0.wait();
-    }
 }
 
 /// Runs headless Chromium with `args` (page last) in `dir`, with a fresh
@@ -56,9 +29,8 @@ fn headless(chromium: &Path, dir: &TestDir, args: &[String]) -> Rendered {
         .args(args)
         .stdin(Stdio::null())
         .stdout(std::fs::File::create(&stdout_path).unwrap())
-        .stderr(std::fs::File::create(&stderr_path).unwrap())
-        .process_group(0);
-    let mut group = ChromiumGroup(command.spawn().expect("starting chromium"));
+        .stderr(std::fs::File::create(&stderr_path).unwrap());
+    let mut group = ChromiumGroup::spawn(&mut command);
     let deadline = Instant::now() + Duration::from_secs(120);
     let status = loop {
         if let Some(status) = group.0.try_wait().unwrap() {
@@ -81,29 +53,6 @@ fn headless(chromium: &Path, dir: &TestDir, args: &[String]) -> Rendered {
             .map(String::from)
             .collect(),
     }
-}
-
-fn file_url(path: &Path) -> String {
-    format!("file://{}", path.canonicalize().unwrap().display())
-}
-
-/// `target/test-artifacts/`, where screenshots are kept for people.
-fn artifacts() -> PathBuf {
-    let dir = Path::new(env!("CARGO_TARGET_TMPDIR"))
-        .parent()
-        .expect("the target directory")
-        .join("test-artifacts");
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
-}
-
-/// Width and height of a PNG file, checking its signature.
-fn png_size(path: &Path) -> (u32, u32) {
-    let bytes = std::fs::read(path).unwrap();
-    assert!(bytes.len() > 24, "{path:?} is {} bytes", bytes.len());
-    assert_eq!(&bytes[..8], b"\x89PNG\r\n\x1a\n", "{path:?} is not a PNG");
-    let word = |at: usize| u32::from_be_bytes(bytes[at..at + 4].try_into().unwrap());
-    (word(16), word(20))
 }
 
 #[test]
