@@ -3,6 +3,8 @@
 //! no route that changes the run. `chromium` opens the page in a real
 //! browser.
 
+mod chromium;
+
 use crate::util::*;
 use reqwest::blocking::{Client, Response};
 use reqwest::{Method, StatusCode};

@@ -193,8 +193,8 @@ fn workers(html: &mut String, workers: &[WorkerStatus]) {
         let _ = write!(
             html,
             "<tr class=\"worker worker-{class}\" data-worker=\"{id}\" data-state=\"{class}\">\
-             <td>{task}</td><td>{id}</td><td>{job}</td><td>{host}</td><td>{pid}</td>\
-             <td class=\"text\">{state}</td><td class=\"text\">{why}</td></tr>",
+             <td>{task}</td><td class=\"number\">{id}</td><td>{job}</td><td>{host}</td>\
+             <td class=\"number\">{pid}</td><td>{state}</td><td>{why}</td></tr>",
             id = w.worker_id,
             task = Escaped(&w.task),
             job = Escaped(job),

@@ -11,6 +11,7 @@
     live: document.getElementById("live"),
     report: document.getElementById("report"),
   };
+  document.getElementById("report-link").href = "report.html?token=" + encodeURIComponent(token);
   let seen = 0;
   let over = false;
   const stream = new EventSource("api/stream?token=" + encodeURIComponent(token));
