@@ -10,6 +10,7 @@
 
 use super::page;
 use crate::inspect::report::LiveReport;
+use crate::inspect::run_state::RunEvents;
 use crate::inspect::status::{self, RunStatus};
 use crate::pipeline::Pipeline;
 use crate::run_dir::RunDir;
@@ -167,9 +168,11 @@ impl Drawer {
             }
         };
         report.update()?;
-        let (events, warnings) = report.run_events();
-        let status = status::status_of(&self.run_dir, pipeline, &events, warnings)?;
-        Ok((status, report.body(&self.run_dir, pipeline)))
+        let (body, tasks, warnings) = report.draw(&self.run_dir, pipeline);
+        let none_yet = RunEvents::default();
+        let events = report.run_events().unwrap_or(&none_yet);
+        let status = status::status_from(&self.run_dir, pipeline, events, tasks, warnings);
+        Ok((status, body))
     }
 
     /// Waits until a drawing is wanted and due; whether it is the final

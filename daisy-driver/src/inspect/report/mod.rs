@@ -261,19 +261,20 @@ impl LiveReport {
             .map_err(ReportError::Read)
     }
 
-    /// The last run's events summed up, as `status` reads them, and the
-    /// lines skipped as not events.
-    pub fn run_events(&self) -> (RunEvents, Vec<String>) {
-        let history = &self.following.history;
-        let run = history
-            .last_run
-            .as_ref()
-            .map(|builder| builder.run().clone());
-        (run.unwrap_or_default(), lines_skipped(history))
+    /// The last run's events summed up, as `status` reads them; `None`
+    /// before the run recorded its start.
+    pub fn run_events(&self) -> Option<&RunEvents> {
+        self.following.history.last_run.as_ref().map(Builder::run)
     }
 
-    /// The report's views of the last run as HTML, the page's body.
-    pub fn body(&self, run_dir: &RunDir, pipeline: &Pipeline) -> String {
+    /// The report's views of the last run as HTML (the page's body), and
+    /// each task's status as `status` finds it, from one reading of the
+    /// done markers; with what both would warn of.
+    pub fn draw(
+        &self,
+        run_dir: &RunDir,
+        pipeline: &Pipeline,
+    ) -> (String, Vec<TaskStatus>, Vec<String>) {
         let history = &self.following.history;
         let builder = (history.last_run.clone()).unwrap_or_else(|| Builder::new(&self.task_order));
         let runs = history.runs;
@@ -284,7 +285,10 @@ impl LiveReport {
             why: run_choice::Why::Last,
         };
         let warnings = lines_skipped(history);
-        html::body(&drawings(run_dir, Some(pipeline), model, &last, warnings))
+        let drawings = drawings(run_dir, Some(pipeline), model, &last, warnings);
+        let body = html::body(&drawings);
+        let tasks = drawings.tasks.into_iter().map(|task| task.status).collect();
+        (body, tasks, drawings.warnings)
     }
 }
 

@@ -168,34 +168,42 @@ pub fn status(run_dir: &RunDir, pipeline_file: Option<&Path>) -> anyhow::Result<
         anyhow::bail!("run directory {} does not exist", run_dir.path().display());
     }
     let pipeline = load_pipeline(run_dir, pipeline_file)?;
-    let (events, warnings) = RunEvents::read_last(run_dir)?;
-    status_of(run_dir, &pipeline, &events, warnings)
+    let (events, mut warnings) = RunEvents::read_last(run_dir)?;
+    let analysis = offline::analyse(&pipeline, run_dir, &events)?;
+    warnings.extend(analysis.warnings);
+    Ok(status_from(
+        run_dir,
+        &pipeline,
+        &events,
+        analysis.tasks,
+        warnings,
+    ))
 }
 
 /// The status of the run in `run_dir` whose last run's events are
-/// `events` (read by the caller: the dashboard follows the file as it
-/// grows), with `warnings` from reading them.
-pub fn status_of(
+/// `events` and whose tasks, from the done markers, are `tasks` (the
+/// dashboard reads them once for its report and its status), with the
+/// `warnings` of reading them.
+pub fn status_from(
     run_dir: &RunDir,
     pipeline: &Pipeline,
     events: &RunEvents,
+    tasks: Vec<TaskStatus>,
     mut warnings: Vec<String>,
-) -> anyhow::Result<RunStatus> {
-    let analysis = offline::analyse(pipeline, run_dir, events)?;
-    warnings.extend(analysis.warnings);
+) -> RunStatus {
     let live = live_status(run_dir, events, &mut warnings);
     let last_run = LastRun::of(events, live.is_some());
-    Ok(RunStatus {
+    RunStatus {
         run_dir: run_dir.path().to_path_buf(),
         pipeline: pipeline.name.clone(),
         pipeline_file: pipeline.path.clone(),
-        state: state_of(&analysis.tasks),
+        state: state_of(&tasks),
         running: live.is_some(),
-        tasks: analysis.tasks,
+        tasks,
         last_run,
         live,
         warnings,
-    })
+    }
 }
 
 /// The running driver's view, if the last run has not finished and its
