@@ -1,7 +1,7 @@
 //! The run drawn again and again for the dashboard, on a thread of its
 //! own: only while someone watches (an open page, or a script that just
 //! asked), at most every [`MIN_INTERVAL`], and further apart when drawing
-//! takes long (a tenth of the time at most), so that a watched run of
+//! takes long (a twentieth of the time at most), so that a watched run of
 //! millions of blocks pays a bounded share of one core. Each drawing
 //! reads the events recorded since the last one (never the whole file
 //! again) and the done markers, and asks the driver for its snapshot, as
@@ -22,8 +22,11 @@ use tokio::sync::watch;
 /// The shortest time between two drawings.
 pub const MIN_INTERVAL: Duration = Duration::from_secs(1);
 
-/// Drawing may take this share of the thread's time at most.
-const BUSY_SHARE: u32 = 10;
+/// Drawing takes one part in this many of the time at most: a page
+/// watching a run of millions of blocks (a drawing of 150 ms at 10⁶
+/// blocks, most of it the done-marker picture) costs the run 5% of a
+/// core.
+const BUSY_SHARE: u32 = 20;
 
 /// One drawing of the run.
 #[derive(Debug)]
