@@ -7,7 +7,7 @@
 //! | route | what |
 //! |---|---|
 //! | `/` | the page |
-//! | `/api/status` | what `status --json` prints, at most a second old |
+//! | `/api/status` | what `status --json` prints, at most 2 s old |
 //! | `/api/stream` | server-sent events, a `snapshot` per drawing |
 //! | `/report.html` | the report page of the run as it stands |
 //! | `/dashboard.js`, `/dashboard.css` | the page's script and style |
