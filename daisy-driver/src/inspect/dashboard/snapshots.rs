@@ -25,6 +25,9 @@ use tokio::sync::watch;
 /// 2 s, 1.18× at 1 s on 2 cores).
 pub const MIN_INTERVAL: Duration = Duration::from_secs(2);
 
+/// How often the events recorded since are read while someone watches.
+const READ_EVERY: Duration = Duration::from_millis(250);
+
 /// Drawing takes one part in this many of the time at most: a page
 /// watching a run of millions of blocks (a drawing of 150 ms at 10⁶
 /// blocks, most of it the done-marker picture) costs the run 5% of a
@@ -143,22 +146,47 @@ struct Drawer {
     followed: Option<(Pipeline, LiveReport)>,
 }
 
+/// What the drawing thread does next.
+#[derive(Debug)]
+enum Next {
+    Draw {
+        over: bool,
+    },
+    /// Read the events recorded since, between drawings, so that the
+    /// final drawing has few left to read when the run ends.
+    ReadEvents,
+    /// Nobody can ask any more (the server is gone, or the run ended
+    /// with no page open).
+    Stop,
+}
+
 impl Drawer {
     fn run(mut self) {
         let mut interval = MIN_INTERVAL;
-        let mut last: Option<Instant> = None;
-        for sequence in 1.. {
-            let Some(over) = self.wait_for_demand(last, interval) else {
-                return;
-            };
-            let started = Instant::now();
-            let snapshot = draw(&self.status_and_report(), sequence, over);
-            interval = MIN_INTERVAL.max(started.elapsed() * BUSY_SHARE);
-            last = Some(started);
-            let _ = self.publish.send(Some(Arc::new(snapshot)));
-            if over {
-                return;
+        let (mut drawn, mut read): (Option<Instant>, Instant) = (None, Instant::now());
+        let mut sequence = 0;
+        loop {
+            match self.wait_for_demand(drawn, interval, read) {
+                Next::Stop => return,
+                Next::ReadEvents => {
+                    if let Some((_, report)) = &mut self.followed {
+                        // A failure shows in the next drawing.
+                        let _ = report.update();
+                    }
+                }
+                Next::Draw { over } => {
+                    let started = Instant::now();
+                    sequence += 1;
+                    let snapshot = draw(&self.status_and_report(), sequence, over);
+                    interval = MIN_INTERVAL.max(started.elapsed() * BUSY_SHARE);
+                    drawn = Some(started);
+                    let _ = self.publish.send(Some(Arc::new(snapshot)));
+                    if over {
+                        return;
+                    }
+                }
             }
+            read = Instant::now();
         }
     }
 
@@ -181,27 +209,34 @@ impl Drawer {
         Ok((status, body))
     }
 
-    /// Waits until a drawing is wanted and due; whether it is the final
-    /// one. `None`: nobody can ask any more (the server is gone).
-    fn wait_for_demand(&self, last: Option<Instant>, interval: Duration) -> Option<bool> {
+    /// Waits until a drawing is wanted and due (`drawn` the last,
+    /// `interval` apart), or the events are to be read again (`read` the
+    /// last time).
+    fn wait_for_demand(&self, drawn: Option<Instant>, interval: Duration, read: Instant) -> Next {
         let mut demand = self.shared.demand.lock().unwrap_or_else(|e| e.into_inner());
         loop {
             if demand.ending {
                 // The final state is drawn for those watching alone.
-                return (demand.watchers > 0).then_some(true);
+                return match demand.watchers {
+                    0 => Next::Stop,
+                    _ => Next::Draw { over: true },
+                };
             }
             if self.publish.is_closed() {
-                return None;
+                return Next::Stop;
             }
-            let since = last.map_or(interval, |last| last.elapsed());
+            let since = drawn.map_or(interval, |drawn| drawn.elapsed());
             let wanted = demand.watchers > 0 || demand.asked;
             if wanted && since >= interval {
                 demand.asked = false;
-                return Some(false);
+                return Next::Draw { over: false };
+            }
+            if wanted && read.elapsed() >= READ_EVERY {
+                return Next::ReadEvents;
             }
             // Wakes up now and then to notice a server that went away.
             let wait = match wanted {
-                true => interval - since,
+                true => (interval - since).min(READ_EVERY.saturating_sub(read.elapsed())),
                 false => Duration::from_secs(1),
             };
             demand = (self.shared.wake.wait_timeout(demand, wait))

@@ -159,7 +159,7 @@ impl<R: RunFold> RunHistory<R> {
         if text.trim().is_empty() {
             return;
         }
-        match serde_json::from_str::<HistoryEvent>(text) {
+        match read_event(text) {
             Ok(event) => self.on_event(event, new_run),
             Err(_) if torn => {}
             Err(error) if self.bad_lines.len() < BAD_LINES_NAMED => self.bad_lines.push(BadLine {
@@ -184,6 +184,46 @@ impl<R: RunFold> RunHistory<R> {
             run.on_event(&event);
         }
     }
+}
+
+/// One line as an event. A `block_done` line, most of the file in runs
+/// of up to 100,000 blocks (a line per block), is read by a plain struct
+/// first: about three times as fast as the derived reading of
+/// [`HistoryEvent`], whose flattened, internally tagged event serde
+/// buffers twice. Anything else, or a `block_done` line of another shape,
+/// is read the derived way.
+fn read_event(text: &str) -> serde_json::Result<HistoryEvent> {
+    /// The fields of [`Event::BlockDone`], with the line's time and tag.
+    #[derive(serde::Deserialize)]
+    #[serde(deny_unknown_fields)]
+    struct BlockDoneLine<'a> {
+        time: f64,
+        #[serde(borrow)]
+        event: &'a str,
+        task: String,
+        block_id: u64,
+        #[serde(default)]
+        worker_id: Option<u64>,
+        #[serde(default)]
+        seconds: Option<f64>,
+    }
+    if text.contains("\"block_done\"") {
+        if let Ok(line) = serde_json::from_str::<BlockDoneLine>(text) {
+            if line.event == "block_done" {
+                let kind = Event::BlockDone {
+                    task: line.task.into(),
+                    block_id: line.block_id,
+                    worker_id: line.worker_id,
+                    seconds: line.seconds,
+                };
+                return Ok(HistoryEvent {
+                    time: line.time,
+                    kind,
+                });
+            }
+        }
+    }
+    serde_json::from_str(text)
 }
 
 /// A history read as its file grows (a run that is going): each
@@ -285,6 +325,28 @@ impl RunHistory {
 mod tests {
     use super::*;
     use crate::run_dir::events::EventLog;
+
+    #[test]
+    fn a_line_reads_as_the_derived_reading_reads_it() {
+        let lines = [
+            r#"{"time":2.5,"event":"block_done","task":"t","block_id":7,"worker_id":3}"#,
+            r#"{"block_id":7,"task":"t","event":"block_done","time":2.5,"seconds":0.25}"#,
+            r#"{"time":2.5,"event":"block_done","task":"t","block_id":7,"from":"a newer daisy"}"#,
+            r#"{"time":2.5,"event":"block_failed","task":"block_done","block_id":7,"error":"x","for_good":true}"#,
+            r#"{"event":"run_finished","completed":true,"seconds":1.0,"time":9.0}"#,
+        ];
+        for line in lines {
+            let derived: Result<HistoryEvent, _> = serde_json::from_str(line);
+            assert_eq!(read_event(line).ok(), derived.ok(), "{line}");
+        }
+        for bad in [
+            r#"{"time":2.5,"event":"block_done","block_id":7}"#,
+            r#"{"time":"2.5","event":"block_done","task":"t","block_id":7}"#,
+            "[1]",
+        ] {
+            assert!(read_event(bad).is_err(), "{bad}");
+        }
+    }
 
     #[test]
     fn a_followed_file_is_read_as_it_grows_and_a_half_line_waits() {
