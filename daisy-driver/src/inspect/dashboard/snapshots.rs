@@ -20,9 +20,9 @@ use std::time::{Duration, Instant};
 use tokio::sync::watch;
 
 /// The shortest time between two drawings: `status --watch`'s, live
-/// enough for a run of hours, and each drawing costs the run (the
-/// throughput bench's 100,000 no-op blocks, watched: 1.06× the time at
-/// 2 s, 1.18× at 1 s on 2 cores).
+/// enough for a run of hours; each drawing costs the run (on 2 cores, a
+/// drawing every second made the throughput bench's 100,000 no-op blocks
+/// take 1.18× the time, every 2 s 1.06×).
 pub const MIN_INTERVAL: Duration = Duration::from_secs(2);
 
 /// How often the events recorded since are read while someone watches.
