@@ -203,8 +203,8 @@ pub struct StatusOpts {
     /// the last; with --json, one JSON object per line).
     #[arg(long)]
     pub watch: bool,
-    /// How often --watch shows the status.
-    #[arg(long, default_value = "2s", value_name = "DURATION", value_parser = humantime::parse_duration, requires = "watch")]
+    /// How often --watch shows the status (at least 100ms).
+    #[arg(long, default_value = "2s", value_name = "DURATION", value_parser = watch_interval, requires = "watch")]
     pub every: Duration,
 }
 
@@ -462,6 +462,20 @@ fn run_options(
         only_blocks,
     })
 }
+
+/// `--every`: a duration of at least [`MIN_WATCH_INTERVAL`], so that a
+/// watch never asks the driver without a pause.
+fn watch_interval(text: &str) -> Result<Duration, String> {
+    let every = humantime::parse_duration(text).map_err(|e| e.to_string())?;
+    match every < MIN_WATCH_INTERVAL {
+        true => Err(format!(
+            "{text} is too short: at least {MIN_WATCH_INTERVAL:?}"
+        )),
+        false => Ok(every),
+    }
+}
+
+const MIN_WATCH_INTERVAL: Duration = Duration::from_millis(100);
 
 fn command_status(opts: StatusOpts) -> anyhow::Result<u8> {
     let run_dir = RunDir::new(Some(&opts.run_dir), "");

@@ -450,4 +450,10 @@ fn status_watch_follows_a_run_and_ends_with_its_final_state() {
         !text.contains('\x1b'),
         "no terminal codes in a file: {text:?}"
     );
+    let too_often = ["status", "daisy_run/watched", "--watch", "--every", "0s"];
+    let refused = run_fails(&mut dir.driver(&too_often), 2);
+    assert!(
+        refused.contains("0s is too short: at least 100ms"),
+        "{refused}"
+    );
 }
