@@ -83,6 +83,18 @@ pub fn png_size(path: &Path) -> (u32, u32) {
     (word(16), word(20))
 }
 
+/// Checks that `path` is a PNG of `size` with something drawn on it,
+/// and says where it is, for people.
+pub fn assert_picture(path: &Path, size: (u32, u32), of: &str) {
+    assert_eq!(png_size(path), size);
+    let bytes = std::fs::metadata(path).unwrap().len();
+    assert!(
+        bytes > 20_000,
+        "a blank page compresses to less: {bytes} bytes"
+    );
+    eprintln!("screenshot of {of}: {}", path.display());
+}
+
 /// The file:// URL of an existing file.
 pub fn file_url(path: &Path) -> String {
     format!("file://{}", path.canonicalize().unwrap().display())

@@ -6,7 +6,7 @@
 //! (`ci/test.sh` counts these under it).
 
 use super::serve;
-use crate::browser::{artifacts, png_size, Browser};
+use crate::browser::{artifacts, assert_picture, Browser};
 use crate::util::*;
 use serde_json::Value;
 
@@ -84,11 +84,5 @@ fn the_page_follows_a_run_live_and_keeps_its_final_state() {
 
     let screenshot = artifacts().join("dashboard.png");
     page.screenshot(&screenshot);
-    assert_eq!(png_size(&screenshot), (1200, 1600));
-    let bytes = std::fs::metadata(&screenshot).unwrap().len();
-    assert!(
-        bytes > 20_000,
-        "a blank page compresses to less: {bytes} bytes"
-    );
-    eprintln!("screenshot of the dashboard: {}", screenshot.display());
+    assert_picture(&screenshot, (1200, 1600), "the dashboard");
 }

@@ -3,7 +3,7 @@
 //! Chromium (`ci/test.sh` leaves them out without it).
 
 use super::{failed_run, report, workers_in};
-use crate::browser::{artifacts, chromium, file_url, png_size, ChromiumGroup};
+use crate::browser::{artifacts, assert_picture, chromium, file_url, png_size, ChromiumGroup};
 use crate::util::*;
 use std::path::Path;
 use std::process::{Command, Stdio};
@@ -88,13 +88,7 @@ fn the_report_renders_in_chromium_with_a_row_per_worker() {
         page,
     ];
     headless(&chromium, &dir, &args);
-    assert_eq!(png_size(&screenshot), (1160, 1700));
-    let bytes = std::fs::metadata(&screenshot).unwrap().len();
-    assert!(
-        bytes > 20_000,
-        "a blank page compresses to less: {bytes} bytes"
-    );
-    eprintln!("screenshot of the report: {}", screenshot.display());
+    assert_picture(&screenshot, (1160, 1700), "the report");
 
     // `--format png` renders the one-SVG figure at its own size.
     let figure = artifacts().join("report-figure.png");
