@@ -178,6 +178,11 @@ pub struct RunOpts {
     /// `daisy-driver status` tell the outcome.
     #[arg(short, long)]
     pub quiet: bool,
+    /// A fork server's socket, an open file descriptor of this process:
+    /// Python workers are forked by it (`run_blockwise` passes one; see
+    /// launchers' `ForkServer`).
+    #[arg(long, value_name = "FD", hide = true)]
+    pub fork_server: Option<std::os::fd::RawFd>,
 }
 
 impl RunOpts {
@@ -438,6 +443,7 @@ fn launch_settings(opts: &RunOpts) -> LaunchSettings {
     LaunchSettings {
         poll_interval: opts.poll_interval,
         stop_grace: STOP_GRACE,
+        fork_server: opts.fork_server,
     }
 }
 

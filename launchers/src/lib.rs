@@ -37,7 +37,7 @@ pub use bsub::{
     BUILTIN_BSUB_TEMPLATE, LSF_COMMANDS,
 };
 pub use cluster::{non_empty, ClusterOptions};
-pub use local::{command_line as local_command_line, LocalLauncher, DEFAULT_GRACE};
+pub use local::{command_line as local_command_line, ForkServer, LocalLauncher, DEFAULT_GRACE};
 pub use pacing::{Paced, Pacing, DEFAULT_POLL_INTERVAL, DEFAULT_RETRY_DELAYS, MAX_BACKOFF};
 pub use sbatch::{
     job_script as sbatch_job_script, SbatchLauncher, SchedulerCalls, BUILTIN_WORKER_TEMPLATE,

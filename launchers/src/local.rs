@@ -15,6 +15,10 @@
 //! Every end is reported once by `poll_ended`: a worker the driver cancels
 //! as `Cancelled`, unless it had already ended by itself when `cancel`
 //! looked, in which case as it ended.
+//!
+//! Python workers may instead be forked by a fork server ([`fork_server`]):
+//! the same group, logs and ends, but the server is their parent, so it
+//! reaps them and reports how they ended.
 
 use std::collections::BTreeMap;
 use std::fs::{File, OpenOptions};
@@ -26,6 +30,10 @@ use std::time::{Duration, Instant};
 use nix::sys::signal::{killpg, Signal};
 use nix::sys::wait::{waitid, Id, WaitPidFlag, WaitStatus};
 use nix::unistd::Pid;
+
+mod fork_server;
+
+pub use fork_server::ForkServer;
 
 use crate::template;
 use crate::{JobEnd, JobId, LaunchError, Launcher, WorkerRequest};
@@ -44,8 +52,10 @@ const REAP_AFTER_KILL: Duration = Duration::from_millis(500);
 
 /// Starts workers as local processes; see the module doc.
 pub struct LocalLauncher {
-    /// Running workers by worker id; each child leads its process group.
-    running: BTreeMap<u64, Child>,
+    /// Running workers by worker id; each leads its process group.
+    running: BTreeMap<u64, WorkerProcess>,
+    /// Forks the Python workers it serves (see [`fork_server`]).
+    fork_server: Option<ForkServer>,
     /// Ends recorded by `cancel`, handed out by the next `poll_ended`.
     ended: Vec<(u64, JobId, JobEnd)>,
     /// Time between SIGTERM and SIGKILL when cancelling.
@@ -62,22 +72,42 @@ impl LocalLauncher {
     pub fn with_grace(grace: Duration) -> Self {
         Self {
             running: BTreeMap::new(),
+            fork_server: None,
             ended: Vec::new(),
             grace,
         }
     }
 
+    /// This launcher, with the Python workers `server` serves forked by
+    /// it rather than started as fresh interpreters.
+    pub fn with_fork_server(mut self, server: ForkServer) -> Self {
+        self.fork_server = Some(server);
+        self
+    }
+
     /// Records how a cancelled worker ended and, unless it had already
     /// exited by itself, sends its group SIGTERM and returns it to wait for.
-    fn terminate(&mut self, worker_id: u64, mut child: Child) -> Option<Child> {
-        if let Some(end) = end_of(&mut child) {
-            self.ended.push((worker_id, job_id(&child), end));
+    fn terminate(&mut self, worker_id: u64, mut worker: WorkerProcess) -> Option<WorkerProcess> {
+        if let Some(end) = worker.end(&mut self.fork_server) {
+            self.ended.push((worker_id, worker.job_id(), end));
             return None;
         }
-        signal_group(&child, Signal::SIGTERM);
+        worker.signal_group(Signal::SIGTERM);
         self.ended
-            .push((worker_id, job_id(&child), JobEnd::Cancelled));
-        Some(child)
+            .push((worker_id, worker.job_id(), JobEnd::Cancelled));
+        Some(worker)
+    }
+
+    /// Forks the worker if the fork server serves it, else spawns it.
+    fn start_process(&mut self, request: &WorkerRequest) -> Result<WorkerProcess, LaunchError> {
+        if let Some(server) = self.fork_server.as_mut().filter(|s| s.serves(request)) {
+            let logs = log_files(&request.log_dir, request.worker_id)?;
+            match server.start(request, [&logs[0], &logs[1]]) {
+                Ok(pid) => return Ok(WorkerProcess::Forked(pid)),
+                Err(error) => tracing::debug!(%error, "not forked: spawning the worker"),
+            }
+        }
+        spawn(request).map(WorkerProcess::Spawned)
     }
 }
 
@@ -99,20 +129,22 @@ impl Launcher for LocalLauncher {
                 worker_id: request.worker_id,
             });
         }
-        let child = spawn(request)?;
-        let job = job_id(&child);
+        let process = self.start_process(request)?;
+        let job = process.job_id();
         let (task, worker) = (&request.task_id, request.worker_id);
-        tracing::debug!(%task, worker, pid = %job, "started local worker");
-        self.running.insert(request.worker_id, child);
+        let forked = matches!(process, WorkerProcess::Forked(_));
+        tracing::debug!(%task, worker, pid = %job, forked, "started local worker");
+        self.running.insert(request.worker_id, process);
         Ok(job)
     }
 
     fn poll_ended(&mut self) -> Vec<(u64, JobId, JobEnd)> {
         let mut ended = std::mem::take(&mut self.ended);
+        let forks = &mut self.fork_server;
         self.running
-            .retain(|&worker_id, child| match end_of(child) {
+            .retain(|&worker_id, worker| match worker.end(forks) {
                 Some(end) => {
-                    ended.push((worker_id, job_id(child), end));
+                    ended.push((worker_id, worker.job_id(), end));
                     false
                 }
                 None => true,
@@ -127,8 +159,8 @@ impl Launcher for LocalLauncher {
                 stopping.extend(self.terminate(*worker_id, child));
             }
         }
-        wait_for_exit(&mut stopping, self.grace);
-        kill_and_reap(stopping);
+        wait_for_exit(&mut stopping, self.grace, &mut self.fork_server);
+        kill_and_reap(stopping, &mut self.fork_server);
     }
 
     fn cancel_all(&mut self) {
@@ -164,22 +196,27 @@ fn spawn(request: &WorkerRequest) -> Result<Child, LaunchError> {
         })
 }
 
-/// `<log_dir>/worker-<id>.out` and `.err`, opened for appending (the log
-/// directory is created with its parents).
+/// `<log_dir>/worker-<id>.out` and `.err`, opened for appending.
 fn open_logs(log_dir: &Path, worker_id: u64) -> Result<(File, File), LaunchError> {
-    std::fs::create_dir_all(log_dir).map_err(|source| LaunchError::Log {
-        path: log_dir.to_path_buf(),
-        source,
-    })?;
-    let open = |extension: &str| {
-        let path = log_file(log_dir, worker_id, extension);
+    let open = |path: PathBuf| {
         OpenOptions::new()
             .create(true)
             .append(true)
             .open(&path)
             .map_err(|source| LaunchError::Log { path, source })
     };
-    Ok((open("out")?, open("err")?))
+    let [out, err] = log_files(log_dir, worker_id)?;
+    Ok((open(out)?, open(err)?))
+}
+
+/// `<log_dir>/worker-<id>.out` and `.err`, the log directory created with
+/// its parents.
+fn log_files(log_dir: &Path, worker_id: u64) -> Result<[PathBuf; 2], LaunchError> {
+    std::fs::create_dir_all(log_dir).map_err(|source| LaunchError::Log {
+        path: log_dir.to_path_buf(),
+        source,
+    })?;
+    Ok(["out", "err"].map(|extension| log_file(log_dir, worker_id, extension)))
 }
 
 /// `<log_dir>/worker-<id>.<extension>`.
@@ -215,19 +252,45 @@ pub fn command_line(request: &WorkerRequest) -> String {
 /// The variable of a request's `env` that holds the run's secret token.
 const TOKEN_VARIABLE: &str = "DAISY_CONTEXT";
 
-fn job_id(child: &Child) -> JobId {
-    JobId(child.id().to_string())
+/// A worker's process: spawned by the launcher, or forked by its fork
+/// server (whose child it is, so only the server can wait for it).
+enum WorkerProcess {
+    Spawned(Child),
+    Forked(u32),
 }
 
-/// The process group a child leads (its pid, thanks to `process_group(0)`).
-fn group_of(child: &Child) -> Pid {
-    Pid::from_raw(child.id() as i32)
-}
+impl WorkerProcess {
+    fn pid(&self) -> u32 {
+        match self {
+            WorkerProcess::Spawned(child) => child.id(),
+            WorkerProcess::Forked(pid) => *pid,
+        }
+    }
 
-/// Signals a worker's whole group. ESRCH only means nobody is left in it.
-fn signal_group(child: &Child, signal: Signal) {
-    if let Err(error) = killpg(group_of(child), signal) {
-        tracing::debug!(pid = child.id(), %signal, %error, "cannot signal process group");
+    fn job_id(&self) -> JobId {
+        JobId(self.pid().to_string())
+    }
+
+    /// Signals the worker's whole group (it leads it: its pid is the
+    /// group's id). ESRCH only means nobody is left in it.
+    fn signal_group(&self, signal: Signal) {
+        let group = Pid::from_raw(self.pid() as i32);
+        if let Err(error) = killpg(group, signal) {
+            tracing::debug!(pid = self.pid(), %signal, %error, "cannot signal process group");
+        }
+    }
+
+    /// How the worker ended, or `None` while it runs; never blocks.
+    fn end(&mut self, forks: &mut Option<ForkServer>) -> Option<JobEnd> {
+        match self {
+            WorkerProcess::Spawned(child) => end_of(child),
+            WorkerProcess::Forked(pid) => match forks {
+                Some(server) => server.end_of(*pid),
+                None => Some(JobEnd::Failed {
+                    reason: format!("pid {pid} was forked by a fork server this launcher lost"),
+                }),
+            },
+        }
     }
 }
 
@@ -236,9 +299,14 @@ fn signal_group(child: &Child, signal: Signal) {
 /// still holds the group id), then the leader is reaped.
 fn end_of(child: &mut Child) -> Option<JobEnd> {
     let flags = WaitPidFlag::WEXITED | WaitPidFlag::WNOHANG | WaitPidFlag::WNOWAIT;
-    match waitid(Id::Pid(group_of(child)), flags) {
+    let pid = Pid::from_raw(child.id() as i32);
+    match waitid(Id::Pid(pid), flags) {
         Ok(WaitStatus::StillAlive) => return None,
-        Ok(_) => signal_group(child, Signal::SIGKILL),
+        Ok(_) => {
+            if let Err(error) = killpg(pid, Signal::SIGKILL) {
+                tracing::debug!(%pid, %error, "cannot kill the rest of the group");
+            }
+        }
         Err(error) => return Some(lost(child, error)),
     }
     match child.try_wait() {
@@ -279,10 +347,14 @@ fn signal_name(number: i32) -> String {
 
 /// Reaps the workers that exit within `timeout`, all checked together;
 /// those still running stay in `children`.
-fn wait_for_exit(children: &mut Vec<Child>, timeout: Duration) {
+fn wait_for_exit(
+    children: &mut Vec<WorkerProcess>,
+    timeout: Duration,
+    forks: &mut Option<ForkServer>,
+) {
     let deadline = Instant::now() + timeout;
     loop {
-        children.retain_mut(|child| end_of(child).is_none());
+        children.retain_mut(|child| child.end(forks).is_none());
         if children.is_empty() || Instant::now() >= deadline {
             return;
         }
@@ -293,14 +365,14 @@ fn wait_for_exit(children: &mut Vec<Child>, timeout: Duration) {
 /// SIGKILLs the groups of workers that outlived the grace period and reaps
 /// them; one stuck in the kernel past [`REAP_AFTER_KILL`] is left to the
 /// system with a warning.
-fn kill_and_reap(mut children: Vec<Child>) {
+fn kill_and_reap(mut children: Vec<WorkerProcess>, forks: &mut Option<ForkServer>) {
     for child in &children {
-        signal_group(child, Signal::SIGKILL);
+        child.signal_group(Signal::SIGKILL);
     }
-    wait_for_exit(&mut children, REAP_AFTER_KILL);
+    wait_for_exit(&mut children, REAP_AFTER_KILL, forks);
     for child in &children {
         tracing::warn!(
-            pid = child.id(),
+            pid = child.pid(),
             "worker did not die from SIGKILL; left unreaped"
         );
     }

@@ -36,7 +36,7 @@ import threading
 from pathlib import Path
 
 
-from daisy_rs import _code, _native, tracking
+from daisy_rs import _code, _fork_server, _native, tracking
 from daisy_rs import logging as daisy_logging
 from daisy_rs.context import Context
 from daisy_rs.task import Pipeline, seconds
@@ -163,6 +163,7 @@ def run_blockwise(
     name=None,
     resource_tracking=False,
     dashboard=None,
+    fork_workers=True,
 ):
     """Runs ``tasks`` (a task, a list of tasks, or a `Pipeline`) to the
     end. Returns True only if every block completed or was done before;
@@ -175,7 +176,9 @@ def run_blockwise(
     ``resource_tracking`` (measure what each block costs, for every task;
     ``Task(resource_tracking=True)`` for one), ``dashboard`` (True, or an
     address such as ``"0.0.0.0:8790"``: a live web page of the run, whose
-    URL is printed and written to ``<run_dir>/dashboard.url``).
+    URL is printed and written to ``<run_dir>/dashboard.url``),
+    ``fork_workers`` (False: local workers start as fresh interpreters
+    instead of forks of this program; see `daisy_rs._fork_server`).
     """
     pipeline, empty = _without_empty_tasks(Pipeline.of(tasks))
     if not pipeline.tasks:
@@ -185,7 +188,12 @@ def run_blockwise(
     run_dir, tracked = _run_dir(pipeline, name, run_dir, block_tracking)
     _call_init_callbacks(pipeline)
     try:
-        top = {"resources": resources, "launcher": launcher, "resource_tracking": resource_tracking}
+        top = {
+            "resources": resources,
+            "launcher": launcher,
+            "resource_tracking": resource_tracking,
+            "fork_workers": fork_workers,
+        }
         options = _shown(progress, summary) + ([] if tracked else ["--fresh"])
         options += _dashboard(dashboard, multiprocessing)
         status = _run(pipeline, name, run_dir, top, host, multiprocessing, options)
@@ -311,7 +319,7 @@ def _run(pipeline, name, run_dir, top, host, multiprocessing, options):
         args += ["--listen", f"{host}:0"]
     lock_before = _lock_of(run_dir)
     if multiprocessing:
-        status = _run_driver(args)
+        status = _run_driver(args, _forked_tasks(pipeline, top))
     else:
         status = _native.driver_main(args + ["--serial"])
     if status == _INTERRUPTED:
@@ -340,18 +348,40 @@ def states(run_dir):
     }
 
 
-def _run_driver(args):
+def _forked_tasks(pipeline, top):
+    """The tasks whose workers may be forked from this program: those
+    that run as local processes of this interpreter and did not opt out."""
+    if not top["fork_workers"] or not _fork_server.enabled_by_environment():
+        return []
+    local = [task for task in pipeline.tasks if _is_local(task.launcher or top["launcher"] or {})]
+    return [task.task_id for task in local if task.fork_workers and task.worker_program is None]
+
+
+def _is_local(launcher):
+    return launcher.get("kind", "local") == "local"
+
+
+def _run_driver(args, forked_tasks):
     """The driver on a thread of this interpreter: its exit status.
     Ctrl-C here stops it as Ctrl-C stops the CLI, then is raised; SIGTERM
-    (a job's time limit, `kill`) stops it the same way while it runs."""
-    driver = _native.start_driver(args)
-    with _sigterm_stops(driver):
-        try:
-            return _wait(driver)
-        except KeyboardInterrupt:
-            driver.stop()
-            _wait_through_interrupts(driver)
-            raise
+    (a job's time limit, `kill`) stops it the same way while it runs. The
+    workers of ``forked_tasks`` are forked by a fork server started first,
+    while this process has no driver thread (see `daisy_rs._fork_server`)."""
+    server = _fork_server.start(forked_tasks) if forked_tasks else None
+    if server is not None:
+        args = [*args, "--fork-server", str(server.fileno())]
+    try:
+        driver = _native.start_driver(args)
+        with _sigterm_stops(driver):
+            try:
+                return _wait(driver)
+            except KeyboardInterrupt:
+                driver.stop()
+                _wait_through_interrupts(driver)
+                raise
+    finally:
+        if server is not None:
+            server.close()
 
 
 def _wait(driver):

@@ -154,6 +154,7 @@ class Task:
         launcher=None,
         worker_program=None,
         pin=False,
+        fork_workers=True,
         **unknown,
     ):
         for name in unknown:
@@ -204,6 +205,11 @@ class Task:
         #: Bind each local worker to the cpu ids it was given from the
         #: budget (docs/user-guide.md, "Resource slots").
         self.pin = bool(pin)
+        #: Fork this task's local Python workers from the program rather
+        #: than start fresh interpreters (docs/python.md, "How workers
+        #: start"); ``run_blockwise(fork_workers=False)`` and
+        #: ``DAISY_FORK_WORKERS=0`` turn it off for every task.
+        self.fork_workers = bool(fork_workers)
 
     @property
     def done_marker_path(self):

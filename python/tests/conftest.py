@@ -5,6 +5,7 @@ back from the run's events.jsonl."""
 import json
 import os
 import signal
+import time
 from collections import defaultdict
 from pathlib import Path
 
@@ -72,3 +73,29 @@ def requires(what):
     if os.environ.get("CI"):
         pytest.fail(f"{message}, and CI is set: CI must provide it")
     pytest.skip(message)
+
+
+def wait_for(what, condition, limit_s=120):
+    deadline = time.monotonic() + limit_s
+    while not condition():
+        assert time.monotonic() < deadline, f"gave up waiting for {what}"
+        time.sleep(0.05)
+
+
+def processes_in(directory):
+    """Pids of processes whose working directory is ``directory`` (this
+    test's own process aside: the fixture made it its working directory)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+            continue
+        try:
+            if os.readlink(entry / "cwd") == str(directory):
+                found.append(int(entry.name))
+        except OSError:
+            continue
+    return found
+
+
+def assert_nothing_left_in(directory):
+    wait_for(f"no process left in {directory}", lambda: not processes_in(directory), limit_s=30)

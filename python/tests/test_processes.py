@@ -7,10 +7,9 @@ import signal
 import subprocess
 import sys
 import textwrap
-import time
 from pathlib import Path
 
-from conftest import done_blocks, events
+from conftest import assert_nothing_left_in, done_blocks, events, wait_for
 
 SCRIPT = textwrap.dedent(
     """
@@ -47,34 +46,8 @@ def start_script(workdir, out, **fields):
     )
 
 
-def wait_for(what, condition, limit_s=120):
-    deadline = time.monotonic() + limit_s
-    while not condition():
-        assert time.monotonic() < deadline, f"gave up waiting for {what}"
-        time.sleep(0.05)
-
-
 def ran(workdir, out):
     return sorted(int(p.name.split("-")[1]) for p in (workdir / out).glob("*"))
-
-
-def processes_in(directory):
-    """Pids of processes whose working directory is ``directory`` (this
-    test's own process aside: the fixture made it its working directory)."""
-    found = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit() or int(entry.name) == os.getpid():
-            continue
-        try:
-            if os.readlink(entry / "cwd") == str(directory):
-                found.append(int(entry.name))
-        except OSError:
-            continue
-    return found
-
-
-def assert_nothing_left_in(directory):
-    wait_for(f"no process left in {directory}", lambda: not processes_in(directory), limit_s=30)
 
 
 def test_a_hand_started_python_worker_serves_a_task(workdir):

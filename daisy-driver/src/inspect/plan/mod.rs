@@ -168,6 +168,7 @@ fn launcher_problem(pipeline: &Pipeline) -> Option<String> {
     let settings = LaunchSettings {
         poll_interval: launchers::DEFAULT_POLL_INTERVAL,
         stop_grace: launchers::DEFAULT_GRACE,
+        fork_server: None,
     };
     let error = TaskLaunchers::new(pipeline, settings).err()?;
     Some(format!("{error:#}"))
