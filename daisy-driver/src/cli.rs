@@ -183,6 +183,11 @@ pub struct RunOpts {
     /// launchers' `ForkServer`).
     #[arg(long, value_name = "FD", hide = true)]
     pub fork_server: Option<std::os::fd::RawFd>,
+    /// Start no fork server of the driver's own: Python workers start as
+    /// fresh interpreters unless --fork-server gives one (`run_blockwise`
+    /// decides for its workers itself).
+    #[arg(long, hide = true)]
+    pub no_fork_server: bool,
 }
 
 impl RunOpts {
@@ -444,6 +449,7 @@ fn launch_settings(opts: &RunOpts) -> LaunchSettings {
         poll_interval: opts.poll_interval,
         stop_grace: STOP_GRACE,
         fork_server: opts.fork_server,
+        fork_workers: !opts.no_fork_server,
     }
 }
 

@@ -78,10 +78,10 @@ impl LocalLauncher {
         }
     }
 
-    /// This launcher, with the Python workers `server` serves forked by
-    /// it rather than started as fresh interpreters.
-    pub fn with_fork_server(mut self, server: ForkServer) -> Self {
-        self.fork_server = Some(server);
+    /// This launcher, with the Python workers `server` (if any) serves
+    /// forked by it rather than started as fresh interpreters.
+    pub fn with_fork_server_if(mut self, server: Option<ForkServer>) -> Self {
+        self.fork_server = server;
         self
     }
 

@@ -4,7 +4,10 @@ workers from the program too; `import volara.blockwise` alone takes
 seconds).
 
 `start` forks a *fork server* from the program before its driver starts
-(so the server is a copy of one thread, with no driver thread in it).
+(so the server is a copy of one thread, with no driver thread in it);
+``daisy-driver run`` of a pipeline with Python tasks starts one as
+``python -m daisy_rs._fork_server`` (`main`), which imports the tasks'
+functions first.
 The driver's local launcher asks it, over a Unix socket, to fork each
 Python worker (``launchers/src/local/fork_server.rs`` has the protocol):
 the worker leads a process group of its own, runs in the directory, with
@@ -24,8 +27,11 @@ interpreters, and the run says why, once. ``fork_workers=False`` (of
 
 from __future__ import annotations
 
+import argparse
+import importlib
 import json
 import os
+import pickle
 import select
 import signal
 import socket
@@ -272,8 +278,9 @@ def _redirect(stdout, stderr):
         (2, stderr, os.O_WRONLY | os.O_CREAT | os.O_APPEND),
     ):
         opened = os.open(path, flags, 0o644)
-        os.dup2(opened, fd)
-        os.close(opened)
+        if opened != fd:  # the server's socket was fd 0, now closed
+            os.dup2(opened, fd)
+            os.close(opened)
     sys.stdin = sys.__stdin__ = open(0, closefd=False)
     sys.stdout = sys.__stdout__ = open(1, "w", closefd=False)
     sys.stderr = sys.__stderr__ = open(2, "w", closefd=False, buffering=1, errors="backslashreplace")
@@ -302,3 +309,45 @@ def _limit_threads():
             numba.set_num_threads(min(int(count), numba.config.NUMBA_NUM_THREADS))
         except Exception as error:  # its threading layer did not start
             print(f"daisy_rs: numba keeps its thread count: {error}", file=sys.stderr)
+
+
+def main(argv=None):
+    """A fork server started by ``daisy-driver run``, its socket on stdin:
+    imports the functions ``--preload`` names (a JSON list of the driver's
+    function codes), then serves the workers of the ``--task``s, unless
+    what it imported makes forking unsafe (then it serves none, and says
+    why)."""
+    parser = argparse.ArgumentParser(prog="python -m daisy_rs._fork_server")
+    parser.add_argument("--preload", default="[]")
+    parser.add_argument("--task", action="append", default=[])
+    args = parser.parse_args(argv)
+    for code in json.loads(args.preload):
+        _preload(code)
+    tasks = args.task
+    reason = _reason_not_to_fork()
+    if reason is not None:
+        _say_once(f"daisy_rs: workers start as fresh interpreters: {reason}")
+        tasks = []
+    _serve(socket.socket(fileno=0), tasks)
+
+
+def _preload(code):
+    """Imports what a task's function needs: its module, or what its
+    pickle refers to. One that fails is left to the worker to report."""
+    for directory in reversed(code.get("search_path", [])):
+        if directory not in sys.path:
+            sys.path.insert(0, directory)
+    source = code["source"]
+    try:
+        if "reference" in source:
+            importlib.import_module(source["reference"].partition(":")[0])
+        else:
+            with open(source["pickle"], "rb") as file:
+                pickle.load(file)
+    except Exception as error:
+        print(f"daisy_rs: the fork server did not preload {source}: {error!r}", file=sys.stderr)
+
+
+if __name__ == "__main__":
+    main()
+

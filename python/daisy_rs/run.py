@@ -370,6 +370,8 @@ def _run_driver(args, forked_tasks):
     server = _fork_server.start(forked_tasks) if forked_tasks else None
     if server is not None:
         args = [*args, "--fork-server", str(server.fileno())]
+    else:
+        args = [*args, "--no-fork-server"]
     try:
         driver = _native.start_driver(args)
         with _sigterm_stops(driver):

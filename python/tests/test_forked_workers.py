@@ -156,6 +156,45 @@ def test_a_preimported_numpy_takes_the_workers_thread_count(workdir):
     assert program not in {block["parent"] for block in seen}, "forked"
 
 
+PIPELINE = textwrap.dedent(
+    """
+    name = "cli"
+    [[task]]
+    id = "t"
+    total_roi = {{ offset = [0], shape = [6] }}
+    read_roi = {{ offset = [0], shape = [1] }}
+    write_roi = {{ offset = [0], shape = [1] }}
+    read_write_conflict = false
+    max_workers = 2
+    batch_size = 1
+    process_function = "marker:record"
+    python_path = ["{workdir}"]
+    """
+)
+
+
+@pytest.mark.parametrize("forking", [True, False], ids=["forked", "DAISY_FORK_WORKERS=0"])
+def test_the_cli_forks_a_pipelines_python_workers_from_a_server_that_imported_their_functions(workdir, forking):
+    """``daisy-driver run`` of a pipeline file: a fresh fork server
+    imports the task's module once; its workers import nothing again."""
+    (workdir / "marker.py").write_text(MARKER)
+    (workdir / "pipeline.toml").write_text(PIPELINE.format(workdir=workdir))
+    driver = Path(sys.executable).parent / "daisy-rs-driver"
+    env = {**os.environ, "DAISY_FORK_WORKERS": "1" if forking else "0"}
+    done = subprocess.run(
+        [str(driver), "run", "pipeline.toml"], cwd=workdir, env=env, capture_output=True, text=True, timeout=300
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    seen = [json.loads(p.read_text()) for p in (workdir / "seen").iterdir()]
+    workers = {block["pid"] for block in seen}
+    if forking:
+        [server] = imports(workdir)
+        assert {block["parent"] for block in seen} == {int(server)}
+    else:
+        assert set(imports(workdir)) >= set(map(str, workers)), "each worker imported it"
+    assert_nothing_left_in(workdir)
+
+
 def test_ctrl_c_of_a_forking_run_leaves_no_process_behind(workdir):
     script = start(workdir, blocks=200, env={"BLOCK_SLEEP_S": "0.2"})
     program = json.loads(script.stdout.readline())["program"]

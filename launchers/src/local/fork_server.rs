@@ -20,14 +20,19 @@
 //!   as [`super::LocalLauncher`] does for the workers it spawns.
 //!
 //! The server ends when this socket closes (the launcher dropped, or the
-//! driver's process died), so it never outlives the run.
+//! driver's process died), so it never outlives the run. A server this
+//! launcher started ([`ForkServer::spawn`], for `daisy-driver run`) is
+//! also reaped by it; one a program forked is that program's to reap.
 
 use std::collections::{BTreeSet, HashMap};
 use std::io::{self, ErrorKind, Read, Write};
-use std::os::fd::{BorrowedFd, RawFd};
+use std::net::Shutdown;
+use std::os::fd::{BorrowedFd, OwnedFd, RawFd};
 use std::os::unix::net::UnixStream;
+use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
-use std::time::Duration;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
 
@@ -37,6 +42,10 @@ use crate::{JobEnd, WorkerRequest};
 /// server that does not answer in this time is given up (its workers
 /// then start as fresh interpreters).
 const ANSWER_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// How long a server this launcher started gets to end once its socket
+/// closed.
+const END_WAIT: Duration = Duration::from_secs(5);
 
 /// The module a Python worker runs (`python -m daisy_rs.worker`).
 const WORKER_MODULE: [&str; 2] = ["-m", "daisy_rs.worker"];
@@ -86,6 +95,9 @@ enum ToServer<'a> {
 /// The launcher's end of a fork server's socket.
 pub struct ForkServer {
     stream: UnixStream,
+    /// The server's process, when this launcher started it (rather than
+    /// the program that passed its socket): reaped when the server ends.
+    process: Option<Child>,
     /// Bytes read that do not yet end a line.
     unread: Vec<u8>,
     python: PathBuf,
@@ -105,9 +117,33 @@ impl ForkServer {
         // is only borrowed long enough to be duplicated.
         let borrowed = unsafe { BorrowedFd::borrow_raw(fd) };
         let stream = UnixStream::from(borrowed.try_clone_to_owned()?);
+        Self::greeted(stream, None)
+    }
+
+    /// Starts `python -m daisy_rs._fork_server`, which first imports what
+    /// `preload` names (a JSON list of the tasks' function codes) and
+    /// serves the workers of `tasks` that run `python`, once it said hello.
+    pub fn spawn(python: &Path, tasks: &[String], preload: &str) -> io::Result<Self> {
+        let (ours, theirs) = UnixStream::pair()?;
+        let process = Command::new(python)
+            .args(["-m", "daisy_rs._fork_server", "--preload", preload])
+            .args(tasks.iter().flat_map(|task| ["--task", task]))
+            .stdin(Stdio::from(OwnedFd::from(theirs)))
+            .stdout(Stdio::null())
+            .process_group(0)
+            .spawn()?;
+        let mut server = Self::greeted(ours, Some(process))?;
+        // Requests name the program as the pipeline does ("python3"), the
+        // server its resolved path.
+        server.python = python.to_path_buf();
+        Ok(server)
+    }
+
+    fn greeted(stream: UnixStream, process: Option<Child>) -> io::Result<Self> {
         stream.set_read_timeout(Some(ANSWER_TIMEOUT))?;
         let mut server = Self {
             stream,
+            process,
             unread: Vec::new(),
             python: PathBuf::new(),
             tasks: None,
@@ -265,6 +301,26 @@ impl ForkServer {
                 "the fork server is gone ({error}): workers start as fresh interpreters"
             );
             self.gone = Some(format!("is gone ({error})"));
+        }
+    }
+}
+
+/// A server this launcher started ends when its socket closes; it is
+/// waited for (killed if it lingers), so no process is left behind.
+impl Drop for ForkServer {
+    fn drop(&mut self) {
+        let Some(mut process) = self.process.take() else {
+            return;
+        };
+        let _ = self.stream.shutdown(Shutdown::Both);
+        let deadline = Instant::now() + END_WAIT;
+        while matches!(process.try_wait(), Ok(None)) {
+            if Instant::now() > deadline {
+                let _ = process.kill();
+                let _ = process.wait();
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(5));
         }
     }
 }

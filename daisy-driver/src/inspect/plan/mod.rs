@@ -169,6 +169,7 @@ fn launcher_problem(pipeline: &Pipeline) -> Option<String> {
         poll_interval: launchers::DEFAULT_POLL_INTERVAL,
         stop_grace: launchers::DEFAULT_GRACE,
         fork_server: None,
+        fork_workers: false,
     };
     let error = TaskLaunchers::new(pipeline, settings).err()?;
     Some(format!("{error:#}"))

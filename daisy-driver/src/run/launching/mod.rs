@@ -4,6 +4,7 @@
 //! scripts `plan` shows are the ones a run submits).
 
 pub(crate) mod earlier_jobs;
+pub(crate) mod fork_server;
 pub(crate) mod per_kind;
 pub(crate) mod thread;
 
@@ -14,8 +15,7 @@ use crate::run_dir::RunDir;
 use anyhow::Context as _;
 use daisy_core::walltime::parse_slurm_time;
 use launchers::{
-    BsubLauncher, ForkServer, Launcher, LocalLauncher, Paced, SbatchLauncher, SlurmrestdLauncher,
-    WorkerRequest,
+    BsubLauncher, Launcher, LocalLauncher, Paced, SbatchLauncher, SlurmrestdLauncher, WorkerRequest,
 };
 use std::os::fd::RawFd;
 use std::path::Path;
@@ -29,6 +29,8 @@ pub struct LaunchSettings {
     pub stop_grace: Duration,
     /// The socket of a fork server for local Python workers, if one runs.
     pub fork_server: Option<RawFd>,
+    /// Whether a run may start a fork server of its own ([`fork_server`]).
+    pub fork_workers: bool,
 }
 
 /// The backend the pipeline asks for.
@@ -37,7 +39,7 @@ pub fn launcher(
     settings: LaunchSettings,
 ) -> anyhow::Result<Box<dyn Launcher>> {
     Ok(match config.kind {
-        LauncherKind::Local => Box::new(local_launcher(settings)),
+        LauncherKind::Local => Box::new(LocalLauncher::with_grace(settings.stop_grace)),
         LauncherKind::Sbatch => Box::new(
             SbatchLauncher::new()
                 .context("the pipeline's launcher is sbatch")?
@@ -54,24 +56,6 @@ pub fn launcher(
                 .with_poll_interval(settings.poll_interval),
         ),
     })
-}
-
-/// Local processes, Python workers forked by the fork server if there is
-/// one that answers (else they start as fresh interpreters, as without).
-fn local_launcher(settings: LaunchSettings) -> LocalLauncher {
-    let launcher = LocalLauncher::with_grace(settings.stop_grace);
-    let Some(fd) = settings.fork_server else {
-        return launcher;
-    };
-    match ForkServer::connect(fd) {
-        Ok(server) => launcher.with_fork_server(server),
-        Err(error) => {
-            tracing::warn!(
-                "the fork server does not answer ({error}): workers start as fresh interpreters"
-            );
-            launcher
-        }
-    }
 }
 
 /// Tells a launched worker its job's walltime (daisy-worker's

@@ -5,8 +5,9 @@
 //! backend is polled as often as it wants to be.
 
 use crate::pipeline::{LauncherKind, Pipeline};
+use crate::run::launching::fork_server;
 use crate::run::launching::{self, LaunchSettings};
-use launchers::{JobEnd, JobId, LaunchError, Launcher, WorkerRequest};
+use launchers::{JobEnd, JobId, LaunchError, Launcher, LocalLauncher, WorkerRequest};
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
@@ -42,7 +43,13 @@ impl TaskLaunchers {
             let index = match backends.iter().position(|b| b.kind == config.kind) {
                 Some(index) => index,
                 None => {
-                    let launcher = launching::launcher(config, settings)?;
+                    let launcher: Box<dyn Launcher> = match config.kind {
+                        LauncherKind::Local => Box::new(
+                            LocalLauncher::with_grace(settings.stop_grace)
+                                .with_fork_server_if(fork_server::for_run(pipeline, &settings)),
+                        ),
+                        _ => launching::launcher(config, settings)?,
+                    };
                     backends.push(Backend {
                         kind: config.kind,
                         next_poll: Instant::now() + launcher.poll_interval(),
