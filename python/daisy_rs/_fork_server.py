@@ -48,6 +48,10 @@ ENV_VARIABLE = "DAISY_FORK_WORKERS"
 #: fork once imported.
 _FORK_UNSAFE_MODULES = ("jax", "tensorflow")
 
+#: Modules that reset their IO threads in a forked child, each keeping its
+#: loop in ``loop[0]`` and its thread in ``iothread[0]``.
+_LIBRARIES_RESET_AFTER_FORK = ("zarr.core.sync", "fsspec.asyn")
+
 #: How long the server gets to end once its socket closed.
 _END_WAIT_S = 5.0
 
@@ -125,7 +129,9 @@ def _reason_not_to_fork():
     """Why this program must not be forked now, or None."""
     if not hasattr(os, "fork") or not sys.platform.startswith("linux"):
         return f"forking workers needs Linux (this is {sys.platform})"
-    others = [t.name for t in threading.enumerate() if t is not threading.current_thread()]
+    reset = _threads_reset_after_fork()
+    current = threading.current_thread()
+    others = [t.name for t in threading.enumerate() if t is not current and t not in reset]
     if others:
         shown = ", ".join(repr(name) for name in others[:3])
         return (
@@ -139,6 +145,23 @@ def _reason_not_to_fork():
     if torch is not None and torch.cuda.is_initialized():
         return "this program initialised CUDA (torch), which a forked process cannot use"
     return None
+
+
+def _threads_reset_after_fork():
+    """The threads of libraries that start them afresh in a forked child
+    (they reset their state with `os.register_at_fork`): the IO event
+    loops of zarr and fsspec, and their loops' thread pools. Forking with
+    these running is what those libraries are built for."""
+    threads = set()
+    for name in _LIBRARIES_RESET_AFTER_FORK:
+        module = sys.modules.get(name)
+        if module is None:
+            continue
+        threads.add(getattr(module, "iothread", [None])[0])
+        loop = getattr(module, "loop", [None])[0]
+        for executor in (getattr(loop, "_default_executor", None), getattr(module, "_executor", None)):
+            threads.update(getattr(executor, "_threads", ()))
+    return threads
 
 
 def _serve(sock, task_ids):
