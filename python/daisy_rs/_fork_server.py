@@ -52,6 +52,12 @@ _FORK_UNSAFE_MODULES = ("jax", "tensorflow")
 #: loop in ``loop[0]`` and its thread in ``iothread[0]``.
 _LIBRARIES_RESET_AFTER_FORK = ("zarr.core.sync", "fsspec.asyn")
 
+#: The modules whose thread classes a notebook kernel runs (its IOPub,
+#: heartbeat, control and history threads): a forked child never uses
+#: them (its output goes to its log files), as multiprocessing's forks in
+#: notebooks have shown for years.
+_NOTEBOOK_THREAD_MODULES = ("ipykernel.", "IPython.", "zmq.")
+
 #: How long the server gets to end once its socket closed.
 _END_WAIT_S = 5.0
 
@@ -131,7 +137,11 @@ def _reason_not_to_fork():
         return f"forking workers needs Linux (this is {sys.platform})"
     reset = _threads_reset_after_fork()
     current = threading.current_thread()
-    others = [t.name for t in threading.enumerate() if t is not current and t not in reset]
+    others = [
+        t.name
+        for t in threading.enumerate()
+        if t is not current and t not in reset and not type(t).__module__.startswith(_NOTEBOOK_THREAD_MODULES)
+    ]
     if others:
         shown = ", ".join(repr(name) for name in others[:3])
         return (

@@ -41,8 +41,12 @@ const EVENTS_PER_TURN: usize = 64;
 
 /// How long connections get to close after being told to stop: idle
 /// workers at the end of a run leave at once; on Ctrl-C only blocks that
-/// finish right away are still recorded, the rest are stopped.
-const GOODBYE_FINISHED: Duration = Duration::from_secs(2);
+/// finish right away are still recorded, the rest are stopped. A finished
+/// run has every block done, so nothing its workers still do can change
+/// it: those that linger (a worker function waiting for the interpreter
+/// it started to exit, `volara-cli`'s takes 2 s) are stopped, as daisy 1.x
+/// and 2.0 stop theirs at the end of a run.
+const GOODBYE_FINISHED: Duration = Duration::from_millis(500);
 const GOODBYE_INTERRUPTED: Duration = Duration::from_millis(300);
 
 /// The most connections that may be waiting to be welcomed at a time: a
