@@ -121,6 +121,12 @@ async fn respond(request: &Request<Incoming>, served: &Served) -> Response<Body>
             let run_dir = served.run_dir.clone();
             match tokio::task::spawn_blocking(move || report::page(&run_dir)).await {
                 Ok(Ok(page)) => file("text/html; charset=utf-8", page),
+                // The page is served from the run's start, a moment before
+                // its first event is written.
+                Ok(Err(report::ReportError::NoEvents(_))) => text(
+                    StatusCode::OK,
+                    "the run is starting: its report shows once it recorded its first event\n",
+                ),
                 Ok(Err(error)) => text(StatusCode::INTERNAL_SERVER_ERROR, &format!("{error}\n")),
                 Err(_) => text(
                     StatusCode::INTERNAL_SERVER_ERROR,
