@@ -74,6 +74,31 @@ _DIFFERS = {
 }
 
 
+#: daisy 1.x's internal modules, which programs sometimes import; this
+#: package has none of them (its driver and workers are Rust), and
+#: ``import daisy.tcp`` says what to use (the modules of those names here
+#: raise `_internal_module_error`).
+_INTERNALS = {
+    "worker_pool": "workers are started by the driver's launcher (local processes, sbatch, bsub, "
+    "slurmrestd) and kept per task by the driver (Task(max_workers=...), run_blockwise(resources=...)); "
+    "to add a worker by hand, run `python -m daisy_rs.worker --context-file <run_dir>/context.json --task <task>`",
+    "tcp": "workers talk to the driver over the engine's own protocol (docs/protocol.md); a process reaches "
+    "its blocks with daisy.Client(), which reads DAISY_CONTEXT",
+    "messages": "blocks are asked for and released with daisy.Client().acquire_block(); the driver's "
+    "messages are the engine's own protocol (docs/protocol.md), not daisy 1.x's message classes",
+}
+
+
+def _internal_module_error(name):
+    """The `ImportError` of ``import daisy_rs.<name>`` for daisy 1.x's
+    internal module ``name``."""
+    return ImportError(
+        f"daisy_rs has no module {name!r}: daisy 1.x's daisy.{name} is internal to daisy 1.x and "
+        f"differs here on purpose: {_INTERNALS[name]} (docs/python.md, 'What differs')",
+        name=f"daisy_rs.{name}",
+    )
+
+
 def __getattr__(name):
     if name == "__version__":
         from importlib.metadata import version
@@ -85,6 +110,8 @@ def __getattr__(name):
         return value
     if name in _SUBMODULES:
         return importlib.import_module(f"daisy_rs.{name}")
+    if name in _INTERNALS:
+        raise AttributeError(str(_internal_module_error(name)))
     if name in _DIFFERS:
         raise AttributeError(
             f"daisy_rs has no {name}: it differs from daisy on purpose: {_DIFFERS[name]} "

@@ -370,3 +370,34 @@ def test_python_m_daisy_rs_run_refuses_what_it_cannot_run_in_one_line(workdir):
         done = subprocess.run([sys.executable, "-m", "daisy_rs", *args], cwd=workdir, capture_output=True, text=True)
         assert done.returncode == 2, done
         assert said in done.stderr and "Traceback" not in done.stderr, done.stderr
+
+
+def test_daisy1_internal_modules_say_what_to_use_instead(workdir):
+    """issue 34: ``import daisy.worker_pool`` (and ``daisy.tcp``,
+    ``daisy.messages``, daisy 1.x internals) under the switch, and the
+    same modules as ``daisy_rs.X``, raise an `ImportError` that names
+    what to use."""
+    done = run_script(
+        workdir,
+        """
+        import importlib
+        for name in ["daisy.worker_pool", "daisy.tcp", "daisy.tcp.tcp_client", "daisy.messages",
+                     "daisy_rs.worker_pool", "daisy_rs.tcp", "daisy_rs.messages"]:
+            try:
+                importlib.import_module(name)
+            except ImportError as error:
+                print("IMPORTERROR", name, "|", error)
+        try:
+            from daisy.messages import AcquireBlock
+        except ImportError as error:
+            print("FROM", error)
+        """,
+    )
+    said = dict(line.split(" | ", 1) for line in done.stdout.splitlines() if line.startswith("IMPORTERROR"))
+    assert len(said) == 7, done.stdout + done.stderr
+    assert "launcher" in said["IMPORTERROR daisy.worker_pool"] and "max_workers" in said["IMPORTERROR daisy.worker_pool"]
+    assert "daisy.Client()" in said["IMPORTERROR daisy.tcp"]
+    assert said["IMPORTERROR daisy.tcp.tcp_client"] == said["IMPORTERROR daisy.tcp"]
+    assert "acquire_block()" in said["IMPORTERROR daisy.messages"]
+    assert said["IMPORTERROR daisy_rs.worker_pool"] == said["IMPORTERROR daisy.worker_pool"]
+    assert "FROM daisy_rs has no module 'messages'" in done.stdout

@@ -1,0 +1,6 @@
+"""daisy 1.x's ``daisy.tcp``, internal to daisy 1.x: importing it says
+what to use instead (see `daisy_rs._INTERNALS`)."""
+
+from daisy_rs import _internal_module_error
+
+raise _internal_module_error("tcp")
