@@ -232,6 +232,7 @@ impl Client {
         let draining = ToDriver::Draining {
             reason,
             out_of_time,
+            by_choice: false,
         };
         self.connection.send(draining).await
     }

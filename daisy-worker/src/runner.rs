@@ -205,6 +205,14 @@ impl Runner {
         }
     }
 
+    /// Why the code ended on its own, once it did (in-process code only).
+    pub fn ended_by_choice(&self) -> Option<String> {
+        match self {
+            Self::Embedded(embedded) => embedded.code.ended_by_choice(),
+            _ => None,
+        }
+    }
+
     /// For in-process code with a timeout: resolves with the first block
     /// found running past it, and the timeout (once; `None` after).
     pub fn take_overdue(&mut self) -> Option<Overdue> {
@@ -309,6 +317,15 @@ impl SharedRunner {
             return None;
         }
         self.runner.lock().await.cannot_serve()
+    }
+
+    /// See [`Runner::ended_by_choice`]; after the batch is done, as
+    /// [`Self::cannot_serve`].
+    pub async fn ended_by_choice(&self) -> Option<String> {
+        if self.on_runtime {
+            return None;
+        }
+        self.runner.lock().await.ended_by_choice()
     }
 
     /// Ends the code ([`Runner::finish`]) on a blocking thread: it waits

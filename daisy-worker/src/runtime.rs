@@ -345,6 +345,7 @@ impl Worker {
         let draining = ToDriver::Draining {
             reason: reason.clone(),
             out_of_time: false,
+            by_choice: false,
         };
         let mut said = vec![draining, release(vec![failed])];
         if !others.is_empty() {
@@ -399,6 +400,10 @@ impl Worker {
             .extract_if(.., |ran| self.cut_short_by_signal(ran))
             .collect();
         let unable = self.runner.cannot_serve().await;
+        if let Some(why) = self.runner.ended_by_choice().await {
+            let began = self.intake.on_code_ended(why);
+            self.take_no_more(began)?;
+        }
         let mut returned: Vec<u64> = block_ids
             .into_iter()
             .filter(|id| !results.iter().any(|ran| ran.block_id == *id))

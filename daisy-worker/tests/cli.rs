@@ -187,6 +187,7 @@ async fn sigterm_while_waiting_for_blocks_drains_and_exits_0() {
     let draining = ToDriver::Draining {
         reason: "received SIGTERM".into(),
         out_of_time: false,
+        by_choice: false,
     };
     assert_eq!(conn.recv().await, draining);
     let reason = "the worker is draining".to_string();

@@ -5,7 +5,11 @@
 //! This is the worker command of daisy-worker moved into the process:
 //! blocks are fed `1 + prefetch` ahead of their releases, a function that
 //! returns or raises while it holds blocks fails them (with its
-//! traceback) and is started again for the next block, and when the
+//! traceback); one that raised is started again for the next block, one
+//! that returned made the worker's decision to leave (a daisy 1.x spawn
+//! function whose child exited with status 0): the worker drains,
+//! telling the driver it chose to (the driver's rule on replacing it is
+//! in its core's `staffing`), and when the
 //! worker finishes the feed ends, so `acquire_block()` yields `None` and
 //! the function returns. A function that ends before it ever asks for a
 //! block (its model does not load) cannot serve the task: the worker says
@@ -22,6 +26,10 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::mpsc::{channel, Receiver, RecvError, RecvTimeoutError, Sender};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
+
+/// Why a worker whose function returned leaves (`WorkerFunction::returned`).
+const RETURNED: &str = "the worker function returned while its task had blocks left: \
+                        the worker leaves, as a daisy 1.x worker whose process exits with status 0";
 
 /// How long the function gets to return once its feed ended.
 const FINISH_GRACE: Duration = Duration::from_secs(5);
@@ -149,6 +157,10 @@ pub struct WorkerFunction {
     interrupted: bool,
     /// The function ended before it asked for a block: it cannot serve.
     unable: Option<String>,
+    /// The function returned after it had asked for blocks: the worker's
+    /// decision to leave (a daisy 1.x spawn function whose child exited
+    /// with status 0), so it is not started again.
+    returned: Option<String>,
 }
 
 impl WorkerFunction {
@@ -168,6 +180,7 @@ impl WorkerFunction {
             running: None,
             interrupted: false,
             unable: None,
+            returned: None,
         }
     }
 
@@ -214,9 +227,12 @@ impl WorkerFunction {
         self.interrupted = matches!(fed, Fed::Interrupted);
         match fed {
             Fed::Released | Fed::Interrupted => false,
-            Fed::Ended { stopped } => {
+            Fed::Ended { stopped, returned } => {
                 self.running = None;
-                !stopped
+                if returned {
+                    self.returned = Some(RETURNED.to_string());
+                }
+                !stopped && !returned
             }
             Fed::Unable { why } => {
                 self.running = None;
@@ -274,6 +290,10 @@ impl EmbeddedCode for WorkerFunction {
         self.unable.clone()
     }
 
+    fn ended_by_choice(&self) -> Option<String> {
+        self.returned.clone()
+    }
+
     fn finish(&mut self) {
         let Some(running) = self.running.take() else {
             return;
@@ -299,8 +319,9 @@ enum Fed {
     Released,
     /// The function ended, failing the blocks it held. `stopped`: `control`
     /// stopped the batch; if not, the rest goes to the function started
-    /// again.
-    Ended { stopped: bool },
+    /// again, unless it `returned` (rather than raised): then the worker
+    /// leaves, its decision as a daisy 1.x worker's exit with status 0 is.
+    Ended { stopped: bool, returned: bool },
     /// Ctrl-C: the blocks fed and not released did not run.
     Interrupted,
     /// The function ended before it asked for a block: why it cannot
@@ -362,7 +383,10 @@ fn ended_between_batches(reports: &Receiver<Report>) -> Option<Fed> {
             error,
             asked: false,
         }) => Some(Fed::unable(error)),
-        Ok(Report::Ended { asked: true, .. }) => Some(Fed::Ended { stopped: false }),
+        Ok(Report::Ended { asked: true, error }) => Some(Fed::Ended {
+            stopped: false,
+            returned: error.is_none(),
+        }),
         _ => None,
     }
 }
@@ -445,9 +469,11 @@ impl Feeding<'_> {
     /// The function ended while it held blocks: they fail.
     fn ended(&mut self, error: Option<String>) -> Fed {
         let held = std::mem::take(&mut self.held);
+        let returned = error.is_none();
         end_fed(held, error, self.control, self.done);
         Fed::Ended {
             stopped: self.stopped,
+            returned,
         }
     }
 }
@@ -503,7 +529,7 @@ fn end_fed(
         Some(error) => format!("the worker function raised while it held this block: {error}"),
         None => "the worker function returned while it held this block".to_string(),
     };
-    tracing::warn!("{why}; starting it again for the next block");
+    tracing::warn!("{why}");
     let failure = BlockFailure::new(why);
     for (id, started) in fed {
         control.finished(id);

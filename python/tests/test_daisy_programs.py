@@ -401,3 +401,68 @@ def test_daisy1_internal_modules_say_what_to_use_instead(workdir):
     assert "acquire_block()" in said["IMPORTERROR daisy.messages"]
     assert said["IMPORTERROR daisy_rs.worker_pool"] == said["IMPORTERROR daisy.worker_pool"]
     assert "FROM daisy_rs has no module 'messages'" in done.stdout
+
+
+EXITS_AFTER_ONE_BLOCK = """
+import os, sys
+import daisy
+
+client = daisy.Client()
+try:  # the first child (or every one, with ALL_EXIT) leaves after one block
+    os.close(os.open("first", os.O_CREAT | os.O_EXCL))
+    leaves = True
+except FileExistsError:
+    leaves = os.environ.get("ALL_EXIT") == "1"
+while True:
+    with client.acquire_block() as block:
+        if block is None:
+            break
+        os.makedirs("out", exist_ok=True)
+        open(f"out/{block.block_id[1]}-{os.getpid()}", "w").close()
+    if leaves:
+        sys.exit(0)
+"""
+
+SPAWNS_COUNTED = """
+import os, subprocess, sys, uuid
+import daisy
+
+def start_worker():
+    os.makedirs("starts", exist_ok=True)
+    open(f"starts/{uuid.uuid4().hex}", "w").close()
+    subprocess.run([sys.executable, "child.py"], check=True)
+
+task = daisy.Task("spawn", daisy.Roi((0,), (4,)), daisy.Roi((0,), (1,)), daisy.Roi((0,), (1,)),
+                  start_worker, read_write_conflict=False, num_workers=2, max_retries=0)
+print("OK", daisy.run_blockwise([task]), "STARTS", len(os.listdir("starts")))
+"""
+
+
+@pytest.mark.parametrize("all_exit", [False, True])
+def test_a_spawned_worker_that_exits_normally_is_not_replaced_while_another_runs(workdir, all_exit, monkeypatch):
+    """issue 34: a spawn-pattern worker whose child exits with status 0
+    while blocks remain is not replaced while the other worker of its task
+    runs, as in daisy 1.2.3 (checked there: two starts, the other worker
+    runs the three blocks left); when every child leaves so, daisy 1.2.3
+    waits forever with blocks left, and here the last worker is replaced,
+    one at a time."""
+    monkeypatch.setenv("ALL_EXIT", "1" if all_exit else "0")
+    (workdir / "child.py").write_text(EXITS_AFTER_ONE_BLOCK)
+    done = run_script(workdir, SPAWNS_COUNTED)
+    assert sorted(int(p.name.split("-")[0]) for p in (workdir / "out").iterdir()) == [0, 1, 2, 3]
+    workers = [e for e in events(workdir / "daisy_run" / "spawn") if e.get("event") in ("worker_submitted", "worker_gone")]
+    submitted = [e for e in workers if e["event"] == "worker_submitted"]
+    assert all(e["clean"] for e in workers if e["event"] == "worker_gone"), workers
+    if not all_exit:
+        assert "OK True STARTS 2" in done.stdout, done.stdout + done.stderr
+        assert len(submitted) == 2, workers
+        return
+    # Every child leaves after one block: 2 workers, then 1 replacement
+    # per block left, each started once no worker of the task ran.
+    assert "OK True STARTS 4" in done.stdout, done.stdout + done.stderr
+    assert len(submitted) == 4, workers
+    running = 0
+    for event in workers:
+        if event["event"] == "worker_submitted" and event["worker_id"] > 2:
+            assert running == 0, workers
+        running += 1 if event["event"] == "worker_submitted" else -1

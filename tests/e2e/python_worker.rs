@@ -262,6 +262,7 @@ fn messages() -> Vec<(Vec<u8>, &'static str)> {
             frame(&ToDriver::Draining {
                 reason: "received SIGTERM".into(),
                 out_of_time: false,
+                by_choice: false,
             }),
             r#"{"type": "draining", "reason": "received SIGTERM"}"#,
         ),

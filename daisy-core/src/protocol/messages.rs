@@ -249,8 +249,8 @@ pub enum ToDriver ("ToDriver", mirror ToDriverMirror) {
         results: Vec<BlockResult>,
     },
     Heartbeat,
-    /// The worker takes no more blocks (walltime, SIGTERM); blocks it
-    /// still holds are released or handed back.
+    /// The worker takes no more blocks (walltime, SIGTERM, its code
+    /// ended); blocks it still holds are released or handed back.
     Draining {
         reason: String,
         /// Because its job's walltime is too short for another block (not
@@ -262,6 +262,16 @@ pub enum ToDriver ("ToDriver", mirror ToDriverMirror) {
             skip_serializing_if = "std::ops::Not::not"
         )]
         out_of_time: bool,
+        /// Because its own code ended (a worker function returned, as a
+        /// daisy 1.x worker process exits with status 0), not because it
+        /// was stopped: the driver starts no other worker in its place
+        /// while other workers of its task still run.
+        #[serde(
+            default,
+            deserialize_with = "nil_as_default",
+            skip_serializing_if = "std::ops::Not::not"
+        )]
+        by_choice: bool,
     },
     /// The worker cannot run the task's code (an unknown placeholder, a
     /// worker of another release) and leaves: an unclean exit, so a task
@@ -495,6 +505,7 @@ mod tests {
             ToDriver::Draining {
                 reason: reason(),
                 out_of_time: false,
+                by_choice: false,
             },
             ToDriver::CannotServe { reason: reason() },
             ToDriver::ReturnBlocks {

@@ -251,6 +251,7 @@ async fn close_writes_what_is_queued_then_ends_the_connection() {
     let draining = ToDriver::Draining {
         reason: "SIGTERM".into(),
         out_of_time: false,
+        by_choice: false,
     };
     assert_eq!(conn.recv().await, draining);
     conn.expect_closed().await;

@@ -79,6 +79,14 @@ pub trait EmbeddedCode: Send {
         None
     }
 
+    /// Why this code ended on its own, once it did (a worker function
+    /// that returned after taking blocks: the worker's decision to leave,
+    /// as a daisy 1.x worker process that exits with status 0), so the
+    /// worker leaves as one that drains, telling the driver it chose to.
+    fn ended_by_choice(&self) -> Option<String> {
+        None
+    }
+
     /// Ends the code (a worker function is told there are no more blocks
     /// and waited for).
     fn finish(&mut self) {}

@@ -49,7 +49,7 @@ impl Intake {
     /// draining.
     pub(super) fn on_signal(&mut self, reason: String) -> Option<ToDriver> {
         match self {
-            Self::Taking => Some(self.begin(reason, true)),
+            Self::Taking => Some(self.begin(reason, true, false)),
             Self::Draining { signalled, .. } => {
                 *signalled = true;
                 None
@@ -62,16 +62,30 @@ impl Intake {
     /// this began draining.
     pub(super) fn on_out_of_time(&mut self, reason: String) -> Option<ToDriver> {
         match self {
-            Self::Taking => Some(self.begin(reason, false)),
+            Self::Taking => Some(self.begin(reason, false, false)),
             Self::Draining { .. } => None,
         }
     }
 
-    fn begin(&mut self, reason: String, signalled: bool) -> ToDriver {
+    /// The task's code ended on its own (why: a worker function returned,
+    /// the worker's decision to leave, as a daisy 1.x worker process that
+    /// exits with status 0): drains, unless it does already. The
+    /// `Draining` for the driver (`by_choice`), if this began draining.
+    pub(super) fn on_code_ended(&mut self, reason: String) -> Option<ToDriver> {
+        match self {
+            Self::Taking => Some(self.begin(reason, false, true)),
+            Self::Draining { .. } => None,
+        }
+    }
+
+    /// Drains for `reason`: a stop signal (`signalled`), the code's own
+    /// end (`by_choice`), else the walltime.
+    fn begin(&mut self, reason: String, signalled: bool, by_choice: bool) -> ToDriver {
         tracing::info!("{reason}: taking no more blocks");
         let said = ToDriver::Draining {
             reason: reason.clone(),
-            out_of_time: !signalled,
+            out_of_time: !signalled && !by_choice,
+            by_choice,
         };
         *self = Self::Draining { reason, signalled };
         said
@@ -126,6 +140,7 @@ mod tests {
         Some(ToDriver::Draining {
             reason,
             out_of_time,
+            by_choice: false,
         })
     }
 
@@ -153,6 +168,20 @@ mod tests {
         assert_eq!(intake, draining("late", true));
         assert!(intake.signalled());
         assert_eq!(intake.draining(), Some("late"));
+    }
+
+    #[test]
+    fn the_codes_own_end_drains_by_choice_and_a_signal_after_it_is_remembered() {
+        let mut intake = Intake::Taking;
+        let by_choice = Some(ToDriver::Draining {
+            reason: "returned".into(),
+            out_of_time: false,
+            by_choice: true,
+        });
+        assert_eq!(intake.on_code_ended("returned".into()), by_choice);
+        assert_eq!(intake.on_code_ended("again".into()), None);
+        assert_eq!(intake.on_signal("SIGTERM".into()), None);
+        assert_eq!(intake, draining("returned", true));
     }
 
     #[test]

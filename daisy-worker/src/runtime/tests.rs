@@ -170,6 +170,7 @@ async fn a_stop_during_a_block_lets_it_finish_and_be_released() {
     let draining = ToDriver::Draining {
         reason: "told to stop".into(),
         out_of_time: false,
+        by_choice: false,
     };
     assert_eq!(conn.recv().await, draining);
     std::fs::write(&go, "").unwrap();
@@ -247,6 +248,7 @@ async fn stopped_while_parked(log_dir: &Path) -> (JoinHandle<Result<Stopped, Run
     let draining = ToDriver::Draining {
         reason: "told to stop".into(),
         out_of_time: false,
+        by_choice: false,
     };
     assert_eq!(conn.recv().await, draining);
     (worker, conn)
@@ -360,6 +362,7 @@ async fn a_walltime_too_short_for_another_block_drains_the_worker() {
     let ToDriver::Draining {
         reason,
         out_of_time: true,
+        by_choice: false,
     } = conn.recv().await
     else {
         panic!("expected Draining");
@@ -611,6 +614,7 @@ async fn a_worker_told_the_tasks_blocks_are_too_long_for_its_walltime_takes_none
     let ToDriver::Draining {
         reason,
         out_of_time: true,
+        by_choice: false,
     } = conn.recv().await
     else {
         panic!("expected Draining before any acquire");
@@ -634,6 +638,7 @@ async fn a_worker_waiting_for_blocks_drains_when_its_walltime_runs_out() {
     let ToDriver::Draining {
         reason,
         out_of_time: true,
+        by_choice: false,
     } = conn.recv().await
     else {
         panic!("expected Draining for the walltime");

@@ -147,6 +147,12 @@ struct TaskNotes {
     /// are started for it (each would fail the same way), and it is
     /// abandoned once no worker of it is left.
     unservable: Option<String>,
+    /// Launched workers that left by their own decision while it had
+    /// blocks (their code ended: a worker function returned). As daisy
+    /// 1.x keeps the place of a worker whose process exited with status
+    /// 0, none is started in their place while another of its workers
+    /// runs; once none runs, one is (see `Core::workers_wanted`).
+    retired: u32,
     /// The last error of one of its blocks, for the summary.
     last_error: Option<String>,
     /// Seconds into the run at which the task was done.
@@ -193,6 +199,7 @@ impl Core {
         let notes = TaskNotes {
             abandoned: None,
             unservable: None,
+            retired: 0,
             last_error: None,
             done_at: None,
             longest_block_s: None,
@@ -330,7 +337,11 @@ impl Core {
             ToDriver::Draining {
                 reason,
                 out_of_time,
-            } => self.on_draining(conn, &printable(&reason), out_of_time, done_before),
+                by_choice,
+            } => {
+                let why = (printable(&reason), out_of_time, by_choice);
+                self.on_draining(conn, why, done_before)
+            }
             ToDriver::ReturnBlocks { block_ids, reason } => {
                 self.on_return(conn, &block_ids, &printable(&reason), done_before)
             }

@@ -32,6 +32,8 @@ pub(super) struct Worker {
     /// Why it drains, once it said so, and whether because its job's
     /// walltime runs out.
     pub draining: Option<(String, bool)>,
+    /// It drains because its own code ended (`Draining::by_choice`).
+    pub by_choice: bool,
     /// It has reported a block's result.
     pub reported: bool,
     /// Why it cannot run its task's code, if it said so.
@@ -48,6 +50,7 @@ impl Worker {
             wants: None,
             idle_since: None,
             draining: None,
+            by_choice: false,
             reported: false,
             cannot_serve: None,
         }

@@ -41,7 +41,22 @@ impl Core {
         let runnable =
             (self.scheduler.most_to_run(task)).map_or(runnable, |most| runnable.min(most));
         let max_workers = self.config(task).max_workers;
-        worker_demand(runnable, max_workers).saturating_sub(self.slots.live(task))
+        let demand = worker_demand(runnable, max_workers);
+        let live = self.slots.live(task);
+        demand.saturating_sub(live + self.places_kept(task, live, demand))
+    }
+
+    /// How many places of workers that left by their own decision
+    /// (`TaskNotes::retired`) stay empty: all of them while `live`
+    /// workers of the task run, as daisy 1.x keeps a worker whose process
+    /// exited with status 0; once none runs (daisy 1.x would wait
+    /// forever), all but one, so the last worker is replaced.
+    fn places_kept(&self, task: TaskIdx, live: u32, demand: u32) -> u32 {
+        let retired = self.tasks[task.index()].retired;
+        match live {
+            0 => retired.min(demand.saturating_sub(1)),
+            _ => retired,
+        }
     }
 
     pub(super) fn on_launcher_event(&mut self, event: LauncherEvent, done_before: DoneBefore) {

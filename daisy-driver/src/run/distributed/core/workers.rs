@@ -10,6 +10,7 @@ use crate::run_dir::events::Event;
 use daisy_core::printable::printable;
 use daisy_core::protocol::{Hello, Role, Welcome};
 use daisy_core::{BlockId, BlockOutcome, TaskIdx};
+use std::borrow::Cow;
 
 impl Core {
     /// Answers a Hello; a refusal is recorded when the connection reports
@@ -94,17 +95,19 @@ impl Core {
         }
     }
 
+    /// A worker drains (`why`: its reason, whether its walltime runs
+    /// out, whether its own code ended).
     pub(super) fn on_draining(
         &mut self,
         conn: ConnId,
-        reason: &str,
-        out_of_time: bool,
+        (reason, out_of_time, by_choice): (Cow<str>, bool, bool),
         done_before: DoneBefore,
     ) {
         let Some(worker) = self.peers.worker_mut(conn) else {
             return;
         };
         worker.draining = Some((reason.to_string(), out_of_time));
+        worker.by_choice = by_choice;
         let (task, slot) = (worker.task, worker.slot);
         tracing::info!(worker_id = slot.0, "worker is draining: {reason}");
         self.record(Event::WorkerDraining {
@@ -147,6 +150,9 @@ impl Core {
                 }
             }
         }
+        if clean && worker.by_choice && worker.launched {
+            self.on_retired(&worker);
+        }
         let why = failure.as_deref().unwrap_or(why);
         let how = match (clean, died_in_blocks) {
             (true, _) => Gone::Clean,
@@ -161,6 +167,21 @@ impl Core {
             why: why.to_string().into(),
         });
         self.serve_parked(done_before);
+    }
+
+    /// A launched worker left by its own decision (its code ended): while
+    /// its task has blocks left, its place is kept (see `TaskNotes::retired`).
+    fn on_retired(&mut self, worker: &Worker) {
+        if self.scheduler.counters(worker.task).is_done() {
+            return;
+        }
+        self.tasks[worker.task.index()].retired += 1;
+        tracing::info!(
+            task = self.task_id(worker.task),
+            worker_id = worker.slot.0,
+            "the worker left by its own decision: none is started in its place while \
+             another worker of the task runs"
+        );
     }
 
     /// Ends a slot, giving its budget share back; a lost launched

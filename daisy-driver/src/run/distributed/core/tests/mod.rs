@@ -9,6 +9,7 @@ use launchers::{JobEnd, JobId, LaunchError};
 use std::path::Path;
 
 mod blocks;
+mod retired;
 
 /// A task of `blocks` blocks (ids 0..blocks) and its extra fields.
 fn task(id: &str, blocks: u32, extra: &str) -> String {
@@ -412,6 +413,7 @@ fn a_draining_worker_hands_blocks_back_without_a_retry_and_leaves_cleanly() {
     let draining = ToDriver::Draining {
         reason,
         out_of_time: false,
+        by_choice: false,
     };
     assert!(matches!(
         events(&run.message(1, draining))[..],
@@ -456,6 +458,7 @@ fn a_worker_out_of_walltime_before_its_first_block_is_an_unclean_exit() {
         ToDriver::Draining {
             reason,
             out_of_time: true,
+            by_choice: false,
         },
     );
     let gone = run.close(1, true);
