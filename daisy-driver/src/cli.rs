@@ -112,6 +112,10 @@ pub struct RunOpts {
     /// port, and advertises every address to workers.
     #[arg(long, env = "DAISY_LISTEN", default_value = "0.0.0.0:0")]
     pub listen: SocketAddr,
+    /// The listener and token a program that starts the driver in its own
+    /// process reserved before the run; never from the command line.
+    #[arg(skip)]
+    pub reserved: crate::run::context::Reserved,
     /// Serve a live, read-only web page of the run: tasks, workers, blocks
     /// per second, failed blocks and the report's views. ADDR is HOST:PORT,
     /// HOST or PORT (--dashboard=0.0.0.0:8790); without it 127.0.0.1 and
@@ -322,7 +326,7 @@ fn command_plan(opts: PlanOpts) -> anyhow::Result<u8> {
 /// not start, done markers of another layout, --reset's answer, the port,
 /// the launcher, the lock) is checked before the run directory is written
 /// to, so a run that does not start leaves it as it was.
-fn command_run(opts: RunOpts, stop: StopSignal) -> anyhow::Result<u8> {
+fn command_run(mut opts: RunOpts, stop: StopSignal) -> anyhow::Result<u8> {
     crate::run::output::stdout::set_quiet(opts.quiet);
     let (pipeline, run_dir) = load(&opts.pipeline)?;
     let (worker, _) = worker_program(opts.worker_bin.as_deref())?;
@@ -343,7 +347,11 @@ fn command_run(opts: RunOpts, stop: StopSignal) -> anyhow::Result<u8> {
     };
     let server = match opts.serial {
         true => None,
-        false => Some(BlockServer::prepare(&opts, &pipeline, only_blocks.clone())?),
+        false => Some(BlockServer::prepare(
+            &mut opts,
+            &pipeline,
+            only_blocks.clone(),
+        )?),
     };
     let _lock = crate::run_dir::lock::RunLock::acquire(&run_dir, "run")?;
     crate::run::launching::earlier_jobs::cancel(&run_dir, launch_settings(&opts))?;
@@ -396,14 +404,18 @@ struct BlockServer {
 
 impl BlockServer {
     fn prepare(
-        opts: &RunOpts,
+        opts: &mut RunOpts,
         pipeline: &Pipeline,
         only_blocks: Option<crate::run::retry::OnlyBlocks>,
     ) -> anyhow::Result<Self> {
-        let options = run_options(opts, only_blocks)?;
+        let mut options = run_options(opts, only_blocks)?;
         let launcher = Box::new(TaskLaunchers::new(pipeline, launch_settings(opts))?);
-        let listener = std::net::TcpListener::bind(opts.listen)
-            .with_context(|| format!("listening on {}", opts.listen))?;
+        options.token = opts.reserved.token.take();
+        let listener = match opts.reserved.listener.take() {
+            Some(listener) => listener,
+            None => std::net::TcpListener::bind(opts.listen)
+                .with_context(|| format!("listening on {}", opts.listen))?,
+        };
         let dashboard = (opts.dashboard.as_ref())
             .map(|addr| (addr.bind()).with_context(|| format!("--dashboard {addr}: listening")))
             .transpose()?;
@@ -470,6 +482,7 @@ fn run_options(
         worker_program,
         worker_args,
         leave_jobs: opts.leave_jobs,
+        token: None,
         progress_every: opts.progress_every(),
         only_blocks,
     })

@@ -7,8 +7,16 @@ A function that runs inside a worker (``python -m daisy_rs.worker``) finds
 on this host or through ``srun``/``sbatch``: ``hostname`` and ``port`` name
 the worker's block relay (not the driver), ``task_id`` and ``worker_id``
 the worker those processes are accounted to, ``logdir`` the run's daisy
-log directory and ``token`` what the relay asks of a client. The driver's
-own context (its addresses and the run token) never reaches user code.
+log directory and ``token`` what the relay asks of a client.
+
+The one context that names the driver itself is the one daisy 1.x's
+``init_callback_fn(context)`` gets, as daisy 1.2.3's does: ``hostname``
+and ``port`` are the driver's, ``worker_id`` is 0, and ``run_token`` is
+the run's token, so that a process started by hand with it (a documented
+daisy 1.x pattern: ``DAISY_CONTEXT={context.to_env()} python worker.py``)
+joins the run as a worker (see `daisy_rs.client`). Like a password, that
+string lets whoever has it take the run's blocks: ``repr`` hides the
+tokens, ``to_env()`` cannot.
 """
 
 from __future__ import annotations
@@ -86,7 +94,7 @@ class Context:
         return list(self._items.items())
 
     def __repr__(self):
-        shown = {k: ("***" if k == "token" else v) for k, v in self._items.items()}
+        shown = {k: ("***" if k in ("token", "run_token") else v) for k, v in self._items.items()}
         return ":".join(f"{key}={value}" for key, value in shown.items())
 
     @staticmethod

@@ -21,6 +21,7 @@ files are never overwritten. Then:
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
 import importlib.machinery
 import json
@@ -33,6 +34,7 @@ import site
 import sys
 import sysconfig
 import threading
+import weakref
 from pathlib import Path
 
 
@@ -186,8 +188,9 @@ def run_blockwise(
     _check_requirements(pipeline, resources)
     name = name or _default_name(pipeline)
     run_dir, tracked = _run_dir(pipeline, name, run_dir, block_tracking)
-    _call_init_callbacks(pipeline)
+    reserved = _reserve(pipeline, host, multiprocessing)
     try:
+        _call_init_callbacks(pipeline, reserved)
         top = {
             "resources": resources,
             "launcher": launcher,
@@ -196,8 +199,10 @@ def run_blockwise(
         }
         options = _shown(progress, summary) + ([] if tracked else ["--fresh"])
         options += _dashboard(dashboard, multiprocessing)
-        status = _run(pipeline, name, run_dir, top, host, multiprocessing, options)
+        status = _run(pipeline, name, run_dir, top, host, multiprocessing, options, reserved)
     finally:
+        if reserved is not None:
+            reserved.close()  # a run refused before its driver took it
         _code.forget_in_process()  # a serial run's functions, and what they hold
     found = {**states(run_dir), **empty}
     abandoned = {task_id: state for task_id, state in found.items() if state.abandoned}
@@ -264,13 +269,45 @@ def _run_dir(pipeline, name, run_dir, block_tracking):
     return Path(run_dir or from_env or default).absolute(), bool(block_tracking and asked)
 
 
-def _call_init_callbacks(pipeline):
+def _reserve(pipeline, host, multiprocessing):
+    """The driver's listener and token, bound before the run when a task
+    has an ``init_callback_fn`` (see `_call_init_callbacks`); None
+    otherwise: the driver binds its own."""
+    if not multiprocessing or all(task.init_callback_fn is None for task in pipeline.tasks):
+        return None
+    if host is None:
+        address = os.environ.get("DAISY_LISTEN") or "0.0.0.0:0"
+    else:
+        address = f"[{host}]:0" if ":" in host else f"{host}:0"
+    reserved = _native.ReservedRun(address)
+    # A process forked meanwhile (the fork server, its workers, the
+    # program's own) must not keep the driver's port open.
+    os.register_at_fork(after_in_child=functools.partial(_close_in_child, weakref.ref(reserved)))
+    return reserved
+
+
+def _close_in_child(reserved):
+    reserved = reserved()
+    if reserved is not None:
+        reserved.close()
+
+
+def _call_init_callbacks(pipeline, reserved):
     """daisy 1.x's ``init_callback_fn(context)``, once per task before it
-    runs, in this process; the context names the task and the log
-    directory (workers get their own, see `daisy_rs.context`)."""
+    runs, in this process. As daisy 1.2.3's, the context names the driver
+    (``hostname``, ``port``: its first advertised address, which is bound
+    already), the task and ``worker_id`` 0, with the log directory and
+    the run's token (``run_token``), so ``DAISY_CONTEXT={context.to_env()}
+    python worker.py`` started by hand joins the run: its ``daisy.Client()``
+    connects as a worker started by hand (`daisy_rs.client`). A serial run
+    (``multiprocessing=False``) has no driver to name."""
+    fields = {"worker_id": 0}
+    if reserved is not None:
+        hostname, _, port = reserved.addresses[0].rpartition(":")
+        fields.update(hostname=hostname.strip("[]"), port=port, run_token=reserved.token)
     for task in pipeline.tasks:
         if task.init_callback_fn is not None:
-            task.init_callback_fn(Context(task_id=task.task_id))
+            task.init_callback_fn(Context(task_id=task.task_id, **fields))
 
 
 def _shown(progress, summary):
@@ -296,10 +333,11 @@ def _dashboard(dashboard, multiprocessing):
     return [f"--dashboard={dashboard}"]
 
 
-def _run(pipeline, name, run_dir, top, host, multiprocessing, options):
+def _run(pipeline, name, run_dir, top, host, multiprocessing, options, reserved=None):
     """Writes the pipeline file (``top``: its top-level fields) and runs
-    the driver on it (``options``: its arguments); its exit status,
-    unless it was interrupted or did not run."""
+    the driver on it (``options``: its arguments; ``reserved``: its
+    listener and token, if bound before); its exit status, unless it was
+    interrupted or did not run."""
     spec, payloads = _pipeline_file(pipeline, name, top, run_dir, not multiprocessing)
     text = json.dumps(spec, indent=1, default=_unwritable)
     file = run_dir / "python" / f"pipeline-{_digest(text.encode())}.json"
@@ -319,7 +357,7 @@ def _run(pipeline, name, run_dir, top, host, multiprocessing, options):
         args += ["--listen", f"{host}:0"]
     lock_before = _lock_of(run_dir)
     if multiprocessing:
-        status = _run_driver(args, _forked_tasks(pipeline, top))
+        status = _run_driver(args, _forked_tasks(pipeline, top), reserved)
     else:
         status = _native.driver_main(args + ["--serial"])
     if status == _INTERRUPTED:
@@ -361,8 +399,9 @@ def _is_local(launcher):
     return launcher.get("kind", "local") == "local"
 
 
-def _run_driver(args, forked_tasks):
-    """The driver on a thread of this interpreter: its exit status.
+def _run_driver(args, forked_tasks, reserved=None):
+    """The driver on a thread of this interpreter (``reserved``: its
+    listener and token, if bound before): its exit status.
     Ctrl-C here stops it as Ctrl-C stops the CLI, then is raised; SIGTERM
     (a job's time limit, `kill`) stops it the same way while it runs. The
     workers of ``forked_tasks`` are forked by a fork server started first,
@@ -373,7 +412,7 @@ def _run_driver(args, forked_tasks):
     else:
         args = [*args, "--no-fork-server"]
     try:
-        driver = _native.start_driver(args)
+        driver = _native.start_driver(args, reserved)
         with _sigterm_stops(driver):
             try:
                 return _wait(driver)

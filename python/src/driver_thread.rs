@@ -8,6 +8,7 @@
 //! Ctrl-C is a `KeyboardInterrupt` in Python); Python stops the run with
 //! [`DriverRun::stop`], which the driver takes as the CLI takes Ctrl-C.
 
+use crate::reserved::ReservedRun;
 use clap::Parser;
 use pyo3::exceptions::PyRuntimeError;
 use pyo3::prelude::*;
@@ -26,14 +27,23 @@ pub struct DriverRun {
     status: Arc<(Mutex<Option<i32>>, Condvar)>,
 }
 
-/// Starts `daisy-driver ARGS…` (a `run`) on a thread.
+/// Starts `daisy-driver ARGS…` (a `run`) on a thread; `reserved`: the
+/// listener and token it serves with instead of its own.
 #[pyfunction]
-pub fn start_driver(py: Python<'_>, args: Vec<String>) -> PyResult<DriverRun> {
+#[pyo3(signature = (args, reserved=None))]
+pub fn start_driver(
+    py: Python<'_>,
+    args: Vec<String>,
+    reserved: Option<PyRef<'_, ReservedRun>>,
+) -> PyResult<DriverRun> {
     daisy_worker::init_logging(daisy_worker::DRIVER_LOG);
     crate::entry::embed_driver_in(py);
     let argv = std::iter::once("daisy-driver".to_string()).chain(args);
-    let cli = daisy_driver::cli::Cli::try_parse_from(argv)
+    let mut cli = daisy_driver::cli::Cli::try_parse_from(argv)
         .map_err(|usage| PyRuntimeError::new_err(usage.to_string()))?;
+    if let (Some(reserved), daisy_driver::cli::Command::Run(opts)) = (reserved, &mut cli.command) {
+        opts.reserved = reserved.take()?;
+    }
     let stop = Arc::new(Notify::new());
     let status = Arc::new((Mutex::new(None), Condvar::new()));
     let stopped = Arc::clone(&stop);

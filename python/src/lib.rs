@@ -11,11 +11,14 @@
 //! # Layout
 //! - `entry`: the two command lines, and logging.
 //! - `driver_thread`: `run_blockwise`'s driver on a thread of the
-//!   interpreter.
+//!   interpreter; `reserved`: its listener and token, bound before it
+//!   starts (for daisy 1.x's `init_callback_fn`).
 //! - `functions`: loading a task's function (through `daisy_rs._code`)
 //!   and registering the embedded-code factory daisy-worker asks.
 //! - `graphs`, `scheduler`: daisy-core's dependency graph and scheduler
 //!   driven by hand, under `daisy_rs.dependency_graph` and `daisy_rs.scheduler`.
+//! - `hand_client`: `daisy.Client()` in a process started by hand with
+//!   a context naming the driver (daisy 1.x's `init_callback_fn`).
 //! - `process_function`: a function called once per block.
 //! - `worker_function`: a function that loops over its own `Client`,
 //!   fed blocks through a [`worker_function::Feed`].
@@ -24,7 +27,9 @@ mod driver_thread;
 mod entry;
 mod functions;
 mod graphs;
+mod hand_client;
 mod process_function;
+mod reserved;
 mod scheduler;
 mod worker_function;
 
@@ -36,6 +41,8 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(entry::driver_main, m)?)?;
     m.add_function(wrap_pyfunction!(driver_thread::start_driver, m)?)?;
     m.add_class::<driver_thread::DriverRun>()?;
+    m.add_class::<reserved::ReservedRun>()?;
+    m.add_class::<hand_client::DriverClient>()?;
     m.add_function(wrap_pyfunction!(entry::worker_main, m)?)?;
     m.add_function(wrap_pyfunction!(entry::pipeline_problems, m)?)?;
     m.add_function(wrap_pyfunction!(entry::status_json, m)?)?;

@@ -178,11 +178,18 @@ def test_client_and_context_outside_a_worker_say_why(workdir):
             daisy.Client()
         except ValueError as error:
             print("VALUEERROR", error)
+        os.environ["DAISY_CONTEXT"] = "logdir=daisy_logs:task_id=t"  # daisy_rs's before issue 34
+        try:
+            daisy.Client()
+        except KeyError as error:
+            print("LACKS", error)
         """,
     )
     assert "KEYERROR" in done.stdout and "not started by a daisy worker" in done.stdout
     assert "BACK localhost 1234 0 daisy_logs" in done.stdout
     assert "VALUEERROR" in done.stdout and "no 'token'" in done.stdout
+    lacks = next(line for line in done.stdout.splitlines() if line.startswith("LACKS"))
+    assert "DAISY_CONTEXT has no 'worker_id'" in lacks and "init_callback_fn(context)" in lacks, lacks
 
 
 def test_serial_server_with_cl_monitor_and_daisy1_positions(workdir):
@@ -466,3 +473,67 @@ def test_a_spawned_worker_that_exits_normally_is_not_replaced_while_another_runs
         if event["event"] == "worker_submitted" and event["worker_id"] > 2:
             assert running == 0, workers
         running += 1 if event["event"] == "worker_submitted" else -1
+
+
+HAND_STARTED = """
+import os
+import daisy
+
+client = daisy.Client()
+os.makedirs("out", exist_ok=True)
+while True:
+    with client.acquire_block() as block:
+        if block is None:
+            break
+        open(f"out/{block.block_id[1]}-{os.getpid()}", "w").write(f"{client.worker_id} {client.task_id}")
+"""
+
+
+def test_a_worker_started_by_hand_from_init_callback_fn_serves_its_task(workdir):
+    """issue 34: daisy 1.x's init_callback_fn(context) names the server
+    (hostname, port, worker_id 0, as daisy 1.2.3's does), and a documented
+    daisy 1.x pattern starts workers by hand with it:
+    ``DAISY_CONTEXT={context.to_env()} python worker.py``. Here that
+    process's daisy.Client() joins the run as a worker started by hand;
+    the task has no other worker (num_workers=0), so it ran every block."""
+    (workdir / "hand.py").write_text(HAND_STARTED)
+    done = run_script(
+        workdir,
+        """
+        import subprocess, sys
+        import daisy
+
+        started = []
+
+        def init(context):
+            print("CONTEXT", context["hostname"], context["port"], context["worker_id"], context["task_id"])
+            print("SHOWN", repr(context))
+            command = f"DAISY_CONTEXT={context.to_env()} {sys.executable} hand.py"
+            started.append(subprocess.Popen(command, shell=True))
+
+        def never(block):
+            raise RuntimeError("only the worker started by hand serves this task")
+
+        task = daisy.Task(
+            "hand", daisy.Roi((0,), (6,)), daisy.Roi((0,), (1,)), daisy.Roi((0,), (1,)), never,
+            init_callback_fn=init, num_workers=0, read_write_conflict=False, max_retries=0,
+        )
+        ok = daisy.run_blockwise([task])
+        print("OK", ok, "EXIT", started[0].wait())
+        """,
+    )
+    assert "OK True EXIT 0" in done.stdout, done.stdout + done.stderr
+    _, hostname, port, worker_id, task_id = next(l for l in done.stdout.splitlines() if l.startswith("CONTEXT")).split()
+    assert (worker_id, task_id) == ("0", "hand")
+    context_json = json.loads((workdir / "daisy_run" / "hand" / "context.json").read_text())
+    assert f"{hostname}:{port}" == context_json["addresses"][0]
+    shown = next(l for l in done.stdout.splitlines() if l.startswith("SHOWN"))
+    assert "run_token=***" in shown and context_json["token"] not in shown
+    written = {int(p.name.split("-")[0]): (p.name.split("-")[1], p.read_text().split()) for p in (workdir / "out").iterdir()}
+    assert sorted(written) == list(range(6))
+    assert len({pid for pid, _ in written.values()}) == 1, "one process ran them all"
+    connected = [e for e in events(workdir / "daisy_run" / "hand") if e.get("event") == "worker_connected"]
+    assert [e["by_hand"] for e in connected] == [True], connected
+    assert {tuple(info) for _, info in written.values()} == {(str(connected[0]["worker_id"]), "hand")}
+    gone = [e for e in events(workdir / "daisy_run" / "hand") if e.get("event") == "worker_gone"]
+    assert [e["clean"] for e in gone] == [True], gone

@@ -10,6 +10,53 @@ use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::Path;
 
+/// What a program that starts the driver in its own process may set up
+/// before the run (`daisy_rs.run_blockwise`, which gives daisy 1.x's
+/// `init_callback_fn` the driver's address and token before the driver
+/// starts, as daisy 1.x binds its server before it calls them): the
+/// listener to serve on instead of binding `--listen`, and the token.
+#[derive(Debug, Default)]
+pub struct Reserved {
+    pub listener: Option<std::net::TcpListener>,
+    pub token: Option<RunToken>,
+}
+
+impl Reserved {
+    /// Binds `address` and draws a token: their addresses as workers are
+    /// told them (see [`advertised_addresses`]) and the token.
+    pub fn bind(address: SocketAddr) -> anyhow::Result<Self> {
+        let listener = std::net::TcpListener::bind(address)
+            .with_context(|| format!("listening on {address}"))?;
+        let token = Some(RunToken(new_token()?));
+        Ok(Self {
+            listener: Some(listener),
+            token,
+        })
+    }
+
+    /// Where workers reach the listener, in the order they try.
+    pub fn addresses(&self) -> anyhow::Result<Vec<String>> {
+        let listener = self.listener.as_ref().context("the listener was taken")?;
+        Ok(advertised_addresses(listener.local_addr()?))
+    }
+}
+
+/// A run token: never shown by `Debug`.
+#[derive(Clone, PartialEq, Eq)]
+pub struct RunToken(String);
+
+impl RunToken {
+    pub fn secret(&self) -> &str {
+        &self.0
+    }
+}
+
+impl std::fmt::Debug for RunToken {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("RunToken(<redacted>)")
+    }
+}
+
 /// A fresh random token (32 bytes from the kernel, hex encoded).
 pub fn new_token() -> anyhow::Result<String> {
     let mut bytes = [0u8; 32];
@@ -93,6 +140,22 @@ mod tests {
         let (a, b) = (new_token().unwrap(), new_token().unwrap());
         assert_eq!(a.len(), 64);
         assert_ne!(a, b);
+    }
+
+    #[test]
+    fn a_reservation_holds_its_listener_and_a_token_debug_never_shows() {
+        let reserved = Reserved::bind("127.0.0.1:0".parse().unwrap()).unwrap();
+        let port = reserved
+            .listener
+            .as_ref()
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        assert_eq!(reserved.addresses().unwrap(), [format!("127.0.0.1:{port}")]);
+        let token = reserved.token.as_ref().unwrap().secret().to_string();
+        assert_eq!(token.len(), 64);
+        assert!(!format!("{reserved:?}").contains(&token));
     }
 
     #[test]

@@ -5,7 +5,7 @@
 //! starts.
 
 pub(crate) mod budget;
-pub(crate) mod context;
+pub mod context;
 pub(crate) mod distributed;
 pub mod embedding;
 pub(crate) mod launching;

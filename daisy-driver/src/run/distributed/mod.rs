@@ -16,7 +16,9 @@ mod core;
 mod shell;
 
 use crate::pipeline::Pipeline;
-use crate::run::context::{advertised_addresses, new_token, run_context, write_context_file};
+use crate::run::context::{
+    advertised_addresses, new_token, run_context, write_context_file, RunToken,
+};
 use crate::run::launching::thread::{LauncherEvent, LauncherThread};
 use crate::run::output::summary::{RunEnd, RunSummary};
 use crate::run_dir::RunDir;
@@ -67,6 +69,9 @@ pub struct RunOptions {
     /// Leave submitted jobs running when the driver exits (they give up
     /// once the driver is gone for their connect timeout).
     pub leave_jobs: bool,
+    /// The run's token, if the program that started the driver chose it
+    /// (see [`crate::run::context::Reserved`]); else a fresh one.
+    pub token: Option<RunToken>,
     /// How often a status line is printed when stdout is not a terminal;
     /// None: no progress output at all.
     pub progress_every: Option<Duration>,
@@ -147,7 +152,10 @@ async fn serve(
         .set_nonblocking(true)
         .and_then(|()| TcpListener::from_std(listener))
         .context("serving on the bound listener")?;
-    let token = new_token()?;
+    let token = match &options.token {
+        Some(token) => token.secret().to_string(),
+        None => new_token()?,
+    };
     let addresses = advertised_addresses(listener.local_addr()?);
     let context = run_context(addresses, &token);
     write_context_file(&run_dir.context_file(), &context)?;
