@@ -495,7 +495,9 @@ def test_a_worker_started_by_hand_from_init_callback_fn_serves_its_task(workdir)
     daisy 1.x pattern starts workers by hand with it:
     ``DAISY_CONTEXT={context.to_env()} python worker.py``. Here that
     process's daisy.Client() joins the run as a worker started by hand;
-    the task has no other worker (num_workers=0), so it ran every block."""
+    the task has no other worker (num_workers=0), so it ran every block
+    that the task's check function (loaded from the task's pickle) does
+    not call done."""
     (workdir / "hand.py").write_text(HAND_STARTED)
     done = run_script(
         workdir,
@@ -517,6 +519,7 @@ def test_a_worker_started_by_hand_from_init_callback_fn_serves_its_task(workdir)
         task = daisy.Task(
             "hand", daisy.Roi((0,), (6,)), daisy.Roi((0,), (1,)), daisy.Roi((0,), (1,)), never,
             init_callback_fn=init, num_workers=0, read_write_conflict=False, max_retries=0,
+            check_function=lambda block: block.block_id[1] < 2,
         )
         ok = daisy.run_blockwise([task])
         print("OK", ok, "EXIT", started[0].wait())
@@ -530,8 +533,10 @@ def test_a_worker_started_by_hand_from_init_callback_fn_serves_its_task(workdir)
     shown = next(l for l in done.stdout.splitlines() if l.startswith("SHOWN"))
     assert "run_token=***" in shown and context_json["token"] not in shown
     written = {int(p.name.split("-")[0]): (p.name.split("-")[1], p.read_text().split()) for p in (workdir / "out").iterdir()}
-    assert sorted(written) == list(range(6))
+    assert sorted(written) == [2, 3, 4, 5]
     assert len({pid for pid, _ in written.values()}) == 1, "one process ran them all"
+    [ended] = [e for e in events(workdir / "daisy_run" / "hand") if e.get("event") == "task_done"]
+    assert (ended["counters"]["completed"], ended["counters"]["skipped"]) == (6, 2), ended
     connected = [e for e in events(workdir / "daisy_run" / "hand") if e.get("event") == "worker_connected"]
     assert [e["by_hand"] for e in connected] == [True], connected
     assert {tuple(info) for _, info in written.values()} == {(str(connected[0]["worker_id"]), "hand")}
