@@ -188,6 +188,7 @@ impl WorkerFunction {
     /// holds.
     fn restart(&mut self) -> PyResult<Running> {
         self.unable = None;
+        self.returned = None;
         self.start()
     }
 

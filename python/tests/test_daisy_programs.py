@@ -441,7 +441,8 @@ def start_worker():
 
 task = daisy.Task("spawn", daisy.Roi((0,), (4,)), daisy.Roi((0,), (1,)), daisy.Roi((0,), (1,)),
                   start_worker, read_write_conflict=False, num_workers=2, max_retries=0)
-print("OK", daisy.run_blockwise([task]), "STARTS", len(os.listdir("starts")))
+serial = os.environ.get("SERIAL") == "1"
+print("OK", daisy.run_blockwise([task], multiprocessing=not serial), "STARTS", len(os.listdir("starts")))
 """
 
 
@@ -542,3 +543,14 @@ def test_a_worker_started_by_hand_from_init_callback_fn_serves_its_task(workdir)
     assert {tuple(info) for _, info in written.values()} == {(str(connected[0]["worker_id"]), "hand")}
     gone = [e for e in events(workdir / "daisy_run" / "hand") if e.get("event") == "worker_gone"]
     assert [e["clean"] for e in gone] == [True], gone
+
+
+def test_a_serial_run_starts_a_spawn_function_that_exited_normally_again(workdir, monkeypatch):
+    """A serial run's one worker is its task's last: a spawn function whose
+    child left after one block is started again for the next block."""
+    monkeypatch.setenv("ALL_EXIT", "1")
+    monkeypatch.setenv("SERIAL", "1")
+    (workdir / "child.py").write_text(EXITS_AFTER_ONE_BLOCK)
+    done = run_script(workdir, SPAWNS_COUNTED)
+    assert "OK True STARTS 4" in done.stdout, done.stdout + done.stderr
+    assert sorted(int(p.name.split("-")[0]) for p in (workdir / "out").iterdir()) == [0, 1, 2, 3]

@@ -145,7 +145,13 @@ impl<'a> TaskRunner<'a> {
                     Some(metered) => metered,
                     None => &Unwatched,
                 };
-                let ran = code.run_batch(vec![block.clone()], control).pop();
+                let mut ran = code.run_batch(vec![block.clone()], control).pop();
+                if ran.is_none() && code.ended_by_choice().is_some() && !code.interrupted() {
+                    // A worker function returned before it took the block
+                    // (it leaves, in a worker): the serial run's one
+                    // worker is its task's last, which is started again.
+                    ran = code.run_batch(vec![block.clone()], control).pop();
+                }
                 if let Some(reason) = code.cannot_serve() {
                     return Some((Err(BlockFailure::new(reason)), None));
                 }
