@@ -31,6 +31,7 @@ import os
 import re
 import signal
 import site
+import socket
 import sys
 import sysconfig
 import threading
@@ -304,7 +305,9 @@ def _call_init_callbacks(pipeline, reserved):
     fields = {"worker_id": 0}
     if reserved is not None:
         hostname, _, port = reserved.addresses[0].rpartition(":")
-        fields.update(hostname=hostname.strip("[]"), port=port, run_token=reserved.token)
+        if not Context.can_hold(hostname):  # an IPv6 address: its name instead
+            hostname = socket.gethostname()
+        fields.update(hostname=hostname, port=port, run_token=reserved.token)
     for task in pipeline.tasks:
         if task.init_callback_fn is not None:
             task.init_callback_fn(Context(task_id=task.task_id, **fields))
