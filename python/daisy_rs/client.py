@@ -60,8 +60,6 @@ class Client:
         self._pid = os.getpid()
         if in_process is not None:
             self._feed, self._check = in_process
-        elif "run_token" in context:
-            self._join_the_run()
         else:
             self._connect()
 
@@ -74,16 +72,15 @@ class Client:
         self._check = self._feed.check
 
     def _connect(self):
-        """Reaches the worker's blocks through its relay."""
+        """Reaches the worker's blocks through its relay, or joins the
+        run if the context names the driver."""
         context = self.context
-        if "run_token" in context:  # forked from a process that joined the run
+        if "run_token" in context:
             return self._join_the_run()
         try:
             self._feed = RelayClient(context)
         except ConnectionRefusedError:
             # As in daisy 2.0: a worker already gone means the run ended.
-            import logging
-
             logging.getLogger(__name__).warning(
                 "the daisy worker at %s:%s is not reachable; assuming the run has ended",
                 context.get("hostname"),

@@ -26,8 +26,11 @@ const SIGNAL_POLL: Duration = Duration::from_millis(100);
 /// A worker started by hand, connected to the driver.
 #[pyclass(module = "daisy_rs._native")]
 pub struct DriverClient {
-    runtime: tokio::runtime::Runtime,
+    /// Taken only when dropped (see `Drop`).
+    runtime: Option<tokio::runtime::Runtime>,
     state: Mutex<State>,
+    /// The process that made it: a forked child's copy is never ended.
+    pid: u32,
     #[pyo3(get)]
     task_id: String,
     /// The id the driver gave this worker.
@@ -92,7 +95,8 @@ impl DriverClient {
             });
         Ok(Self {
             worker_id: welcome.worker_id,
-            runtime,
+            runtime: Some(runtime),
+            pid: std::process::id(),
             state: Mutex::new(State {
                 client: Some(client),
                 queued: VecDeque::new(),
@@ -132,7 +136,7 @@ impl DriverClient {
     fn close(&self, py: Python<'_>) {
         let client = self.lock().client.take();
         if let Some(client) = client {
-            if let Err(error) = py.detach(|| self.runtime.block_on(client.close())) {
+            if let Err(error) = py.detach(|| self.runtime().block_on(client.close())) {
                 tracing::debug!("closing the connection to the driver: {error}");
             }
         }
@@ -140,6 +144,12 @@ impl DriverClient {
 }
 
 impl DriverClient {
+    fn runtime(&self) -> &tokio::runtime::Runtime {
+        self.runtime
+            .as_ref()
+            .expect("the runtime is taken only when dropped")
+    }
+
     fn lock(&self) -> std::sync::MutexGuard<'_, State> {
         self.state.lock().unwrap_or_else(|e| e.into_inner())
     }
@@ -155,7 +165,7 @@ impl DriverClient {
                 return Ok(None);
             };
             let waited = py.detach(|| {
-                self.runtime
+                self.runtime()
                     .block_on(async { tokio::time::timeout(SIGNAL_POLL, client.acquire(1)).await })
             });
             match waited {
@@ -190,8 +200,21 @@ impl DriverClient {
             seconds,
             cost: None,
         };
-        py.detach(|| self.runtime.block_on(client.release(vec![result])))
+        py.detach(|| self.runtime().block_on(client.release(vec![result])))
             .map_err(|error| lost(&error))
+    }
+}
+
+impl Drop for DriverClient {
+    /// In a forked child (gunpowder forks its fetchers after making a
+    /// `Client`) the runtime's threads are not there: ending it would wait
+    /// for them forever, so the copy is left alone; the child's own
+    /// `Client` joins the run again.
+    fn drop(&mut self) {
+        if std::process::id() != self.pid {
+            std::mem::forget(self.runtime.take());
+            std::mem::forget(std::mem::take(&mut self.lock().client));
+        }
     }
 }
 
