@@ -554,3 +554,39 @@ def test_a_serial_run_starts_a_spawn_function_that_exited_normally_again(workdir
     done = run_script(workdir, SPAWNS_COUNTED)
     assert "OK True STARTS 4" in done.stdout, done.stdout + done.stderr
     assert sorted(int(p.name.split("-")[0]) for p in (workdir / "out").iterdir()) == [0, 1, 2, 3]
+
+
+def test_workers_forked_after_init_callback_fn_do_not_hold_the_drivers_port(workdir):
+    """The listener bound for init_callback_fn's context before the run is
+    closed in every process forked from the program meanwhile (the fork
+    server and its workers): a worker outliving its driver must not keep
+    the port."""
+    run_script(
+        workdir,
+        """
+        import json, os
+        import daisy
+
+        def listening(port):
+            found = set()
+            for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+                for line in open(table).read().splitlines()[1:]:
+                    fields = line.split()
+                    if int(fields[1].rsplit(":", 1)[1], 16) == port and fields[3] == "0A":
+                        found.add(f"socket:[{fields[9]}]")
+            return found
+
+        def block_function(block):
+            port = int(json.load(open("daisy_run/fk/context.json"))["addresses"][0].rsplit(":", 1)[1])
+            held = {os.readlink(f"/proc/self/fd/{fd}") for fd in os.listdir("/proc/self/fd")
+                    if os.path.exists(f"/proc/self/fd/{fd}")}
+            open(f"holds-{os.getpid()}", "w").write(str(bool(listening(port) & held)))
+
+        task = daisy.Task("fk", daisy.Roi((0,), (4,)), daisy.Roi((0,), (1,)), daisy.Roi((0,), (1,)),
+                          block_function, init_callback_fn=lambda context: None, max_workers=2,
+                          read_write_conflict=False)
+        assert daisy.run_blockwise([task])
+        """,
+    )
+    held = [p.read_text() for p in workdir.glob("holds-*")]
+    assert held and set(held) == {"False"}, held
