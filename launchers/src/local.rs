@@ -355,10 +355,17 @@ fn wait_for_exit(
     let deadline = Instant::now() + timeout;
     loop {
         children.retain_mut(|child| child.end(forks).is_none());
-        if children.is_empty() || Instant::now() >= deadline {
+        let now = Instant::now();
+        if children.is_empty() || now >= deadline {
             return;
         }
-        std::thread::sleep(EXIT_POLL);
+        let pause = EXIT_POLL.min(deadline - now);
+        let all_forked = (children.iter()).all(|child| matches!(child, WorkerProcess::Forked(_)));
+        match forks.as_ref().filter(|_| all_forked) {
+            // Their ends come as the server's messages: woken by the first.
+            Some(server) => server.wait_for_news(pause),
+            None => std::thread::sleep(pause),
+        }
     }
 }
 

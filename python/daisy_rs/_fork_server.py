@@ -65,6 +65,10 @@ _END_WAIT_S = 5.0
 #: set is the worker's count.
 _THREAD_VARIABLES = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
 
+#: What every forked worker imports before its first block: imported once
+#: by the server, while the driver starts, instead of by each worker.
+_WORKER_MODULES = ("daisy_rs.worker", "daisy_rs._code")
+
 
 class Server:
     """The program's end of a running fork server."""
@@ -81,16 +85,36 @@ class Server:
         closed too) and reaps it; one still there after `_END_WAIT_S` is
         killed."""
         self._socket.close()
-        deadline = time.monotonic() + _END_WAIT_S
         try:
-            while os.waitpid(self.pid, os.WNOHANG)[0] != self.pid:
-                if time.monotonic() > deadline:
-                    os.kill(self.pid, signal.SIGKILL)
-                    os.waitpid(self.pid, 0)
-                    return
-                time.sleep(0.005)
+            if not _reaped_within(self.pid, _END_WAIT_S):
+                os.kill(self.pid, signal.SIGKILL)
+                os.waitpid(self.pid, 0)
         except ChildProcessError:
             pass  # reaped by someone else
+
+
+def _reaped_within(pid, seconds):
+    """Whether the child ``pid`` ended within ``seconds`` (then it is
+    reaped): woken by its end (a pidfd), not by polling; by polling where
+    pidfds are missing."""
+    try:
+        pidfd = os.pidfd_open(pid)
+    except (AttributeError, OSError):
+        pidfd = None
+    deadline = time.monotonic() + seconds
+    try:
+        while os.waitpid(pid, os.WNOHANG)[0] != pid:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return False
+            if pidfd is None:
+                time.sleep(min(left, 0.005))
+            else:
+                select.select([pidfd], [], [], left)
+        return True
+    finally:
+        if pidfd is not None:
+            os.close(pidfd)
 
 
 def enabled_by_environment():
@@ -185,6 +209,8 @@ def _serve(sock, task_ids):
     signal.signal(signal.SIGCHLD, lambda signum, frame: None)
     hello = {"python": sys.executable, "tasks": task_ids}
     _send(sock, {"hello": hello})
+    for name in _WORKER_MODULES:
+        importlib.import_module(name)
     workers = set()
     unread = b""
     while True:
@@ -215,6 +241,8 @@ def _fork_worker(request, sock, wake_fds):
     """Forks the worker ``request`` asks for; its pid (None if the fork
     failed, which the launcher is told)."""
     worker_id = request["worker_id"]
+    if any(name in _THREAD_VARIABLES for name, _ in request["env"]):
+        _import_threadpoolctl()
     try:
         pid = os.fork()
     except OSError as error:
@@ -229,6 +257,16 @@ def _fork_worker(request, sock, wake_fds):
         pass  # the child did it first, or already exec'd a program
     _send(sock, {"started": {"worker_id": worker_id, "pid": pid}})
     return pid
+
+
+def _import_threadpoolctl():
+    """Imports threadpoolctl here, once, rather than in every worker that
+    limits its threads (see `_limit_threads`); one that is missing is
+    reported by the worker."""
+    try:
+        import threadpoolctl  # noqa: F401
+    except ImportError:
+        pass
 
 
 def _reap(workers):

@@ -122,6 +122,7 @@ class Relay:
         held = {}
         pid = "?"
         self._connections.add(connection)
+        _no_delay(connection)
         with connection, connection.makefile("rwb") as stream:
             try:
                 connection.settimeout(_HELLO_TIMEOUT_S)  # a port scan must not pin a thread
@@ -197,6 +198,7 @@ class RelayClient:
                 )
         address = (context["hostname"], int(context["port"]))
         self._socket = socket.create_connection(address, timeout=_HELLO_TIMEOUT_S)
+        _no_delay(self._socket)
         self._stream = self._socket.makefile("rwb")
         #: The task's check function, called here when the context names
         #: its pickle (see `Relay.context`).
@@ -240,6 +242,13 @@ class RelayClient:
             self._socket.close()
         except OSError:
             pass
+
+
+def _no_delay(connection):
+    """Each message leaves at once. With Nagle's algorithm a client's
+    ``acquire`` right after its ``release`` (which has no answer) waited
+    for the relay's delayed ACK: 40 ms per block."""
+    connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
 
 
 def _write(stream, message):

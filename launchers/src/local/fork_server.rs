@@ -27,7 +27,7 @@
 use std::collections::{BTreeSet, HashMap};
 use std::io::{self, ErrorKind, Read, Write};
 use std::net::Shutdown;
-use std::os::fd::{BorrowedFd, OwnedFd, RawFd};
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd, RawFd};
 use std::os::unix::net::UnixStream;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
@@ -215,6 +215,24 @@ impl ForkServer {
         (!alive).then(|| JobEnd::Failed {
             reason: format!("its exit status is unknown: the fork server {gone}"),
         })
+    }
+
+    /// Waits up to `timeout` for the server to say something (a worker's
+    /// end, say), without reading it: [`Self::poll`] does. A server that
+    /// is gone has nothing to say: the whole `timeout` passes.
+    pub fn wait_for_news(&self, timeout: Duration) {
+        use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
+        let started = Instant::now();
+        if self.gone.is_none() {
+            let wait = PollTimeout::try_from(timeout).unwrap_or(PollTimeout::MAX);
+            let mut fds = [PollFd::new(self.stream.as_fd(), PollFlags::POLLIN)];
+            let ready = poll(&mut fds, wait).is_ok_and(|ready| ready > 0);
+            let news = (fds[0].revents()).is_some_and(|events| events.contains(PollFlags::POLLIN));
+            if ready && news {
+                return;
+            }
+        }
+        std::thread::sleep(timeout.saturating_sub(started.elapsed()));
     }
 
     fn send(&mut self, message: &ToServer<'_>) -> io::Result<()> {

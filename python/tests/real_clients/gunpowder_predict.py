@@ -12,6 +12,10 @@ and what was written go to result.npz, and each block's fetcher to
 blocks/<block id>, for test_real_clients.py to check.
 
     python gunpowder_predict.py
+
+python/bench/gunpowder_pipeline.py runs the same pipeline (`prepare`,
+then `run`, with `fetched` as the check function of a re-run) on this
+engine and on daisy 1.2.3.
 """
 
 import os
@@ -21,10 +25,6 @@ import daisy
 import gunpowder as gp
 import numpy as np
 import zarr
-
-# The test asks for the switch; a real daisy answering here would make
-# the checks say nothing about this engine.
-assert daisy.__name__ == "daisy_rs", daisy.__name__
 
 STORE = "data.zarr"
 SHAPE = (62, 82)  # raw; the output leaves out its outermost voxels ...
@@ -63,6 +63,12 @@ def record(block, start, duration):
     Path("blocks", str(block.block_id[1])).write_text(f"{os.getpid()} {os.getppid()}")
 
 
+def fetched(block):
+    """Whether a run fetched the block before (the check function of the
+    benchmark's re-run)."""
+    return Path("blocks", str(block.block_id[1])).exists()
+
+
 def predict():
     """The worker function: one pipeline, built once, for all its blocks."""
     reference = gp.BatchRequest()
@@ -80,7 +86,8 @@ def predict():
         pipeline.request_batch(gp.BatchRequest())
 
 
-def main():
+def prepare():
+    """The input, the output array and the blocks' directory, here."""
     root = zarr.open_group(STORE, mode="w")
     raw = root.create_dataset("raw", data=np.random.default_rng(3).integers(1, 100, SHAPE).astype(np.float32),
                               chunks=(16, 16))
@@ -92,17 +99,30 @@ def main():
     pred = root.create_dataset("pred", shape=output.shape, chunks=BLOCK, dtype=np.float32, fill_value=0)
     pred.attrs.update(offset=list(output.offset), resolution=[1, 1])
     Path("blocks").mkdir()
+    return root
 
+
+def run(check_function=None):
+    """The daisy task, run: whether every block completed."""
     task = daisy.Task(
         "predict",
         total_roi=daisy.Roi((0, 0), SHAPE),
         read_roi=daisy.Roi((0, 0), BLOCK + CONTEXT * 2),
         write_roi=daisy.Roi(CONTEXT, BLOCK),
         process_function=predict,
+        check_function=check_function,
         read_write_conflict=False,
         num_workers=2,
     )
-    assert daisy.run_blockwise([task]), "not every block completed"
+    return daisy.run_blockwise([task])
+
+
+def main():
+    # The test asks for the switch; a real daisy answering here would make
+    # the checks say nothing about this engine.
+    assert daisy.__name__ == "daisy_rs", daisy.__name__
+    root = prepare()
+    assert run(), "not every block completed"
     np.savez("result.npz", raw=root["raw"][:], pred=root["pred"][:])
     print("DONE")
 

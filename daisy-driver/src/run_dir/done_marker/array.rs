@@ -7,8 +7,10 @@ use super::chunk::{file_with_data, Chunk};
 use super::error::DoneMarkerError;
 use super::layout::Layout;
 use super::zarr::{
-    array_metadata, chunk_path, publish_metadata, read_metadata, verify_array, Dtype, ZARR_JSON,
+    array_metadata, chunk_path, publish_metadata, publish_staged, read_metadata, stage_metadata,
+    verify_array, Dtype, ZARR_JSON, ZARR_JSON_TMP,
 };
+use std::fs::File;
 use std::path::{Path, PathBuf};
 
 pub(super) struct ArrayDef {
@@ -93,6 +95,35 @@ impl ArrayDef {
         let metadata = array_metadata(&layout.grid, self.dtype);
         publish_metadata(&self.node(dir), &metadata)?;
         Ok(chunk)
+    }
+
+    /// Writes the array in the group at `dir`, zeroed, with its
+    /// `zarr.json` staged, none of it synced yet: the chunk, and the staged
+    /// file (see [`super::group::create`]).
+    pub fn stage_zeroed(
+        &self,
+        dir: &Path,
+        layout: &Layout,
+    ) -> Result<(Chunk, File), DoneMarkerError> {
+        let chunk = Chunk::write_new(
+            dir,
+            &self.chunk_path(dir, layout),
+            &vec![0; self.len(layout)],
+        )?;
+        let metadata = array_metadata(&layout.grid, self.dtype);
+        Ok((chunk, stage_metadata(&self.node(dir), &metadata)?))
+    }
+
+    /// Where [`Self::stage_zeroed`] staged the `zarr.json`.
+    pub fn staged_path(&self, dir: &Path) -> PathBuf {
+        self.node(dir).join(ZARR_JSON_TMP)
+    }
+
+    /// Renames the `zarr.json` [`Self::stage_zeroed`] staged into place;
+    /// durable once the node is synced.
+    pub fn publish_staged(&self, dir: &Path) -> Result<PathBuf, DoneMarkerError> {
+        publish_staged(&self.node(dir))?;
+        Ok(self.node(dir))
     }
 
     /// Opens the array in the group at `dir`, checking its metadata. One

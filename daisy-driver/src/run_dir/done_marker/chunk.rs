@@ -21,6 +21,15 @@ impl Chunk {
     /// Writes `bytes` as the chunk at `path`, durable with the directory
     /// entries up to the marker at `dir`, replacing any chunk there.
     pub fn create(dir: &Path, path: &Path, bytes: &[u8]) -> Result<Self, DoneMarkerError> {
+        let chunk = Self::write_new(dir, path, bytes)?;
+        chunk.sync_contents()?;
+        sync_dirs(path.parent().unwrap_or(dir), dir)?;
+        Ok(chunk)
+    }
+
+    /// Writes `bytes` as the chunk at `path` of the marker at `dir`,
+    /// replacing any chunk there; nothing synced yet.
+    pub fn write_new(dir: &Path, path: &Path, bytes: &[u8]) -> Result<Self, DoneMarkerError> {
         let parent = path.parent().unwrap_or(dir);
         fs::create_dir_all(parent).map_err(io_error(parent))?;
         let file = OpenOptions::new()
@@ -30,14 +39,19 @@ impl Chunk {
             .truncate(true)
             .open(path)
             .map_err(io_error(path))?;
-        file.write_all_at(bytes, 0)
-            .and_then(|()| file.sync_all())
-            .map_err(io_error(path))?;
-        sync_dirs(parent, dir)?;
+        file.write_all_at(bytes, 0).map_err(io_error(path))?;
         Ok(Self {
             path: path.to_path_buf(),
             file: Some(file),
         })
+    }
+
+    /// Makes the chunk's bytes and size durable (not its directory entry).
+    pub fn sync_contents(&self) -> Result<(), DoneMarkerError> {
+        match &self.file {
+            Some(file) => file.sync_all().map_err(self.io()),
+            None => Ok(()),
+        }
     }
 
     /// Opens the chunk at `path` of the marker at `dir`, checking that it

@@ -62,6 +62,7 @@ use std::fmt;
 use std::fs;
 use std::io;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
 
 /// Removes the marker at `dir` so the task starts over; `Ok` if there is
 /// none. Because this is a recursive delete of a computed path, it refuses
@@ -107,6 +108,10 @@ pub struct DoneMarker {
     done: Vec<u8>,
     /// Nonzero bytes in `done`, counted as they are set.
     count: u64,
+    /// Whether this open created the marker and left its chunks'
+    /// directory entries for the first [`Self::flush`] to sync (see
+    /// [`group::create`]).
+    entries_unsynced: AtomicBool,
 }
 
 /// A done chunk holds 0 (not done) or 1 (done) per block, as daisy 2.0
@@ -138,16 +143,18 @@ impl DoneMarker {
     pub fn open(dir: &Path, spec: &TaskSpec) -> Result<Self, DoneMarkerError> {
         let layout = Layout::of(dir, spec)?;
         fs::create_dir_all(dir).map_err(io_error(dir))?;
-        match group::inspect(dir, &layout)? {
-            Stored::Absent => group::create(dir, &layout)?,
-            Stored::Group => legacy::remove_chunks(dir)?,
-            Stored::Legacy(done) => legacy::migrate(dir, &layout, &done)?,
-        }
+        let created = match group::inspect(dir, &layout)? {
+            Stored::Absent => group::create(dir, &layout).map(|()| true)?,
+            Stored::Group => legacy::remove_chunks(dir).map(|()| false)?,
+            Stored::Legacy(done) => legacy::migrate(dir, &layout, &done).map(|()| false)?,
+        };
         let done_chunk = DONE.open(dir, &layout, true)?;
         let failures = FAILURES.open(dir, &layout, true)?;
         let done = done_chunk.read_all(layout.cells)?;
         check_done_bytes(dir, &DONE.chunk_path(dir, &layout), &done)?;
-        Ok(Self::new(dir, layout, done_chunk, failures, done, true))
+        let marker = Self::new(dir, layout, done_chunk, failures, done, true);
+        marker.entries_unsynced.store(created, Ordering::Relaxed);
+        Ok(marker)
     }
 
     /// Reads the marker at `dir` (of either layout) without creating or
@@ -199,6 +206,7 @@ impl DoneMarker {
             writable,
             done,
             count,
+            entries_unsynced: AtomicBool::new(false),
         }
     }
 
@@ -336,6 +344,10 @@ impl DoneMarker {
     /// too; for checkpoints and the end of a run. Nothing to do when
     /// read-only.
     pub fn flush(&self) -> Result<(), DoneMarkerError> {
+        if self.entries_unsynced.load(Ordering::Relaxed) {
+            group::sync_entries(&self.dir, &self.layout)?;
+            self.entries_unsynced.store(false, Ordering::Relaxed);
+        }
         self.done_chunk.sync()?;
         self.failures.sync()
     }

@@ -166,14 +166,31 @@ pub(super) fn read_metadata(dir: &Path, node: &Path) -> Result<Option<Value>, Do
 /// Writes the node's `zarr.json` to a temporary file and renames it into
 /// place, so no reader ever sees a half-written one.
 pub(super) fn publish_metadata(node: &Path, metadata: &Value) -> Result<(), DoneMarkerError> {
+    let staged = stage_metadata(node, metadata)?;
+    sync_file(&staged, &node.join(ZARR_JSON_TMP))?;
+    publish_staged(node)?;
+    sync_dir(node)
+}
+
+/// Writes the node's `zarr.json` to its temporary file, not yet synced:
+/// the file, for the caller to sync before [`publish_staged`].
+pub(super) fn stage_metadata(node: &Path, metadata: &Value) -> Result<File, DoneMarkerError> {
     let tmp = node.join(ZARR_JSON_TMP);
     let mut file = File::create(&tmp).map_err(io_error(&tmp))?;
     file.write_all(format!("{metadata:#}\n").as_bytes())
-        .and_then(|()| file.sync_all())
         .map_err(io_error(&tmp))?;
+    Ok(file)
+}
+
+/// Renames the node's staged `zarr.json` into place; durable once the
+/// node's directory is synced.
+pub(super) fn publish_staged(node: &Path) -> Result<(), DoneMarkerError> {
     let path = node.join(ZARR_JSON);
-    fs::rename(&tmp, &path).map_err(io_error(&path))?;
-    sync_dir(node)
+    fs::rename(node.join(ZARR_JSON_TMP), &path).map_err(io_error(&path))
+}
+
+pub(super) fn sync_file(file: &File, path: &Path) -> Result<(), DoneMarkerError> {
+    file.sync_all().map_err(io_error(path))
 }
 
 /// The node's only chunk: `<node>/c/0/…/0`, one `0` per dimension.

@@ -77,6 +77,25 @@ fn interrupted_creation_is_redone_from_scratch() {
 }
 
 #[test]
+fn chunks_lost_before_the_first_flush_come_back_as_zeros() {
+    let (_tmp, dir) = marker_dir();
+    let spec = simple_task(&[40, 30], &[10, 10]);
+    drop(DoneMarker::open(&dir, &spec).unwrap());
+    // As a power loss before the first flush may leave it: creation
+    // leaves the chunks' directory entries to that flush to sync.
+    fs::remove_dir_all(dir.join("done").join("c")).unwrap();
+    fs::remove_file(chunk_of(&dir, "failures", 2)).unwrap();
+    let mut marker = DoneMarker::open(&dir, &spec).unwrap();
+    assert_eq!(marker.count_done(), 0);
+    assert_eq!(chunk_bytes(&dir, 2), vec![0; 12]);
+    assert_eq!(failure_counts(&dir, 2), vec![0; 12]);
+    marker.mark_done(&block(&spec, &[1, 2])).unwrap();
+    marker.flush().unwrap();
+    drop(marker);
+    assert_eq!(DoneMarker::open(&dir, &spec).unwrap().count_done(), 1);
+}
+
+#[test]
 fn a_big_endian_failures_array_is_refused() {
     let (_tmp, dir) = marker_dir();
     let spec = simple_task(&[40, 30], &[10, 10]);
