@@ -26,6 +26,7 @@ mod exit_watch;
 mod group;
 mod pipes;
 mod program;
+mod spawn;
 #[cfg(test)]
 mod test_util;
 mod watcher;

@@ -13,7 +13,6 @@ use daisy_core::protocol::{BlockCost, WireBlock};
 use daisy_core::template::{CommandError, CommandTemplate};
 use serde::Serialize;
 use std::collections::BTreeMap;
-use std::process::Command;
 use std::time::{Duration, Instant};
 
 /// A command line to run once per block.
@@ -104,9 +103,12 @@ impl BlockCommand {
             stderr,
             tail,
         } = log.open().map_err(to_failure)?;
-        let mut cmd = self.command(block);
-        cmd.stdout(stdout).stderr(stderr);
-        let mut child = GroupChild::spawn(&mut cmd).map_err(to_failure)?;
+        let argv = self.argv.render(block);
+        let block_env = block_env(block);
+        let env = (self.env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
+            .chain(block_env.iter().map(|(k, v)| (*k, v.as_str())));
+        let spawned = GroupChild::spawn_shared(&argv[0], &argv[1..], env, (&stdout, &stderr));
+        let mut child = spawned.map_err(to_failure)?;
         if self.resource_tracking {
             child.measure_io();
         }
@@ -127,13 +129,6 @@ impl BlockCommand {
                 "cannot wait for the block command: {e}"
             ))),
         }
-    }
-
-    fn command(&self, block: &WireBlock) -> Command {
-        let argv = self.argv.render(block);
-        let mut cmd = group::user_command(&argv[0], &argv[1..], &self.env);
-        cmd.envs(block_env(block));
-        cmd
     }
 }
 
