@@ -10,7 +10,9 @@
 //! workers, every block's done marker and the final sync included, as a
 //! user waits for it. xargs is timed from starting `sh -c 'seq N | xargs
 //! ..'` to its exit. CPU: user + system time of everything each one
-//! started (`getrusage(RUSAGE_CHILDREN)`, exact once reaped). The two
+//! started (`getrusage(RUSAGE_CHILDREN)`, exact once reaped; the bench is
+//! a child subreaper, so what outlives its parent, such as the workers'
+//! user-process watchers, is reaped and counted here too). The two
 //! alternate run by run (the order flips each round), so a change in the
 //! machine's load hits both; the medians and their ratio are printed.
 //!
@@ -139,12 +141,32 @@ fn timed(dir: &Path, what: &str, command: &mut Command) -> Result<Measurement, S
         .status()
         .map_err(|e| format!("cannot start {what}: {e}"))?;
     let seconds = started.elapsed().as_secs_f64();
+    reap_orphans();
     if !status.success() {
         let err = std::fs::read_to_string(dir.join(format!("{what}.err"))).unwrap_or_default();
         return Err(format!("{what} ended with {status}\n{err}"));
     }
     let cpu = reaped_children_cpu() - cpu_before;
     Ok(Measurement { seconds, cpu })
+}
+
+/// Makes this process the reaper of its orphaned descendants.
+fn adopt_orphans() -> Result<(), String> {
+    // SAFETY: prctl with plain integer arguments.
+    match unsafe { libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1) } {
+        0 => Ok(()),
+        _ => Err(format!(
+            "cannot become a child subreaper: {}",
+            std::io::Error::last_os_error()
+        )),
+    }
+}
+
+/// Waits for every descendant left (adopted once its parent ended).
+fn reap_orphans() {
+    let mut status = 0;
+    // SAFETY: waits for any child of this process; -1 once there is none.
+    while unsafe { libc::waitpid(-1, &mut status, 0) } > 0 {}
 }
 
 fn measure(
@@ -208,6 +230,7 @@ fn median(values: &mut [f64]) -> f64 {
 
 fn run(settings: &Settings) -> Result<(), String> {
     let driver = build_driver()?;
+    adopt_orphans()?;
     let mut contenders = vec![
         Contender::Xargs,
         Contender::Daisy {

@@ -100,12 +100,17 @@ impl BlockLog {
     }
 }
 
+/// Opens `path` for appending; its directories are created only if it
+/// cannot be opened for their lack (once per worker, not per block).
 fn open_append(path: &Path) -> Result<File, LogError> {
-    if let Some(parent) = path.parent() {
-        fs::create_dir_all(parent).map_err(|cause| LogError::new(path, cause))?;
-    }
-    let file = OpenOptions::new().create(true).append(true).open(path);
-    file.map_err(|cause| LogError::new(path, cause))
+    let open = || OpenOptions::new().create(true).append(true).open(path);
+    let opened = match (open(), path.parent()) {
+        (Err(e), Some(parent)) if e.kind() == io::ErrorKind::NotFound => {
+            fs::create_dir_all(parent).and_then(|()| open())
+        }
+        (opened, _) => opened,
+    };
+    opened.map_err(|cause| LogError::new(path, cause))
 }
 
 /// A log file could not be opened: the worker cannot keep user output, so

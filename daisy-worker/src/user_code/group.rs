@@ -7,8 +7,8 @@
 //! the last signal: while it is a zombie its pid, which is the group id,
 //! cannot be reused, so the signal cannot reach an unrelated group.
 
-use super::spawn;
 use super::watcher::{self, Slot, Watcher};
+use super::{exit_watch, spawn};
 use super::{StderrTail, DEFAULT_GRACE, SECRET_ENV};
 use crate::cost::{self, Usage};
 use nix::errno::Errno;
@@ -26,7 +26,8 @@ use std::sync::{Mutex, OnceLock};
 use std::thread;
 use std::time::{Duration, Instant};
 
-/// How often a deadline wait checks whether the process has exited.
+/// How often a deadline wait checks whether the process has exited,
+/// where no pidfd tells it (and [`end_all`]).
 const POLL_INTERVAL: Duration = Duration::from_millis(10);
 
 /// Groups spawned and not reaped yet: what [`end_all`] stops when the
@@ -299,7 +300,11 @@ impl GroupChild {
         Ok(status)
     }
 
+    /// Whether the leader exits before `deadline`. Slept in `poll` on its
+    /// pidfd, which wakes at the exit; without one (a kernel before 5.3),
+    /// in steps of [`POLL_INTERVAL`].
     fn poll_exit(&self, deadline: Instant) -> io::Result<bool> {
+        let pidfd = exit_watch::pidfd(self.pid()).ok();
         loop {
             if self.leader_exited(WaitPidFlag::WNOHANG)? {
                 return Ok(true);
@@ -308,7 +313,10 @@ impl GroupChild {
             if left.is_zero() {
                 return Ok(false);
             }
-            thread::sleep(left.min(POLL_INTERVAL));
+            match &pidfd {
+                Some(pidfd) => wait_readable(pidfd, left),
+                None => thread::sleep(left.min(POLL_INTERVAL)),
+            }
         }
     }
 
@@ -336,6 +344,20 @@ impl Drop for GroupChild {
             tracing::warn!(pid = self.pgid.as_raw(), "cannot reap user process: {e}");
         }
     }
+}
+
+/// Sleeps until `fd` is readable or `timeout` has passed (or a signal
+/// came: the caller checks again).
+fn wait_readable(fd: &OwnedFd, timeout: Duration) {
+    let mut poll = libc::pollfd {
+        fd: fd.as_raw_fd(),
+        events: libc::POLLIN,
+        revents: 0,
+    };
+    // Rounded up, so a wait never ends just before its deadline.
+    let millis = timeout.as_micros().div_ceil(1000).min(i32::MAX as u128) as i32;
+    // SAFETY: one live pollfd.
+    unsafe { libc::poll(&mut poll, 1, millis) };
 }
 
 /// `/dev/null`, opened once: every block's stdin.
