@@ -68,6 +68,8 @@ pub(super) struct Watcher {
     socket: UnixStream,
     /// The slots (a memfd; the watcher reads the same file).
     slots: File,
+    /// The watcher's process, a child of the worker's.
+    pid: u32,
     table: Mutex<SlotTable>,
 }
 
@@ -104,6 +106,13 @@ pub(super) fn get(grace: Duration) -> Option<&'static Watcher> {
     watcher.as_ref()
 }
 
+/// The watcher's pid, if one was started: the worker must not end it
+/// with its other children (`adopted`); it ends by itself once the
+/// worker's process has.
+pub(super) fn started_pid() -> Option<u32> {
+    Some(WATCHER.get()?.as_ref()?.pid)
+}
+
 impl Watcher {
     /// Starts `sh` reading the other end of a fresh socket pair, the slot
     /// file as its descriptor 3. The watcher is never waited for: it
@@ -127,8 +136,9 @@ impl Watcher {
                 _ => Ok(()),
             })
         };
-        command.spawn()?;
+        let child = command.spawn()?;
         Ok(Self {
+            pid: child.id(),
             socket: ours,
             slots,
             table: Mutex::default(),
