@@ -157,6 +157,7 @@ mod tests {
     use super::*;
     use crate::user_code::test_util::{block, is_gone, read_pid};
     use std::fs;
+    use std::os::unix::fs::PermissionsExt;
     use std::path::Path;
 
     fn sh(script: &str) -> BlockCommand {
@@ -299,6 +300,37 @@ mod tests {
         fs::write(&missing, "#!/bin/sh\n").unwrap();
         let failure = command.run(&block(1), &log(dir.path())).unwrap_err();
         assert!(failure.message.contains("Permission denied"), "{failure}");
+    }
+
+    #[test]
+    fn the_users_path_finds_the_program_and_a_script_without_interpreter_runs_with_sh() {
+        let dir = tempfile::tempdir().unwrap();
+        let bin = dir.path().join("bin");
+        fs::create_dir(&bin).unwrap();
+        let out = dir.path().join("out");
+        let script = bin.join("no-shebang");
+        fs::write(&script, format!("echo ran \"$1\" > {}\n", out.display())).unwrap();
+        fs::set_permissions(&script, fs::Permissions::from_mode(0o755)).unwrap();
+        let env = BTreeMap::from([("PATH".to_string(), bin.display().to_string())]);
+        let command = BlockCommand::new(&["no-shebang", "{block_id}"], env, None).unwrap();
+        command.run(&block(3), &log(dir.path())).unwrap();
+        assert_eq!(fs::read_to_string(&out).unwrap(), "ran 3\n");
+    }
+
+    #[test]
+    fn a_block_starts_with_no_signal_blocked_and_sigpipe_not_ignored() {
+        let dir = tempfile::tempdir().unwrap();
+        let command =
+            BlockCommand::new(&["cat", "/proc/self/status"], BTreeMap::new(), None).unwrap();
+        command.run(&block(1), &log(dir.path())).unwrap();
+        let status = fs::read_to_string(log(dir.path()).stdout).unwrap();
+        let mask = |name: &str| {
+            let line = status.lines().find(|l| l.starts_with(name)).unwrap();
+            u64::from_str_radix(line[name.len()..].trim(), 16).unwrap()
+        };
+        assert_eq!(mask("SigBlk:"), 0, "{status}");
+        let sigpipe = 1 << (libc::SIGPIPE - 1);
+        assert_eq!(mask("SigIgn:") & sigpipe, 0, "{status}");
     }
 
     #[test]
