@@ -6,13 +6,16 @@
 //! `DAISY_TASK_ID`, `DAISY_BLOCK_ID`, `DAISY_READ_ROI` and
 //! `DAISY_WRITE_ROI`. Exit 0 is success.
 
-use super::group::{self, describe, GroupChild, Waited};
+use super::group::{self, describe, GroupChild, SpawnError, Waited};
+use super::spawn::Environment;
 use super::{BlockFailure, BlockLog, OpenLog, StderrTail, DEFAULT_GRACE};
 use crate::cost::block_command_cost;
 use daisy_core::protocol::{BlockCost, WireBlock};
 use daisy_core::template::{CommandError, CommandTemplate};
 use serde::Serialize;
 use std::collections::BTreeMap;
+use std::io;
+use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 /// A command line to run once per block.
@@ -27,6 +30,9 @@ pub struct BlockCommand {
     grace: Duration,
     /// Whether [`Self::run_costed`] measures what a block cost.
     resource_tracking: bool,
+    /// The environment without the block's variables, built at the first
+    /// block.
+    environment: OnceLock<Environment>,
 }
 
 impl BlockCommand {
@@ -43,6 +49,7 @@ impl BlockCommand {
             timeout,
             grace: DEFAULT_GRACE,
             resource_tracking: false,
+            environment: OnceLock::new(),
         })
     }
 
@@ -104,15 +111,30 @@ impl BlockCommand {
             tail,
         } = log.open().map_err(to_failure)?;
         let argv = self.argv.render(block);
-        let block_env = block_env(block);
-        let env = (self.env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
-            .chain(block_env.iter().map(|(k, v)| (*k, v.as_str())));
-        let spawned = GroupChild::spawn_shared(&argv[0], &argv[1..], env, (&stdout, &stderr));
+        let values = block_env(block);
+        let block_env: [(&str, &str); 5] =
+            std::array::from_fn(|i| (BLOCK_ENV[i], values[i].as_str()));
+        let env = self.environment().map_err(|cause| SpawnError {
+            program: argv[0].clone(),
+            cause,
+        });
+        let env = (env.map_err(to_failure)?, &block_env[..]);
+        let spawned = GroupChild::spawn_shared((&argv[0], &argv[1..]), env, (&stdout, &stderr));
         let mut child = spawned.map_err(to_failure)?;
         if self.resource_tracking {
             child.measure_io();
         }
         Ok((child, tail))
+    }
+
+    /// The worker's environment, less its secret, plus the user's
+    /// variables; the block's `DAISY_*` ones are added per process.
+    fn environment(&self) -> io::Result<&Environment> {
+        if let Some(environment) = self.environment.get() {
+            return Ok(environment);
+        }
+        let environment = group::user_environment(&self.env, &BLOCK_ENV)?;
+        Ok(self.environment.get_or_init(|| environment))
     }
 
     /// Waits for the block's process and reaps it.
@@ -136,14 +158,23 @@ fn to_failure(error: impl std::fmt::Display) -> BlockFailure {
     BlockFailure::new(error.to_string())
 }
 
-/// The `DAISY_*` variables describing `block`.
-fn block_env(block: &WireBlock) -> [(&'static str, String); 5] {
+/// The `DAISY_*` variables describing a block, in [`block_env`]'s order.
+const BLOCK_ENV: [&str; 5] = [
+    "DAISY_BLOCK",
+    "DAISY_TASK_ID",
+    "DAISY_BLOCK_ID",
+    "DAISY_READ_ROI",
+    "DAISY_WRITE_ROI",
+];
+
+/// The values of [`BLOCK_ENV`] for `block`.
+fn block_env(block: &WireBlock) -> [String; 5] {
     [
-        ("DAISY_BLOCK", json(block)),
-        ("DAISY_TASK_ID", block.task_id.clone()),
-        ("DAISY_BLOCK_ID", block.block_id.to_string()),
-        ("DAISY_READ_ROI", json(&block.read_roi)),
-        ("DAISY_WRITE_ROI", json(&block.write_roi)),
+        json(block),
+        block.task_id.clone(),
+        block.block_id.to_string(),
+        json(&block.read_roi),
+        json(&block.write_roi),
     ]
 }
 

@@ -7,8 +7,9 @@
 //! the last signal: while it is a zombie its pid, which is the group id,
 //! cannot be reused, so the signal cannot reach an unrelated group.
 
+use super::exit_watch;
+use super::spawn::{self, Environment};
 use super::watcher::{self, Slot, Watcher};
-use super::{exit_watch, spawn};
 use super::{StderrTail, DEFAULT_GRACE, SECRET_ENV};
 use crate::cost::{self, Usage};
 use nix::errno::Errno;
@@ -83,6 +84,19 @@ pub(super) fn user_command(
         .envs(env);
     cmd.stdin(Stdio::null()).process_group(0);
     cmd
+}
+
+/// The environment of [`GroupChild::spawn_shared`]'s processes: the
+/// worker's without its secret and without `per_process` (the names each
+/// process gets its own value of), plus the user's `env`.
+pub(super) fn user_environment(
+    env: &BTreeMap<String, String>,
+    per_process: &[&str],
+) -> io::Result<Environment> {
+    let remove: Vec<&str> = std::iter::once(SECRET_ENV)
+        .chain(per_process.iter().copied())
+        .collect();
+    Environment::new(&remove, env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
 }
 
 /// What a new user process does before it executes the program: dies
@@ -168,13 +182,13 @@ impl GroupChild {
         Ok(group)
     }
 
-    /// Starts `program` with `args`, the worker's environment without its
-    /// secret plus `env`, stdin null and `stdout` and `stderr` as given,
-    /// without copying the worker ([`spawn`]): for a block's process.
-    pub(super) fn spawn_shared<'a>(
-        program: &str,
-        args: &[String],
-        env: impl IntoIterator<Item = (&'a str, &'a str)>,
+    /// Starts `program` with `args`, `env` and then `extra_env` (from
+    /// [`user_environment`]), stdin null and `stdout` and `stderr` as
+    /// given, without copying the worker ([`spawn`]): for a block's
+    /// process.
+    pub(super) fn spawn_shared(
+        (program, args): (&str, &[String]),
+        (env, extra_env): (&Environment, &[(&str, &str)]),
         (stdout, stderr): (&File, &File),
     ) -> Result<Self, SpawnError> {
         let error = |cause| SpawnError {
@@ -189,11 +203,11 @@ impl GroupChild {
         };
         let slot = reserve_slot();
         let before = before_exec(getpid(), slot);
-        let env = spawn::environment(SECRET_ENV, env);
         let spec = spawn::Spec {
             program,
             args,
-            env: &env,
+            env,
+            extra_env,
             stdio: [
                 stdin.as_raw_fd(),
                 fd(&raised.0, stdout),

@@ -27,9 +27,11 @@
 //! only where it cannot run, and running a file without a `#!` line (or
 //! binary format) with `/bin/sh`.
 
+use std::cell::Cell;
 use std::collections::BTreeMap;
 use std::ffi::{CString, OsStr, OsString};
 use std::io;
+use std::mem::MaybeUninit;
 use std::os::fd::RawFd;
 use std::os::unix::ffi::OsStrExt;
 use std::ptr;
@@ -46,13 +48,21 @@ const SHELL: &std::ffi::CStr = c"/bin/sh";
 pub(super) struct Spec<'a> {
     pub program: &'a str,
     pub args: &'a [String],
-    /// The whole environment the process gets.
-    pub env: &'a BTreeMap<OsString, OsString>,
+    /// The environment the process gets, with `extra_env` after it.
+    pub env: &'a Environment,
+    /// Variables whose names `env` does not hold (see [`Environment::new`]).
+    pub extra_env: &'a [(&'a str, &'a str)],
     pub stdio: [RawFd; 3],
     /// Run in the child after its group and descriptors are set, before
     /// its signals are unblocked and the program executed; an error stops
     /// the start. Must be async-signal-safe and must not allocate.
     pub before_exec: &'a dyn Fn() -> io::Result<()>,
+}
+
+thread_local! {
+    /// The child's stack, kept for the next start from this thread (a
+    /// fresh 64 KiB allocation per block made `malloc` consolidate).
+    static STACK: Cell<Option<Box<[MaybeUninit<u8>]>>> = const { Cell::new(None) };
 }
 
 /// What the child reads and writes, all of it built by the parent.
@@ -63,6 +73,7 @@ struct Shared<'a> {
     argv: Vec<*const libc::c_char>,
     /// `["sh", <candidate>, args.., null]` for a file without a `#!`.
     sh_argv: Vec<*const libc::c_char>,
+    /// The environment's strings, then `_strings`' extra ones.
     envp: Vec<*const libc::c_char>,
     _strings: Vec<CString>,
     stdio: [RawFd; 3],
@@ -75,9 +86,11 @@ struct Shared<'a> {
 /// group's id); returns its pid once it has executed the program.
 pub(super) fn spawn(spec: &Spec) -> io::Result<libc::pid_t> {
     let mut shared = Shared::new(spec)?;
-    let mut stack = vec![0u8; CHILD_STACK_BYTES];
+    let mut stack = STACK
+        .take()
+        .unwrap_or_else(|| Box::new_uninit_slice(CHILD_STACK_BYTES));
     // SAFETY: the stack grows down from its end, aligned to 16 bytes.
-    let top = unsafe { stack.as_mut_ptr().add(CHILD_STACK_BYTES) };
+    let top = unsafe { stack.as_mut_ptr().add(stack.len()) };
     let top = (top as usize & !15) as *mut libc::c_void;
     let all = full_signal_set();
     let mut old: libc::sigset_t = unsafe { std::mem::zeroed() };
@@ -100,6 +113,7 @@ pub(super) fn spawn(spec: &Spec) -> io::Result<libc::pid_t> {
         }
         pid
     };
+    STACK.set(Some(stack));
     // SAFETY: written by the child before it exited, read after.
     let error = unsafe { ptr::read_volatile(&shared.error) };
     if error != 0 {
@@ -118,37 +132,28 @@ fn reap_failed(pid: libc::pid_t) {
 
 impl<'a> Shared<'a> {
     fn new(spec: &Spec<'a>) -> io::Result<Self> {
-        let cstring = |bytes: &[u8]| {
-            CString::new(bytes).map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))
-        };
         let mut strings = vec![cstring(spec.program.as_bytes())?];
         for arg in spec.args {
             strings.push(cstring(arg.as_bytes())?);
         }
         let argc = strings.len();
-        for (key, value) in spec.env {
-            let mut pair = key.as_bytes().to_vec();
-            pair.push(b'=');
-            pair.extend_from_slice(value.as_bytes());
-            strings.push(cstring(&pair)?);
-        }
         strings.push(cstring(b"sh")?);
+        for (key, value) in spec.extra_env {
+            strings.push(cstring(&pair(key.as_bytes(), value.as_bytes()))?);
+        }
         let pointers: Vec<*const libc::c_char> = strings.iter().map(|s| s.as_ptr()).collect();
-        let with_null = |mut list: Vec<_>| {
-            list.push(ptr::null());
-            list
-        };
         let argv = with_null(pointers[..argc].to_vec());
-        let envp = with_null(pointers[argc..strings.len() - 1].to_vec());
+        let mut envp: Vec<_> = spec.env.pairs.iter().map(|s| s.as_ptr()).collect();
+        envp.extend_from_slice(&pointers[argc + 1..]);
         // The candidate's slot (1) is filled in by the child.
-        let mut sh_argv = vec![pointers[strings.len() - 1], ptr::null()];
+        let mut sh_argv = vec![pointers[argc], ptr::null()];
         sh_argv.extend_from_slice(&pointers[1..argc]);
-        let candidates = candidates(spec.program, spec.env)?;
+        let candidates = candidates(spec.program, spec.env.path.as_deref())?;
         Ok(Self {
             candidates,
             argv,
             sh_argv: with_null(sh_argv),
-            envp,
+            envp: with_null(envp),
             _strings: strings,
             stdio: spec.stdio,
             before_exec: spec.before_exec,
@@ -157,41 +162,69 @@ impl<'a> Shared<'a> {
     }
 }
 
-/// Where the program may be, in the order `execvp` tries.
-fn candidates(program: &str, env: &BTreeMap<OsString, OsString>) -> io::Result<Vec<CString>> {
-    let invalid = |_| io::Error::from(io::ErrorKind::InvalidInput);
+fn with_null(mut list: Vec<*const libc::c_char>) -> Vec<*const libc::c_char> {
+    list.push(ptr::null());
+    list
+}
+
+fn cstring(bytes: &[u8]) -> io::Result<CString> {
+    CString::new(bytes).map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))
+}
+
+/// `KEY=VALUE`.
+fn pair(key: &[u8], value: &[u8]) -> Vec<u8> {
+    [key, b"=", value].concat()
+}
+
+/// Where the program may be, in the order `execvp` tries, on `path`.
+fn candidates(program: &str, path: Option<&[u8]>) -> io::Result<Vec<CString>> {
     if program.is_empty() {
         return Err(io::Error::from_raw_os_error(libc::ENOENT));
     }
     if program.contains('/') {
-        return Ok(vec![CString::new(program).map_err(invalid)?]);
+        return Ok(vec![cstring(program.as_bytes())?]);
     }
-    let path = env.get(OsStr::new("PATH")).map(|p| p.as_bytes());
     (path.unwrap_or(DEFAULT_PATH).split(|b| *b == b':'))
-        .map(|dir| {
-            let mut full = match dir {
-                // An empty entry is the current directory.
-                [] => Vec::new(),
-                dir => [dir, b"/"].concat(),
-            };
-            full.extend_from_slice(program.as_bytes());
-            CString::new(full).map_err(invalid)
+        .map(|dir| match dir {
+            // An empty entry is the current directory.
+            [] => cstring(program.as_bytes()),
+            dir => cstring(&[dir, b"/", program.as_bytes()].concat()),
         })
         .collect()
 }
 
-/// The environment a user process gets: the worker's, less `remove`,
-/// plus `set` (later entries win).
-pub(super) fn environment<'a>(
-    remove: &str,
-    set: impl IntoIterator<Item = (&'a str, &'a str)>,
-) -> BTreeMap<OsString, OsString> {
-    let mut env: BTreeMap<OsString, OsString> = std::env::vars_os().collect();
-    env.remove(OsStr::new(remove));
-    for (key, value) in set {
-        env.insert(key.into(), value.into());
+/// An environment for user processes, built once (the worker's own does
+/// not change while it runs) rather than per block: the worker's, less
+/// some names, plus the user's variables.
+#[derive(Debug, Clone)]
+pub(super) struct Environment {
+    /// `KEY=VALUE`, one per name.
+    pairs: Vec<CString>,
+    /// Where the program is looked up.
+    path: Option<Vec<u8>>,
+}
+
+impl Environment {
+    /// The worker's environment without the names in `remove`, then
+    /// `set` (which wins over the worker's, and may not hold a name in
+    /// `remove`: those are the per-process `extra_env` of a [`Spec`]).
+    pub(super) fn new<'a>(
+        remove: &[&str],
+        set: impl IntoIterator<Item = (&'a str, &'a str)>,
+    ) -> io::Result<Self> {
+        let mut env: BTreeMap<OsString, OsString> = std::env::vars_os().collect();
+        for (key, value) in set {
+            env.insert(key.into(), value.into());
+        }
+        for name in remove {
+            env.remove(OsStr::new(name));
+        }
+        let path = env.get(OsStr::new("PATH")).map(|p| p.as_bytes().to_vec());
+        let pairs = (env.iter())
+            .map(|(key, value)| cstring(&pair(key.as_bytes(), value.as_bytes())))
+            .collect::<io::Result<_>>()?;
+        Ok(Self { pairs, path })
     }
-    env
 }
 
 /// The child, on its own stack and the parent's memory. It must not
