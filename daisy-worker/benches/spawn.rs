@@ -267,28 +267,35 @@ fn run(settings: &Settings) -> Result<(), String> {
     Ok(())
 }
 
-/// Medians per contender, and each one's ratio to xargs.
+/// Medians per contender, and its time over xargs': the ratio of the
+/// medians, and the median and range of the per-round ratios (each
+/// against the xargs run of its own round, the steadier figure when the
+/// machine's load changes during the bench).
 fn summarise(contenders: &[Contender], results: &[Vec<Measurement>]) {
-    let medians: Vec<(f64, f64)> = results
-        .iter()
-        .map(|runs| {
-            let mut seconds: Vec<f64> = runs.iter().map(|m| m.seconds).collect();
-            let mut cpu: Vec<f64> = runs.iter().map(|m| m.cpu).collect();
-            (median(&mut seconds), median(&mut cpu))
-        })
-        .collect();
-    let floor = medians[0].0;
+    let floor: Vec<f64> = results[0].iter().map(|m| m.seconds).collect();
+    let floor_median = median(&mut floor.clone());
     println!(
-        "{:>6} {:>15} {:>13} {:>14}",
-        "what", "median seconds", "median CPU s", "time / xargs"
+        "{:>6} {:>15} {:>13} {:>14} {:>21}",
+        "what", "median seconds", "median CPU s", "medians / xargs", "per round: median, range"
     );
-    for (contender, (seconds, cpu)) in contenders.iter().zip(&medians) {
+    for (contender, runs) in contenders.iter().zip(results) {
+        let mut seconds: Vec<f64> = runs.iter().map(|m| m.seconds).collect();
+        let mut cpu: Vec<f64> = runs.iter().map(|m| m.cpu).collect();
+        let mut ratios: Vec<f64> = runs
+            .iter()
+            .zip(&floor)
+            .map(|(m, f)| m.seconds / f)
+            .collect();
+        let ratio = median(&mut ratios);
         println!(
-            "{:>6} {:>15.3} {:>13.3} {:>13.3}x",
+            "{:>6} {:>15.3} {:>13.3} {:>14.3}x {:>8.3}x, {:.3}-{:.3}x",
             contender.name(),
-            seconds,
-            cpu,
-            seconds / floor
+            median(&mut seconds),
+            median(&mut cpu),
+            median(&mut seconds) / floor_median,
+            ratio,
+            ratios[0],
+            ratios[ratios.len() - 1],
         );
     }
 }
