@@ -17,7 +17,8 @@
 //! machine's load hits both; the medians and their ratio are printed.
 //!
 //! `DAISY_SPAWN_BASELINE=path/to/daisy-worker` runs another worker build
-//! too (same driver), interleaved, to compare builds within one run.
+//! too (same driver), interleaved, to compare builds within one run; a
+//! `:`-separated list runs several (`base`, `base2`, ..).
 //! docs/benchmarks.md records the figures.
 //!
 //! ```text
@@ -67,11 +68,11 @@ struct Measurement {
 #[derive(Debug, Clone)]
 enum Contender {
     Xargs,
-    Daisy { name: &'static str, worker: PathBuf },
+    Daisy { name: String, worker: PathBuf },
 }
 
 impl Contender {
-    fn name(&self) -> &'static str {
+    fn name(&self) -> &str {
         match self {
             Self::Xargs => "xargs",
             Self::Daisy { name, .. } => name,
@@ -234,15 +235,22 @@ fn run(settings: &Settings) -> Result<(), String> {
     let mut contenders = vec![
         Contender::Xargs,
         Contender::Daisy {
-            name: "this",
+            name: "this".to_string(),
             worker: PathBuf::from(WORKER),
         },
     ];
     match std::env::var_os(BASELINE_ENV) {
-        Some(base) => contenders.push(Contender::Daisy {
-            name: "base",
-            worker: PathBuf::from(base),
-        }),
+        Some(bases) => {
+            let paths: Vec<PathBuf> = std::env::split_paths(&bases).collect();
+            for (i, worker) in paths.into_iter().enumerate() {
+                let name = match i {
+                    0 => "base".to_string(),
+                    i => format!("base{}", i + 1),
+                };
+                println!("{name}: {}", worker.display());
+                contenders.push(Contender::Daisy { name, worker });
+            }
+        }
         None => println!("(no {BASELINE_ENV}=path/to/daisy-worker: no baseline build measured)"),
     }
     println!("driver: {}; {settings:?}", driver.display());
