@@ -1,4 +1,6 @@
-//! How user code runs a block, synchronously, with plain `std::process`.
+//! How user code runs a block, synchronously: a worker command started
+//! with `std::process`, a block's process with a start of our own that
+//! does not copy the worker (`spawn`).
 //!
 //! Two modes (DESIGN.md, "Workers and user code"):
 //! - [`BlockCommand`]: the user's program is started once per block; the

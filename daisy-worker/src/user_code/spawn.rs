@@ -7,9 +7,9 @@
 //! it has a `pre_exec` closure, and a user process needs one: it must be
 //! told to die with the worker (PR_SET_PDEATHSIG, which `posix_spawn`
 //! cannot set) and announce its group to the watcher before user code
-//! runs. A fork of the worker cost a block about 0.1-1 ms more than a
-//! process start needs (docs/benchmarks.md, "Block commands against
-//! xargs").
+//! runs. A fork of the worker cost a block about 0.25 ms of CPU more
+//! than starting its process needs (docs/benchmarks.md, "Block commands
+//! against xargs").
 //!
 //! Everything the child needs (paths to try, argv, environment) is built
 //! here, in the parent, before the clone; the child only makes system
@@ -229,7 +229,8 @@ impl Environment {
 
 /// The child, on its own stack and the parent's memory. It must not
 /// allocate, lock, unwind or return into the parent's frames: it ends in
-/// `execve` or `_exit`.
+/// `execve` or `_exit`. The `errno` its calls set is the suspended
+/// calling thread's, which does not read it afterwards.
 extern "C" fn child_main(arg: *mut libc::c_void) -> libc::c_int {
     // SAFETY: `arg` is the parent's `Shared`, alive and untouched by the
     // parent while this runs.
@@ -245,13 +246,14 @@ extern "C" fn child_main(arg: *mut libc::c_void) -> libc::c_int {
     }
 }
 
-/// Default signal handlers, the new group, stdio, then the caller's
-/// checks; signals unblocked last.
+/// Default signal handlers, stdio, the new group, then the caller's
+/// steps; signals unblocked last.
 fn prepare(shared: &Shared) -> Result<(), i32> {
     default_signal_handlers();
     for (target, &fd) in shared.stdio.iter().enumerate() {
         let target = target as RawFd;
         // dup2 onto itself keeps close-on-exec: clear it instead.
+        // SAFETY: descriptor calls on descriptors the parent keeps open.
         let done = match fd == target {
             true => unsafe { libc::fcntl(fd, libc::F_SETFD, 0) },
             false => unsafe { libc::dup2(fd, target) },
@@ -260,6 +262,7 @@ fn prepare(shared: &Shared) -> Result<(), i32> {
             return Err(errno());
         }
     }
+    // SAFETY: makes this process the leader of a new group.
     if unsafe { libc::setpgid(0, 0) } < 0 {
         return Err(errno());
     }
