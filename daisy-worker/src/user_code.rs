@@ -1,4 +1,6 @@
-//! How user code runs a block, synchronously, with plain `std::process`.
+//! How user code runs a block, synchronously: a worker command started
+//! with `std::process`, a block's process with a start of our own that
+//! does not copy the worker (`spawn`).
 //!
 //! Two modes (DESIGN.md, "Workers and user code"):
 //! - [`BlockCommand`]: the user's program is started once per block; the
@@ -26,6 +28,7 @@ mod exit_watch;
 mod group;
 mod pipes;
 mod program;
+mod spawn;
 #[cfg(test)]
 mod test_util;
 mod watcher;
@@ -99,12 +102,17 @@ impl BlockLog {
     }
 }
 
+/// Opens `path` for appending; its directories are created only if it
+/// cannot be opened for their lack (once per worker, not per block).
 fn open_append(path: &Path) -> Result<File, LogError> {
-    if let Some(parent) = path.parent() {
-        fs::create_dir_all(parent).map_err(|cause| LogError::new(path, cause))?;
-    }
-    let file = OpenOptions::new().create(true).append(true).open(path);
-    file.map_err(|cause| LogError::new(path, cause))
+    let open = || OpenOptions::new().create(true).append(true).open(path);
+    let opened = match (open(), path.parent()) {
+        (Err(e), Some(parent)) if e.kind() == io::ErrorKind::NotFound => {
+            fs::create_dir_all(parent).and_then(|()| open())
+        }
+        (opened, _) => opened,
+    };
+    opened.map_err(|cause| LogError::new(path, cause))
 }
 
 /// A log file could not be opened: the worker cannot keep user output, so

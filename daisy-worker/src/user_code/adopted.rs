@@ -9,6 +9,7 @@
 //! A worker killed outright cannot do this; its adopted descendants then
 //! go to init (see docs/reliability.md).
 
+use super::watcher;
 use nix::sys::signal::{kill, Signal};
 use nix::sys::wait::{waitpid, WaitPidFlag, WaitStatus};
 use nix::unistd::Pid;
@@ -29,10 +30,17 @@ pub fn adopt_orphans() {
     }
 }
 
-/// Ends every child this process still has (those it adopted included):
-/// SIGTERM, then SIGKILL to those left after `grace`; all are reaped.
+/// Ends every child this process still has (those it adopted included),
+/// but the user-process watcher, which outlives the worker by design and
+/// exits by itself once the worker's process has ended (ending it here
+/// held every worker's exit up for the whole `grace`, as it ignores
+/// SIGTERM): SIGTERM, then SIGKILL to those left after `grace`; all are
+/// reaped.
 pub fn end_children(grace: Duration) {
-    let children = children();
+    let watcher = watcher::started_pid().map(|pid| Pid::from_raw(pid as i32));
+    let children: Vec<Pid> = (children().into_iter())
+        .filter(|child| Some(*child) != watcher)
+        .collect();
     for &child in &children {
         let _ = kill(child, Signal::SIGTERM);
     }

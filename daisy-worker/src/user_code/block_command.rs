@@ -6,14 +6,16 @@
 //! `DAISY_TASK_ID`, `DAISY_BLOCK_ID`, `DAISY_READ_ROI` and
 //! `DAISY_WRITE_ROI`. Exit 0 is success.
 
-use super::group::{self, describe, GroupChild, Waited};
+use super::group::{self, describe, GroupChild, SpawnError, Waited};
+use super::spawn::Environment;
 use super::{BlockFailure, BlockLog, OpenLog, StderrTail, DEFAULT_GRACE};
 use crate::cost::block_command_cost;
 use daisy_core::protocol::{BlockCost, WireBlock};
 use daisy_core::template::{CommandError, CommandTemplate};
 use serde::Serialize;
 use std::collections::BTreeMap;
-use std::process::Command;
+use std::io;
+use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 /// A command line to run once per block.
@@ -28,6 +30,9 @@ pub struct BlockCommand {
     grace: Duration,
     /// Whether [`Self::run_costed`] measures what a block cost.
     resource_tracking: bool,
+    /// The environment without the block's variables, built at the first
+    /// block.
+    environment: OnceLock<Environment>,
 }
 
 impl BlockCommand {
@@ -44,6 +49,7 @@ impl BlockCommand {
             timeout,
             grace: DEFAULT_GRACE,
             resource_tracking: false,
+            environment: OnceLock::new(),
         })
     }
 
@@ -104,13 +110,31 @@ impl BlockCommand {
             stderr,
             tail,
         } = log.open().map_err(to_failure)?;
-        let mut cmd = self.command(block);
-        cmd.stdout(stdout).stderr(stderr);
-        let mut child = GroupChild::spawn(&mut cmd).map_err(to_failure)?;
+        let argv = self.argv.render(block);
+        let values = block_env(block);
+        let block_env: [(&str, &str); 5] =
+            std::array::from_fn(|i| (BLOCK_ENV[i], values[i].as_str()));
+        let env = self.environment().map_err(|cause| SpawnError {
+            program: argv[0].clone(),
+            cause,
+        });
+        let env = (env.map_err(to_failure)?, &block_env[..]);
+        let spawned = GroupChild::spawn_shared((&argv[0], &argv[1..]), env, (&stdout, &stderr));
+        let mut child = spawned.map_err(to_failure)?;
         if self.resource_tracking {
             child.measure_io();
         }
         Ok((child, tail))
+    }
+
+    /// The worker's environment, less its secret, plus the user's
+    /// variables; the block's `DAISY_*` ones are added per process.
+    fn environment(&self) -> io::Result<&Environment> {
+        if let Some(environment) = self.environment.get() {
+            return Ok(environment);
+        }
+        let environment = group::user_environment(&self.env, &BLOCK_ENV)?;
+        Ok(self.environment.get_or_init(|| environment))
     }
 
     /// Waits for the block's process and reaps it.
@@ -128,27 +152,29 @@ impl BlockCommand {
             ))),
         }
     }
-
-    fn command(&self, block: &WireBlock) -> Command {
-        let argv = self.argv.render(block);
-        let mut cmd = group::user_command(&argv[0], &argv[1..], &self.env);
-        cmd.envs(block_env(block));
-        cmd
-    }
 }
 
 fn to_failure(error: impl std::fmt::Display) -> BlockFailure {
     BlockFailure::new(error.to_string())
 }
 
-/// The `DAISY_*` variables describing `block`.
-fn block_env(block: &WireBlock) -> [(&'static str, String); 5] {
+/// The `DAISY_*` variables describing a block, in [`block_env`]'s order.
+const BLOCK_ENV: [&str; 5] = [
+    "DAISY_BLOCK",
+    "DAISY_TASK_ID",
+    "DAISY_BLOCK_ID",
+    "DAISY_READ_ROI",
+    "DAISY_WRITE_ROI",
+];
+
+/// The values of [`BLOCK_ENV`] for `block`.
+fn block_env(block: &WireBlock) -> [String; 5] {
     [
-        ("DAISY_BLOCK", json(block)),
-        ("DAISY_TASK_ID", block.task_id.clone()),
-        ("DAISY_BLOCK_ID", block.block_id.to_string()),
-        ("DAISY_READ_ROI", json(&block.read_roi)),
-        ("DAISY_WRITE_ROI", json(&block.write_roi)),
+        json(block),
+        block.task_id.clone(),
+        block.block_id.to_string(),
+        json(&block.read_roi),
+        json(&block.write_roi),
     ]
 }
 
@@ -162,6 +188,7 @@ mod tests {
     use super::*;
     use crate::user_code::test_util::{block, is_gone, read_pid};
     use std::fs;
+    use std::os::unix::fs::PermissionsExt;
     use std::path::Path;
 
     fn sh(script: &str) -> BlockCommand {
@@ -304,6 +331,37 @@ mod tests {
         fs::write(&missing, "#!/bin/sh\n").unwrap();
         let failure = command.run(&block(1), &log(dir.path())).unwrap_err();
         assert!(failure.message.contains("Permission denied"), "{failure}");
+    }
+
+    #[test]
+    fn the_users_path_finds_the_program_and_a_script_without_interpreter_runs_with_sh() {
+        let dir = tempfile::tempdir().unwrap();
+        let bin = dir.path().join("bin");
+        fs::create_dir(&bin).unwrap();
+        let out = dir.path().join("out");
+        let script = bin.join("no-shebang");
+        fs::write(&script, format!("echo ran \"$1\" > {}\n", out.display())).unwrap();
+        fs::set_permissions(&script, fs::Permissions::from_mode(0o755)).unwrap();
+        let env = BTreeMap::from([("PATH".to_string(), bin.display().to_string())]);
+        let command = BlockCommand::new(&["no-shebang", "{block_id}"], env, None).unwrap();
+        command.run(&block(3), &log(dir.path())).unwrap();
+        assert_eq!(fs::read_to_string(&out).unwrap(), "ran 3\n");
+    }
+
+    #[test]
+    fn a_block_starts_with_no_signal_blocked_and_sigpipe_not_ignored() {
+        let dir = tempfile::tempdir().unwrap();
+        let command =
+            BlockCommand::new(&["cat", "/proc/self/status"], BTreeMap::new(), None).unwrap();
+        command.run(&block(1), &log(dir.path())).unwrap();
+        let status = fs::read_to_string(log(dir.path()).stdout).unwrap();
+        let mask = |name: &str| {
+            let line = status.lines().find(|l| l.starts_with(name)).unwrap();
+            u64::from_str_radix(line[name.len()..].trim(), 16).unwrap()
+        };
+        assert_eq!(mask("SigBlk:"), 0, "{status}");
+        let sigpipe = 1 << (libc::SIGPIPE - 1);
+        assert_eq!(mask("SigIgn:") & sigpipe, 0, "{status}");
     }
 
     #[test]

@@ -51,14 +51,19 @@ impl ExitWatch {
     }
 }
 
-fn open(pid: u32) -> io::Result<AsyncFd<OwnedFd>> {
+/// A pidfd of `pid` (Linux ≥ 5.3): readable once the process has exited.
+pub(super) fn pidfd(pid: u32) -> io::Result<OwnedFd> {
     // SAFETY: pidfd_open takes a pid and flags and returns a new fd or -1.
     let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid as libc::pid_t, 0) };
     if fd < 0 {
         return Err(io::Error::last_os_error());
     }
     // SAFETY: `fd` was just opened and is owned by nothing else.
-    let fd = unsafe { OwnedFd::from_raw_fd(fd as RawFd) };
+    Ok(unsafe { OwnedFd::from_raw_fd(fd as RawFd) })
+}
+
+fn open(pid: u32) -> io::Result<AsyncFd<OwnedFd>> {
+    let fd = pidfd(pid)?;
     // SAFETY: the fd lives inside the registration, so it stays open as
     // long as the registration.
     unsafe { AsyncFd::register_with_interest(fd, Interest::READABLE) }.map_err(|e| e.into_parts().1)

@@ -7,7 +7,10 @@
 //! the last signal: while it is a zombie its pid, which is the group id,
 //! cannot be reused, so the signal cannot reach an unrelated group.
 
-use super::{watcher, StderrTail, DEFAULT_GRACE, SECRET_ENV};
+use super::exit_watch;
+use super::spawn::{self, Environment};
+use super::watcher::{self, Slot, Watcher};
+use super::{StderrTail, DEFAULT_GRACE, SECRET_ENV};
 use crate::cost::{self, Usage};
 use nix::errno::Errno;
 use nix::sys::prctl;
@@ -15,15 +18,17 @@ use nix::sys::signal::{killpg, Signal};
 use nix::sys::wait::{waitid, Id, WaitPidFlag, WaitStatus};
 use nix::unistd::{getpid, getppid, Pid};
 use std::collections::{BTreeMap, BTreeSet};
+use std::fs::File;
 use std::io;
-use std::os::fd::RawFd;
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
 use std::os::unix::process::{CommandExt, ExitStatusExt};
-use std::process::{Child, ChildStdin, ChildStdout, Command, ExitStatus, Stdio};
-use std::sync::Mutex;
+use std::process::{ChildStdin, ChildStdout, Command, ExitStatus, Stdio};
+use std::sync::{Mutex, OnceLock};
 use std::thread;
 use std::time::{Duration, Instant};
 
-/// How often a deadline wait checks whether the process has exited.
+/// How often a deadline wait checks whether the process has exited,
+/// where no pidfd tells it (and [`end_all`]).
 const POLL_INTERVAL: Duration = Duration::from_millis(10);
 
 /// Groups spawned and not reaped yet: what [`end_all`] stops when the
@@ -66,8 +71,8 @@ pub struct SpawnError {
 }
 
 /// A command for user code: the worker's environment without its secret,
-/// plus `env`; stdin null; a new process group; SIGKILL when the thread
-/// that spawns it ends (see [`die_with_parent`]).
+/// plus `env`; stdin null; a new process group. [`GroupChild::spawn`]
+/// adds the rest (see [`die_with_parent`], `watcher`).
 pub(super) fn user_command(
     program: &str,
     args: &[impl AsRef<str>],
@@ -78,28 +83,41 @@ pub(super) fn user_command(
         .env_remove(SECRET_ENV)
         .envs(env);
     cmd.stdin(Stdio::null()).process_group(0);
-    let parent = getpid();
-    let watcher = watcher::socket(DEFAULT_GRACE);
-    // SAFETY: both calls make only async-signal-safe calls (prctl,
-    // getppid, getpid, send) and do not allocate, as required between
-    // fork and exec.
-    unsafe {
-        cmd.pre_exec(move || {
-            die_with_parent(parent)?;
-            announce_self(watcher);
-            Ok(())
-        })
-    };
     cmd
 }
 
-/// Tells the watcher about the new group before any user code runs in it.
-/// Without a watcher, or with a dead one, the process still runs:
-/// PR_SET_PDEATHSIG and the worker's own cleanup remain.
-fn announce_self(watcher: Option<RawFd>) {
-    if let Some(socket) = watcher {
-        let _ = watcher::announce(socket, b'+', getpid().as_raw());
+/// The environment of [`GroupChild::spawn_shared`]'s processes: the
+/// worker's without its secret and without `per_process` (the names each
+/// process gets its own value of), plus the user's `env`.
+pub(super) fn user_environment(
+    env: &BTreeMap<String, String>,
+    per_process: &[&str],
+) -> io::Result<Environment> {
+    let remove: Vec<&str> = std::iter::once(SECRET_ENV)
+        .chain(per_process.iter().copied())
+        .collect();
+    Environment::new(&remove, env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
+}
+
+/// What a new user process does before it executes the program: dies
+/// with the thread that started it, and tells the watcher about its new
+/// group, so no user code runs unannounced. Async-signal-safe, no
+/// allocation (it runs between fork and exec, or on the worker's memory).
+fn before_exec(parent: Pid, slot: Option<Slot>) -> impl Fn() -> io::Result<()> {
+    move || {
+        die_with_parent(parent)?;
+        // Without a watcher, or with a dead one, the process still runs:
+        // PR_SET_PDEATHSIG and the worker's own cleanup remain.
+        if let Some(slot) = slot {
+            let _ = slot.announce(getpid().as_raw());
+        }
+        Ok(())
     }
+}
+
+/// The watcher's slot for a new group, if there is a watcher.
+fn reserve_slot() -> Option<Slot> {
+    watcher::get(DEFAULT_GRACE).and_then(Watcher::reserve)
 }
 
 /// Asks the kernel for SIGKILL when our parent ends. PR_SET_PDEATHSIG is
@@ -126,9 +144,12 @@ pub(super) enum Waited {
 /// leader, so no error path leaves a process or a zombie behind.
 #[derive(Debug)]
 pub(super) struct GroupChild {
-    child: Child,
-    /// The leader's pid, which is also the group id (process_group(0)).
+    /// The leader's pid, which is also the group id (a new group).
     pgid: Pid,
+    stdin: Option<ChildStdin>,
+    stdout: Option<ChildStdout>,
+    /// Where the group is announced to the watcher, until withdrawn.
+    slot: Option<Slot>,
     /// Set once the leader is reaped.
     status: Option<ExitStatus>,
     /// Whether reaping reads the leader's IO counters too.
@@ -138,20 +159,83 @@ pub(super) struct GroupChild {
 }
 
 impl GroupChild {
+    /// Starts `cmd` (from [`user_command`]) with `std`, which forks: for a
+    /// process that needs pipes to the worker (a worker command).
     pub(super) fn spawn(cmd: &mut Command) -> Result<Self, SpawnError> {
-        let child = cmd.spawn().map_err(|cause| SpawnError {
+        let slot = reserve_slot();
+        let before = before_exec(getpid(), slot);
+        // SAFETY: `before_exec` is async-signal-safe and does not allocate.
+        unsafe { cmd.pre_exec(before) };
+        let spawned = cmd.spawn().map_err(|cause| SpawnError {
             program: cmd.get_program().to_string_lossy().into_owned(),
             cause,
-        })?;
-        let pgid = Pid::from_raw(child.id() as i32);
-        live_groups().insert(pgid.as_raw());
-        Ok(Self {
-            child,
+        });
+        let mut child = match spawned {
+            Ok(child) => child,
+            Err(e) => {
+                slot.into_iter().for_each(Slot::release);
+                return Err(e);
+            }
+        };
+        let mut group = Self::started(child.id() as i32, slot);
+        (group.stdin, group.stdout) = (child.stdin.take(), child.stdout.take());
+        Ok(group)
+    }
+
+    /// Starts `program` with `args`, `env` and then `extra_env` (from
+    /// [`user_environment`]), stdin null and `stdout` and `stderr` as
+    /// given, without copying the worker ([`spawn`]): for a block's
+    /// process.
+    pub(super) fn spawn_shared(
+        (program, args): (&str, &[String]),
+        (env, extra_env): (&Environment, &[(&str, &str)]),
+        (stdout, stderr): (&File, &File),
+    ) -> Result<Self, SpawnError> {
+        let error = |cause| SpawnError {
+            program: program.to_string(),
+            cause,
+        };
+        let stdin = dev_null().map_err(error)?;
+        let raised = (above_stdio(stdout), above_stdio(stderr));
+        let raised = (raised.0.map_err(error)?, raised.1.map_err(error)?);
+        let fd = |raised: &Option<OwnedFd>, file: &File| {
+            raised.as_ref().map_or(file.as_raw_fd(), AsRawFd::as_raw_fd)
+        };
+        let slot = reserve_slot();
+        let before = before_exec(getpid(), slot);
+        let spec = spawn::Spec {
+            program,
+            args,
+            env,
+            extra_env,
+            stdio: [
+                stdin.as_raw_fd(),
+                fd(&raised.0, stdout),
+                fd(&raised.1, stderr),
+            ],
+            before_exec: &before,
+        };
+        match spawn::spawn(&spec) {
+            Ok(pid) => Ok(Self::started(pid, slot)),
+            Err(cause) => {
+                slot.into_iter().for_each(Slot::release);
+                Err(error(cause))
+            }
+        }
+    }
+
+    fn started(pid: i32, slot: Option<Slot>) -> Self {
+        let pgid = Pid::from_raw(pid);
+        live_groups().insert(pid);
+        Self {
             pgid,
+            stdin: None,
+            stdout: None,
+            slot,
             status: None,
             read_io: false,
             usage: None,
-        })
+        }
     }
 
     /// Reads the leader's IO counters as it is reaped ([`cost::reap`]).
@@ -165,15 +249,15 @@ impl GroupChild {
     }
 
     pub(super) fn pid(&self) -> u32 {
-        self.child.id()
+        self.pgid.as_raw() as u32
     }
 
     pub(super) fn take_stdin(&mut self) -> Option<ChildStdin> {
-        self.child.stdin.take()
+        self.stdin.take()
     }
 
     pub(super) fn take_stdout(&mut self) -> Option<ChildStdout> {
-        self.child.stdout.take()
+        self.stdout.take()
     }
 
     /// Waits for the leader to exit, at most `timeout` (`None`: forever).
@@ -217,9 +301,9 @@ impl GroupChild {
         // ESRCH (nothing left) is the usual, fine outcome.
         let _ = killpg(self.pgid, Signal::SIGKILL);
         // Withdrawn while the unreaped leader still reserves the id: once
-        // reaped, a new group may announce the same id.
-        if let Some(socket) = watcher::socket(DEFAULT_GRACE) {
-            let _ = watcher::announce(socket, b'-', self.pgid.as_raw());
+        // reaped, the id may lead an unrelated group.
+        if let Some(slot) = self.slot.take() {
+            slot.release();
         }
         let mut live = live_groups();
         // Reaped here rather than by `Child::wait`, which drops the usage.
@@ -230,7 +314,11 @@ impl GroupChild {
         Ok(status)
     }
 
+    /// Whether the leader exits before `deadline`. Slept in `poll` on its
+    /// pidfd, which wakes at the exit; without one (a kernel before 5.3),
+    /// in steps of [`POLL_INTERVAL`].
     fn poll_exit(&self, deadline: Instant) -> io::Result<bool> {
+        let pidfd = exit_watch::pidfd(self.pid()).ok();
         loop {
             if self.leader_exited(WaitPidFlag::WNOHANG)? {
                 return Ok(true);
@@ -239,7 +327,10 @@ impl GroupChild {
             if left.is_zero() {
                 return Ok(false);
             }
-            thread::sleep(left.min(POLL_INTERVAL));
+            match &pidfd {
+                Some(pidfd) => wait_readable(pidfd, left),
+                None => thread::sleep(left.min(POLL_INTERVAL)),
+            }
         }
     }
 
@@ -267,6 +358,47 @@ impl Drop for GroupChild {
             tracing::warn!(pid = self.pgid.as_raw(), "cannot reap user process: {e}");
         }
     }
+}
+
+/// Sleeps until `fd` is readable or `timeout` has passed (or a signal
+/// came: the caller checks again).
+fn wait_readable(fd: &OwnedFd, timeout: Duration) {
+    let mut poll = libc::pollfd {
+        fd: fd.as_raw_fd(),
+        events: libc::POLLIN,
+        revents: 0,
+    };
+    // Rounded up, so a wait never ends just before its deadline.
+    let millis = timeout.as_micros().div_ceil(1000).min(i32::MAX as u128) as i32;
+    // SAFETY: one live pollfd.
+    unsafe { libc::poll(&mut poll, 1, millis) };
+}
+
+/// `/dev/null`, opened once: every block's stdin.
+fn dev_null() -> io::Result<BorrowedFd<'static>> {
+    static DEV_NULL: OnceLock<File> = OnceLock::new();
+    if let Some(file) = DEV_NULL.get() {
+        return Ok(file.as_fd());
+    }
+    let file = File::open("/dev/null")?;
+    Ok(DEV_NULL.get_or_init(|| file).as_fd())
+}
+
+/// A copy of `file`'s descriptor numbered 3 or more, if it is 0, 1 or 2
+/// (a worker started with its stdio closed): the child moves its stdin,
+/// stdout and stderr onto 0, 1 and 2 in that order, and must not
+/// overwrite one it has yet to move.
+fn above_stdio(file: &File) -> io::Result<Option<OwnedFd>> {
+    if file.as_raw_fd() > 2 {
+        return Ok(None);
+    }
+    // SAFETY: duplicates a live descriptor; the copy is owned here.
+    let raised = unsafe { libc::fcntl(file.as_raw_fd(), libc::F_DUPFD_CLOEXEC, 3) };
+    if raised < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: a new descriptor, owned by nothing else.
+    Ok(Some(unsafe { OwnedFd::from_raw_fd(raised) }))
 }
 
 /// `exit status 3` or `killed by SIGKILL`.
