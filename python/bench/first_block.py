@@ -103,6 +103,8 @@ STEPS = textwrap.dedent(
         timed(_fork_server, "_limit_threads", "thread limits")
         timed(worker, "main", "worker main")
         timed(_code, "load", "function load")
+        timed(_fork_server.Server, "close", "fork server end")
+        timed(run, "states", "states read")
     """
 )
 

@@ -11,7 +11,7 @@ use super::zarr::{
     ZARR_JSON_TMP,
 };
 use serde_json::Value;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 /// What the marker directory holds.
 pub(super) enum Stored {
@@ -84,10 +84,11 @@ fn refuse_orphaned_data(dir: &Path) -> Result<(), DoneMarkerError> {
 /// place; the group's. Eight syncs, where syncing every file and
 /// directory as it was written took sixteen (on ext4 each costs a disk
 /// flush, 1-8 ms here: most of a small run's start-up). The chunks'
-/// directory entries and the marker's own entry in its parent are synced
-/// by [`sync_entries`] with the first flush of marks, the first time they
-/// matter: until then a power loss can lose a chunk whole, which reads
-/// as zeros (the state it was created in) and is created again on open.
+/// directory entries and the marker's own entry in its parent
+/// ([`unsynced_entries`]) are synced on a thread of their own, which the
+/// first flush of marks waits for: the first time they matter. Until
+/// then a power loss can lose a chunk whole, which reads as zeros (the
+/// state it was created in) and is created again on open.
 pub(super) fn create(dir: &Path, layout: &Layout) -> Result<(), DoneMarkerError> {
     let arrays = [&DONE, &FAILURES];
     let staged = (arrays.iter())
@@ -109,16 +110,16 @@ pub(super) fn create(dir: &Path, layout: &Layout) -> Result<(), DoneMarkerError>
     sync_dir(dir)
 }
 
-/// Syncs what [`create`] left unsynced: the directories between each
-/// array and its chunk, and the marker's entry in its parent.
-pub(super) fn sync_entries(dir: &Path, layout: &Layout) -> Result<(), DoneMarkerError> {
+/// The directories whose entries [`create`] left unsynced: those between
+/// each array and its chunk, and the marker's parent (for its entry).
+pub(super) fn unsynced_entries(dir: &Path, layout: &Layout) -> Vec<PathBuf> {
+    let mut found = Vec::new();
     for array in [&DONE, &FAILURES] {
         let node = dir.join(array.name);
         let chunk = array.chunk_path(dir, layout);
         let below_node = chunk.ancestors().skip(1).take_while(|d| *d != node);
-        for d in below_node {
-            sync_dir(d)?;
-        }
+        found.extend(below_node.map(Path::to_path_buf));
     }
-    sync_dir(&dir.join(".."))
+    found.push(dir.join(".."));
+    found
 }

@@ -62,7 +62,7 @@ use std::fmt;
 use std::fs;
 use std::io;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Mutex;
 
 /// Removes the marker at `dir` so the task starts over; `Ok` if there is
 /// none. Because this is a recursive delete of a computed path, it refuses
@@ -108,10 +108,45 @@ pub struct DoneMarker {
     done: Vec<u8>,
     /// Nonzero bytes in `done`, counted as they are set.
     count: u64,
-    /// Whether this open created the marker and left its chunks'
-    /// directory entries for the first [`Self::flush`] to sync (see
-    /// [`group::create`]).
-    entries_unsynced: AtomicBool,
+    /// The syncs of directory entries a creation left (see
+    /// [`group::create`]), which the first [`Self::flush`] waits for.
+    entry_syncs: Mutex<EntrySyncs>,
+}
+
+/// The directory syncs [`group::create`] leaves until marks depend on
+/// them: on a thread of their own, so that they cost the run nothing
+/// (each is a disk flush); the first flush of marks waits for them.
+enum EntrySyncs {
+    Done,
+    Running(std::thread::JoinHandle<Result<(), DoneMarkerError>>),
+}
+
+impl EntrySyncs {
+    /// Syncs `dirs` on a thread; here, if no thread can be started.
+    fn start(dirs: Vec<PathBuf>) -> Result<Self, DoneMarkerError> {
+        let sync_all = |dirs: &[PathBuf]| dirs.iter().try_for_each(|d| zarr::sync_dir(d));
+        let thread = std::thread::Builder::new()
+            .name("daisy-marker-sync".into())
+            .spawn({
+                let dirs = dirs.clone();
+                move || sync_all(&dirs)
+            });
+        match thread {
+            Ok(handle) => Ok(EntrySyncs::Running(handle)),
+            Err(_) => sync_all(&dirs).map(|()| EntrySyncs::Done),
+        }
+    }
+
+    /// Waits for the syncs; `dir` (the marker) names a thread that panicked.
+    fn finish(self, dir: &Path) -> Result<(), DoneMarkerError> {
+        match self {
+            EntrySyncs::Done => Ok(()),
+            EntrySyncs::Running(handle) => handle.join().unwrap_or_else(|_| {
+                let panicked = io::Error::other("the thread syncing its directories panicked");
+                Err(io_error(dir)(panicked))
+            }),
+        }
+    }
 }
 
 /// A done chunk holds 0 (not done) or 1 (done) per block, as daisy 2.0
@@ -152,8 +187,12 @@ impl DoneMarker {
         let failures = FAILURES.open(dir, &layout, true)?;
         let done = done_chunk.read_all(layout.cells)?;
         check_done_bytes(dir, &DONE.chunk_path(dir, &layout), &done)?;
+        let entries = match created {
+            true => EntrySyncs::start(group::unsynced_entries(dir, &layout))?,
+            false => EntrySyncs::Done,
+        };
         let marker = Self::new(dir, layout, done_chunk, failures, done, true);
-        marker.entries_unsynced.store(created, Ordering::Relaxed);
+        *marker.entry_syncs.lock().unwrap_or_else(|e| e.into_inner()) = entries;
         Ok(marker)
     }
 
@@ -206,7 +245,7 @@ impl DoneMarker {
             writable,
             done,
             count,
-            entries_unsynced: AtomicBool::new(false),
+            entry_syncs: Mutex::new(EntrySyncs::Done),
         }
     }
 
@@ -344,10 +383,8 @@ impl DoneMarker {
     /// too; for checkpoints and the end of a run. Nothing to do when
     /// read-only.
     pub fn flush(&self) -> Result<(), DoneMarkerError> {
-        if self.entries_unsynced.load(Ordering::Relaxed) {
-            group::sync_entries(&self.dir, &self.layout)?;
-            self.entries_unsynced.store(false, Ordering::Relaxed);
-        }
+        let mut entries = self.entry_syncs.lock().unwrap_or_else(|e| e.into_inner());
+        std::mem::replace(&mut *entries, EntrySyncs::Done).finish(&self.dir)?;
         self.done_chunk.sync()?;
         self.failures.sync()
     }
