@@ -239,7 +239,7 @@ async fn run_loop(
         RunEnd::Interrupted => (GOODBYE_INTERRUPTED, "the run was interrupted"),
         RunEnd::Finished | RunEnd::Stalled => (GOODBYE_FINISHED, "the run is over"),
     };
-    say_goodbye(shell, &mut events, grace, why).await;
+    say_goodbye(shell, &mut events, &mut launcher_events, grace, why).await;
     end
 }
 
@@ -265,19 +265,27 @@ fn on_conn_events(
 
 /// Tells every worker to stop, saying `why`, and keeps serving them
 /// (their last releases still count) until they are gone or the grace
-/// period is over.
+/// period is over. What the launcher reported meanwhile is taken in too:
+/// a forked worker can connect, finish the run's blocks and leave before
+/// the launcher's word that it started was read, and that word is still
+/// recorded (`worker_submitted`).
 async fn say_goodbye(
     shell: &mut Shell,
     events: &mut mpsc::UnboundedReceiver<ConnEvent>,
+    launcher_events: &mut mpsc::UnboundedReceiver<LauncherEvent>,
     grace: Duration,
     why: &str,
 ) {
+    while let Ok(event) = launcher_events.try_recv() {
+        shell.on_launcher_event(event);
+    }
     shell.shutdown_all(why);
     let deadline = tokio::time::Instant::now() + grace;
     while shell.has_connections() {
-        match tokio::time::timeout_at(deadline, events.recv()).await {
-            Ok(Some(event)) => shell.on_conn_event(event),
-            _ => break,
+        tokio::select! {
+            Some(event) = events.recv() => shell.on_conn_event(event),
+            Some(event) = launcher_events.recv() => shell.on_launcher_event(event),
+            () = tokio::time::sleep_until(deadline) => break,
         }
     }
 }
