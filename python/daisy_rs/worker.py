@@ -2,10 +2,18 @@
 
 The same program as ``daisy-worker`` (same flags, context, exit
 statuses; see ``--help``), with a task's ``process_function`` or
-``worker_function`` called in this process. The driver starts it for
-function tasks; start it by hand to add a machine to a run:
+``worker_function`` called in this process, on its main thread (as daisy
+1.x and 2.0 call them: ``signal.signal`` works there); the worker's own
+runtime runs on a thread of its own. The driver starts it for function
+tasks; start it by hand to add a machine to a run:
 
     python -m daisy_rs.worker --context-file daisy_run/<name>/context.json --task <task>
+
+SIGTERM, SIGINT, SIGUSR1 and SIGUSR2 drain the worker (it finishes the
+block in hand and hands back the rest). Their Python handler is
+`_drains`, which does nothing: the runtime hears them through Python's
+wakeup fd, so a handler the task's code installs instead runs on the
+main thread and the worker drains all the same.
 """
 
 import glob
@@ -18,7 +26,17 @@ from daisy_rs import _native
 
 
 def main(argv=None) -> int:
+    """Runs the worker (call it on the main thread); its exit status. A
+    worker whose main thread is stuck in the task's code when the worker
+    is done (a block past its timeout) does not return: its process ends
+    as `_exit` ends it."""
     return _native.worker_main(list(sys.argv[1:] if argv is None else argv))
+
+
+def _drains(signum, frame):
+    """The worker's Python handler of its stop signals: nothing to do here
+    (the runtime drains; see the module's doc). A handler of the task's
+    code may call it, or not: the worker drains either way."""
 
 
 #: How long the processes a function started get between SIGTERM and
@@ -54,8 +72,9 @@ def _end_children():
 
 
 def _children():
-    """The children of every thread of this process (a function's thread
-    starts its subprocesses; the kernel lists them under that thread)."""
+    """The children of every thread of this process (the kernel lists a
+    child under the thread that started it: the main thread, where the
+    task's functions run, or a thread they started)."""
     found = []
     for listing in glob.glob("/proc/self/task/*/children"):
         try:

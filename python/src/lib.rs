@@ -10,6 +10,10 @@
 //!
 //! # Layout
 //! - `entry`: the two command lines, and logging.
+//! - `main_thread`: the worker's main thread lent to the task's functions
+//!   (daisy calls them there), the runtime on a thread of its own.
+//! - `signals`: the worker's stop signals heard through the interpreter,
+//!   so that a function may install handlers of its own.
 //! - `driver_thread`: `run_blockwise`'s driver on a thread of the
 //!   interpreter.
 //! - `functions`: loading a task's function (through `daisy_rs._code`)
@@ -24,8 +28,10 @@ mod driver_thread;
 mod entry;
 mod functions;
 mod graphs;
+mod main_thread;
 mod process_function;
 mod scheduler;
+mod signals;
 mod worker_function;
 
 use pyo3::prelude::*;

@@ -1,0 +1,179 @@
+"""A task's functions run on their worker's main thread, as daisy 1.x and
+2.0 run them, so they may install signal handlers (checkpointing on
+SIGTERM): the same script runs on this engine and on daisy 2.0.0, the
+handler runs on both, and here the worker still drains on SIGTERM and
+hands back its blocks. Real drivers, real worker processes, real
+signals."""
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+import daisy_rs as daisy
+from conftest import events, requires
+
+SCRIPT = textwrap.dedent(
+    """
+    import os, signal, sys, threading, time
+    from pathlib import Path
+
+    import daisy
+
+    OUT = Path(sys.argv[2]).resolve()
+
+
+    def record(name, **fields):
+        with open(OUT / name, "a") as file:
+            file.write(json.dumps(fields) + "\\n")
+
+
+    def here():
+        return {"pid": os.getpid(), "main": threading.current_thread() is threading.main_thread()}
+
+
+    def checkpoint(signum, frame):
+        record("checkpoint", signal=signum, **here())
+
+
+    def sigterm_once_mid_block():
+        # The first block of the run only (of any worker): SIGTERM to this
+        # process, and the block goes on until the handler has run.
+        try:
+            os.close(os.open(OUT / "sent", os.O_CREAT | os.O_EXCL))
+        except FileExistsError:
+            return
+        os.kill(os.getpid(), signal.SIGTERM)
+        while not (OUT / "checkpoint").exists():
+            time.sleep(0.01)
+
+
+    def process(block):
+        record("blocks", block=block.block_id[1], pid=os.getpid())
+
+
+    def worker_function():
+        signal.signal(signal.SIGTERM, checkpoint)
+        record("installed", **here())
+        client = daisy.Client()
+        while True:
+            with client.acquire_block() as block:
+                if block is None:
+                    break
+                sigterm_once_mid_block()
+                process(block)
+
+
+    def process_function(block):
+        if signal.getsignal(signal.SIGTERM) is not checkpoint:
+            signal.signal(signal.SIGTERM, checkpoint)
+            record("installed", **here())
+        sigterm_once_mid_block()
+        process(block)
+
+
+    if __name__ == "__main__":
+        function = worker_function if sys.argv[1] == "worker_function" else process_function
+        task = daisy.Task(
+            "sig",
+            total_roi=daisy.Roi((0,), (8,)),
+            read_roi=daisy.Roi((0,), (1,)),
+            write_roi=daisy.Roi((0,), (1,)),
+            process_function=function,
+            read_write_conflict=False,
+            max_workers=1,
+        )
+        sys.exit(0 if daisy.run_blockwise([task]) else 1)
+    """
+).replace("import os, signal", "import json, os, signal")
+
+
+def run_script(directory, kind, as_daisy):
+    """Runs the script in ``directory`` on this engine (``as_daisy``: the
+    switch) or on the installed daisy; what it recorded, by file."""
+    directory.mkdir()
+    (directory / "sig.py").write_text(SCRIPT)
+    (directory / "out").mkdir()
+    env = {k: v for k, v in os.environ.items() if k != "DAISY_RS_AS_DAISY"}
+    if as_daisy:
+        env["DAISY_RS_AS_DAISY"] = "1"
+    done = subprocess.run(
+        [sys.executable, "sig.py", kind, "out"], cwd=directory, env=env, capture_output=True, text=True
+    )
+    assert done.returncode == 0, f"{done.stdout}\n{done.stderr}"
+    return {
+        path.name: [json.loads(line) for line in path.read_text().splitlines()]
+        for path in (directory / "out").glob("*")
+        if path.name != "sent"
+    }
+
+
+def assert_handler_ran_on_the_main_thread(recorded):
+    """Every function installed its handler on its main thread; the one
+    SIGTERM sent ran it once, there, in the worker that had the block."""
+    assert recorded["installed"] and all(i["main"] for i in recorded["installed"]), recorded
+    (checkpoint,) = recorded["checkpoint"]
+    assert checkpoint["main"] and checkpoint["signal"] == 15, checkpoint
+    assert checkpoint["pid"] == recorded["installed"][0]["pid"], recorded
+    ran = Counter(b["block"] for b in recorded["blocks"])
+    assert sorted(ran) == list(range(8)) and set(ran.values()) == {1}, ran
+
+
+@pytest.mark.parametrize("kind", ["worker_function", "process_function"])
+def test_a_sigterm_handler_of_the_users_runs_and_the_worker_still_drains(workdir, kind):
+    recorded = run_script(workdir / "ours", kind, as_daisy=True)
+    assert_handler_ran_on_the_main_thread(recorded)
+    signalled = recorded["checkpoint"][0]["pid"]
+    by_pid = Counter(b["pid"] for b in recorded["blocks"])
+    assert by_pid[signalled] < 8, "the signalled worker drained: another ran the rest"
+    run = [e for e in events(workdir / "ours" / "daisy_run" / "sig")]
+    pids = {e["worker_id"]: e["pid"] for e in run if e.get("event") == "worker_connected"}
+    drained = [e for e in run if e.get("event") == "worker_draining"]
+    assert [(pids[e["worker_id"]], e["why"]) for e in drained] == [(signalled, "received SIGTERM")], run
+    gone = [e for e in run if e.get("event") == "worker_gone"]
+    assert gone and all(e["clean"] for e in gone), gone
+    assert not [e for e in run if e.get("event") == "block_failed"], "the blocks it held were not failed"
+
+    try:
+        import daisy as installed  # daisy 2.0.0 from PyPI, the baseline
+    except ImportError:
+        requires("daisy 2.0.0 from PyPI (pip install daisy==2.0.0)")
+    assert installed.__version__ == "2.0.0", installed.__file__
+    theirs = run_script(workdir / "daisy2", kind, as_daisy=False)
+    assert_handler_ran_on_the_main_thread(theirs)
+
+
+def test_a_module_that_installs_a_handler_when_imported_loads_in_a_worker(workdir, monkeypatch):
+    """Workers import (and unpickle) the task's function on their main
+    thread, as daisy's do: `signal.signal` at import time works."""
+    (workdir / "at_import.py").write_text(
+        textwrap.dedent(
+            """
+            import os, signal
+            from pathlib import Path
+
+            signal.signal(signal.SIGUSR1, lambda signum, frame: None)
+
+            def touch(block):
+                Path("out", str(block.block_id[1])).touch()
+            """
+        )
+    )
+    (workdir / "out").mkdir()
+    monkeypatch.syspath_prepend(str(workdir))
+    task = daisy.Task(
+        "imported",
+        total_roi=daisy.Roi((0,), (4,)),
+        read_roi=daisy.Roi((0,), (1,)),
+        write_roi=daisy.Roi((0,), (1,)),
+        process_function="at_import:touch",
+        read_write_conflict=False,
+        max_workers=1,
+    )
+    assert daisy.run_blockwise([task], run_dir="run")
+    assert sorted(int(p.name) for p in Path("out").iterdir()) == [0, 1, 2, 3]
