@@ -26,6 +26,8 @@ SCRIPT = textwrap.dedent(
     import daisy
 
     OUT = Path(sys.argv[2]).resolve()
+    SIGNAL = getattr(signal, sys.argv[3])
+    HANDLER = sys.argv[4] == "handler"
 
 
     def record(name, **fields):
@@ -41,16 +43,22 @@ SCRIPT = textwrap.dedent(
         record("checkpoint", signal=signum, **here())
 
 
-    def sigterm_once_mid_block():
-        # The first block of the run only (of any worker): SIGTERM to this
-        # process, and the block goes on until the handler has run.
+    def signal_once_mid_block():
+        # The first block of the run only (of any worker): the signal to
+        # this process, and the block goes on until the handler has run
+        # (without one, until the driver heard that the worker drains).
         try:
             os.close(os.open(OUT / "sent", os.O_CREAT | os.O_EXCL))
         except FileExistsError:
             return
-        os.kill(os.getpid(), signal.SIGTERM)
-        while not (OUT / "checkpoint").exists():
-            time.sleep(0.01)
+        os.kill(os.getpid(), SIGNAL)
+        if HANDLER:
+            while not (OUT / "checkpoint").exists():
+                time.sleep(0.01)
+        else:
+            events = Path("daisy_run", "sig", "events.jsonl")
+            while '"worker_draining"' not in events.read_text():
+                time.sleep(0.01)
 
 
     def process(block):
@@ -58,22 +66,25 @@ SCRIPT = textwrap.dedent(
 
 
     def worker_function():
-        signal.signal(signal.SIGTERM, checkpoint)
+        if HANDLER:
+            signal.signal(SIGNAL, checkpoint)
         record("installed", **here())
         client = daisy.Client()
         while True:
             with client.acquire_block() as block:
                 if block is None:
                     break
-                sigterm_once_mid_block()
+                signal_once_mid_block()
                 process(block)
 
 
     def process_function(block):
-        if signal.getsignal(signal.SIGTERM) is not checkpoint:
-            signal.signal(signal.SIGTERM, checkpoint)
+        if not (OUT / f"installed-{os.getpid()}").exists():
+            (OUT / f"installed-{os.getpid()}").touch()
+            if HANDLER:
+                signal.signal(SIGNAL, checkpoint)
             record("installed", **here())
-        sigterm_once_mid_block()
+        signal_once_mid_block()
         process(block)
 
 
@@ -93,9 +104,11 @@ SCRIPT = textwrap.dedent(
 ).replace("import os, signal", "import json, os, signal")
 
 
-def run_script(directory, kind, as_daisy):
+def run_script(directory, kind, as_daisy, signal_name="SIGTERM", handler=True):
     """Runs the script in ``directory`` on this engine (``as_daisy``: the
-    switch) or on the installed daisy; what it recorded, by file."""
+    switch) or on the installed daisy, a function of ``kind`` sending
+    itself ``signal_name`` mid-block (once in the run; caught by a handler
+    of its own if ``handler``); what it recorded, by file."""
     directory.mkdir()
     (directory / "sig.py").write_text(SCRIPT)
     (directory / "out").mkdir()
@@ -103,13 +116,17 @@ def run_script(directory, kind, as_daisy):
     if as_daisy:
         env["DAISY_RS_AS_DAISY"] = "1"
     done = subprocess.run(
-        [sys.executable, "sig.py", kind, "out"], cwd=directory, env=env, capture_output=True, text=True
+        [sys.executable, "sig.py", kind, "out", signal_name, "handler" if handler else "none"],
+        cwd=directory,
+        env=env,
+        capture_output=True,
+        text=True,
     )
     assert done.returncode == 0, f"{done.stdout}\n{done.stderr}"
     return {
         path.name: [json.loads(line) for line in path.read_text().splitlines()]
         for path in (directory / "out").glob("*")
-        if path.name != "sent"
+        if path.name in ("installed", "checkpoint", "blocks")
     }
 
 
@@ -124,20 +141,28 @@ def assert_handler_ran_on_the_main_thread(recorded):
     assert sorted(ran) == list(range(8)) and set(ran.values()) == {1}, ran
 
 
+def assert_drained_and_handed_back(directory, recorded, signalled, why):
+    """The signalled worker drained (once, for ``why``) and left cleanly;
+    another worker ran the rest, and no block failed."""
+    by_pid = Counter(b["pid"] for b in recorded["blocks"])
+    assert by_pid[signalled] < 8, "the signalled worker drained: another ran the rest"
+    ran = Counter(b["block"] for b in recorded["blocks"])
+    assert sorted(ran) == list(range(8)) and set(ran.values()) == {1}, ran
+    run = events(directory / "daisy_run" / "sig")
+    pids = {e["worker_id"]: e["pid"] for e in run if e.get("event") == "worker_connected"}
+    drained = [e for e in run if e.get("event") == "worker_draining"]
+    assert [(pids[e["worker_id"]], e["why"]) for e in drained] == [(signalled, why)], run
+    gone = [e for e in run if e.get("event") == "worker_gone"]
+    assert len(gone) == len(pids) >= 2 and all(e["clean"] for e in gone), gone
+    assert not [e for e in run if e.get("event") == "block_failed"], "the blocks it held were not failed"
+
+
 @pytest.mark.parametrize("kind", ["worker_function", "process_function"])
 def test_a_sigterm_handler_of_the_users_runs_and_the_worker_still_drains(workdir, kind):
     recorded = run_script(workdir / "ours", kind, as_daisy=True)
     assert_handler_ran_on_the_main_thread(recorded)
     signalled = recorded["checkpoint"][0]["pid"]
-    by_pid = Counter(b["pid"] for b in recorded["blocks"])
-    assert by_pid[signalled] < 8, "the signalled worker drained: another ran the rest"
-    run = [e for e in events(workdir / "ours" / "daisy_run" / "sig")]
-    pids = {e["worker_id"]: e["pid"] for e in run if e.get("event") == "worker_connected"}
-    drained = [e for e in run if e.get("event") == "worker_draining"]
-    assert [(pids[e["worker_id"]], e["why"]) for e in drained] == [(signalled, "received SIGTERM")], run
-    gone = [e for e in run if e.get("event") == "worker_gone"]
-    assert gone and all(e["clean"] for e in gone), gone
-    assert not [e for e in run if e.get("event") == "block_failed"], "the blocks it held were not failed"
+    assert_drained_and_handed_back(workdir / "ours", recorded, signalled, "received SIGTERM")
 
     try:
         import daisy as installed  # daisy 2.0.0 from PyPI, the baseline
@@ -146,6 +171,16 @@ def test_a_sigterm_handler_of_the_users_runs_and_the_worker_still_drains(workdir
     assert installed.__version__ == "2.0.0", installed.__file__
     theirs = run_script(workdir / "daisy2", kind, as_daisy=False)
     assert_handler_ran_on_the_main_thread(theirs)
+
+
+@pytest.mark.parametrize("kind", ["worker_function", "process_function"])
+def test_ctrl_c_without_a_handler_drains_the_worker_and_interrupts_no_function(workdir, kind):
+    """SIGINT reaches the worker's own handler, not `KeyboardInterrupt`:
+    the block in hand finishes, the rest goes back."""
+    recorded = run_script(workdir / "ours", kind, as_daisy=True, signal_name="SIGINT", handler=False)
+    assert "checkpoint" not in recorded
+    signalled = recorded["installed"][0]["pid"]
+    assert_drained_and_handed_back(workdir / "ours", recorded, signalled, "received SIGINT")
 
 
 def test_a_module_that_installs_a_handler_when_imported_loads_in_a_worker(workdir, monkeypatch):
