@@ -20,6 +20,7 @@ import glob
 import os
 import signal
 import sys
+import threading
 import time
 
 from daisy_rs import _native
@@ -33,10 +34,54 @@ def main(argv=None) -> int:
     return _native.worker_main(list(sys.argv[1:] if argv is None else argv))
 
 
+#: The signals that drain a worker.
+_STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1, signal.SIGUSR2)
+
+
 def _drains(signum, frame):
     """The worker's Python handler of its stop signals: nothing to do here
     (the runtime drains; see the module's doc). A handler of the task's
     code may call it, or not: the worker drains either way."""
+
+
+def _listen(wakeup_fd):
+    """Has Python catch the stop signals and write each signal's number to
+    ``wakeup_fd``, which the runtime reads. Called by
+    `_native.worker_main`, on the main thread, for the process's life."""
+    signal.set_wakeup_fd(wakeup_fd, warn_on_full_buffer=False)
+    for stop in _STOP_SIGNALS:
+        signal.signal(stop, _drains)
+    os.register_at_fork(before=_hold_signals, after_in_parent=_release_signals, after_in_child=_not_a_worker)
+
+
+#: The forking thread's signal mask before `_hold_signals`.
+_forking = threading.local()
+
+
+def _hold_signals():
+    """Blocks the stop signals in the forking thread, and so in the child
+    until `_not_a_worker` gave it its own handlers: a SIGTERM sent to the
+    child meanwhile (``Process.terminate()`` right after ``start()``) waits
+    for them, rather than reach this worker's."""
+    _forking.mask = signal.pthread_sigmask(signal.SIG_BLOCK, _STOP_SIGNALS)
+
+
+def _release_signals():
+    signal.pthread_sigmask(signal.SIG_SETMASK, _forking.mask)
+
+
+def _not_a_worker():
+    """In a process the task's code forks (multiprocessing's workers,
+    gunpowder's fetchers) the signals are that process's own again: the
+    wakeup fd would drain this worker when the child gets SIGTERM, and
+    `_drains` would keep the child alive on SIGTERM and Ctrl-C. Handlers
+    the task's code installed stay, as a fork keeps them."""
+    signal.set_wakeup_fd(-1)
+    for stop in _STOP_SIGNALS:
+        if signal.getsignal(stop) is _drains:
+            default = signal.default_int_handler if stop == signal.SIGINT else signal.SIG_DFL
+            signal.signal(stop, default)
+    _release_signals()
 
 
 #: How long the processes a function started get between SIGTERM and

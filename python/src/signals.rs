@@ -15,7 +15,9 @@
 //! replaces it and runs on the main thread, and the worker drains all the
 //! same. Only a handler set to `SIG_DFL` or `SIG_IGN`, or another wakeup
 //! fd (asyncio's `add_signal_handler` sets one), takes the signal away
-//! from the worker.
+//! from the worker. A process the user's code forks gets its signals
+//! back (`daisy_rs.worker._not_a_worker`): its SIGTERM is not the
+//! worker's.
 //!
 //! The runtime's threads block the four signals, so the kernel delivers
 //! them to Python's threads: a main thread asleep in a system call wakes
@@ -30,7 +32,6 @@
 use nix::fcntl::{fcntl, FcntlArg, OFlag};
 use nix::sys::signal::{pthread_sigmask, signal, SigHandler, SigSet, SigmaskHow, Signal};
 use pyo3::prelude::*;
-use pyo3::types::IntoPyDict;
 use std::future::Future;
 use std::os::fd::{AsRawFd, IntoRawFd, OwnedFd};
 use std::pin::Pin;
@@ -57,13 +58,8 @@ pub type Stop = Pin<Box<dyn Future<Output = String> + Send>>;
 pub fn listen(py: Python<'_>) -> PyResult<Stop> {
     let (read, write) = nix::unistd::pipe2(OFlag::O_CLOEXEC).map_err(os_error)?;
     fcntl(write.as_raw_fd(), FcntlArg::F_SETFL(OFlag::O_NONBLOCK)).map_err(os_error)?;
-    let signal = py.import("signal")?;
-    let kwargs = [("warn_on_full_buffer", false)].into_py_dict(py)?;
-    signal.call_method("set_wakeup_fd", (write.as_raw_fd(),), Some(&kwargs))?;
-    let drains = py.import("daisy_rs.worker")?.getattr("_drains")?;
-    for stop in STOP_SIGNALS {
-        signal.call_method1("signal", (stop as i32, &drains))?;
-    }
+    let worker = py.import("daisy_rs.worker")?;
+    worker.call_method1("_listen", (write.as_raw_fd(),))?;
     let (heard, stop) = tokio::sync::oneshot::channel();
     std::thread::Builder::new()
         .name("daisy-worker-signals".into())

@@ -212,3 +212,43 @@ def test_a_module_that_installs_a_handler_when_imported_loads_in_a_worker(workdi
     )
     assert daisy.run_blockwise([task], run_dir="run")
     assert sorted(int(p.name) for p in Path("out").iterdir()) == [0, 1, 2, 3]
+
+
+def fork_a_child_terminate_it_and_serve():
+    """A worker function whose forked child (multiprocessing's fork, as
+    gunpowder's fetchers are) is ended with SIGTERM; then it serves."""
+    import multiprocessing
+    import time
+
+    child = multiprocessing.get_context("fork").Process(target=time.sleep, args=(3600,))
+    child.start()
+    child.terminate()
+    child.join()
+    Path("out", "child").write_text(str(child.exitcode))
+    client = daisy.Client()
+    while True:
+        with client.acquire_block() as block:
+            if block is None:
+                break
+            Path("out", str(block.block_id[1])).touch()
+
+
+def test_a_forked_childs_sigterm_is_the_childs_not_its_workers(workdir):
+    """The child dies of its SIGTERM, as a child of a daisy worker does,
+    and the worker that forked it does not drain."""
+    (workdir / "out").mkdir()
+    task = daisy.Task(
+        "forks",
+        total_roi=daisy.Roi((0,), (4,)),
+        read_roi=daisy.Roi((0,), (1,)),
+        write_roi=daisy.Roi((0,), (1,)),
+        process_function=fork_a_child_terminate_it_and_serve,
+        read_write_conflict=False,
+        max_workers=1,
+    )
+    assert daisy.run_blockwise([task], run_dir="run")
+    assert Path("out", "child").read_text() == "-15"
+    assert sorted(p.name for p in Path("out").iterdir()) == ["0", "1", "2", "3", "child"]
+    run = events("run")
+    assert not [e for e in run if e.get("event") == "worker_draining"], run
+    assert len([e for e in run if e.get("event") == "worker_connected"]) == 1, run
