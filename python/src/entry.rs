@@ -6,9 +6,10 @@
 //! runtime on another ([`crate::main_thread`]); its stop signals are the
 //! interpreter's, so that a function may install handlers of its own
 //! ([`crate::signals`]). Both are processes of their own
-//! (`python -m daisy_rs.driver`, `python -m daisy_rs.worker`). `run_blockwise(multiprocessing=False)` runs
-//! the driver's serial run in the user's interpreter instead; that path
-//! installs no handler (see `daisy_rs.run`).
+//! (`python -m daisy_rs.driver`, `python -m daisy_rs.worker`).
+//! `run_blockwise(multiprocessing=False)` runs the driver's serial run in
+//! the user's interpreter instead; that path installs no handler (see
+//! `daisy_rs.run`).
 
 use clap::Parser;
 use daisy_worker::cli::StopSignals;
@@ -69,8 +70,8 @@ pub fn worker_main(py: Python<'_>, args: Vec<String>) -> i32 {
     })
 }
 
-/// Ctrl-C reached the interpreter too while the CLI ran, which handled it
-/// (a run stopped and said so, exit 130; a worker drained): the
+/// Ctrl-C reached the interpreter too while the driver's CLI ran, which
+/// handled it (a run stopped and said so, exit 130): the
 /// `KeyboardInterrupt` Python has pending would only add a traceback and
 /// replace the exit status, so it is dropped.
 fn forget_signals_handled(py: Python<'_>) {

@@ -58,8 +58,6 @@ pub type Stop = Pin<Box<dyn Future<Output = String> + Send>>;
 pub fn listen(py: Python<'_>) -> PyResult<Stop> {
     let (read, write) = nix::unistd::pipe2(OFlag::O_CLOEXEC).map_err(os_error)?;
     fcntl(write.as_raw_fd(), FcntlArg::F_SETFL(OFlag::O_NONBLOCK)).map_err(os_error)?;
-    let worker = py.import("daisy_rs.worker")?;
-    worker.call_method1("_listen", (write.as_raw_fd(),))?;
     let (heard, stop) = tokio::sync::oneshot::channel();
     std::thread::Builder::new()
         .name("daisy-worker-signals".into())
@@ -67,6 +65,10 @@ pub fn listen(py: Python<'_>) -> PyResult<Stop> {
             block_stop_signals();
             read_stops(read, heard);
         })?;
+    // Last: where it fails (not the main thread), the pipe closes with
+    // nothing pointing to it, and the reading thread ends.
+    let worker = py.import("daisy_rs.worker")?;
+    worker.call_method1("_listen", (write.as_raw_fd(),))?;
     LISTENING.store(true, Ordering::SeqCst);
     // Open for as long as the process lives: Python writes to it.
     let _ = write.into_raw_fd();
