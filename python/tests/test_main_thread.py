@@ -27,7 +27,8 @@ SCRIPT = textwrap.dedent(
 
     OUT = Path(sys.argv[2]).resolve()
     SIGNAL = getattr(signal, sys.argv[3])
-    HANDLER = sys.argv[4] == "handler"
+    HANDLER = sys.argv[4] in ("handler", "exit")
+    EXITS = sys.argv[4] == "exit"
 
 
     def record(name, **fields):
@@ -41,6 +42,8 @@ SCRIPT = textwrap.dedent(
 
     def checkpoint(signum, frame):
         record("checkpoint", signal=signum, **here())
+        if EXITS:
+            sys.exit(0)
 
 
     def signal_once_mid_block():
@@ -104,11 +107,12 @@ SCRIPT = textwrap.dedent(
 ).replace("import os, signal", "import json, os, signal")
 
 
-def run_script(directory, kind, as_daisy, signal_name="SIGTERM", handler=True):
+def run_script(directory, kind, as_daisy, signal_name="SIGTERM", handler="handler"):
     """Runs the script in ``directory`` on this engine (``as_daisy``: the
     switch) or on the installed daisy, a function of ``kind`` sending
     itself ``signal_name`` mid-block (once in the run; caught by a handler
-    of its own if ``handler``); what it recorded, by file."""
+    of its own: ``"handler"``, one that then calls `sys.exit`: ``"exit"``,
+    or none); what it recorded, by file."""
     directory.mkdir()
     (directory / "sig.py").write_text(SCRIPT)
     (directory / "out").mkdir()
@@ -116,7 +120,7 @@ def run_script(directory, kind, as_daisy, signal_name="SIGTERM", handler=True):
     if as_daisy:
         env["DAISY_RS_AS_DAISY"] = "1"
     done = subprocess.run(
-        [sys.executable, "sig.py", kind, "out", signal_name, "handler" if handler else "none"],
+        [sys.executable, "sig.py", kind, "out", signal_name, handler],
         cwd=directory,
         env=env,
         capture_output=True,
@@ -174,10 +178,25 @@ def test_a_sigterm_handler_of_the_users_runs_and_the_worker_still_drains(workdir
 
 
 @pytest.mark.parametrize("kind", ["worker_function", "process_function"])
+def test_a_handler_that_exits_fails_the_block_it_interrupts_and_the_retry_runs_it(workdir, kind):
+    """`sys.exit()` in a handler raises in the function, as any exception
+    there: the block fails and is retried; the worker drains all the same."""
+    recorded = run_script(workdir / "ours", kind, as_daisy=True, handler="exit")
+    (checkpoint,) = recorded["checkpoint"]
+    run = events(workdir / "ours" / "daisy_run" / "sig")
+    failed = [e for e in run if e.get("event") == "block_failed"]
+    assert len(failed) == 1 and "SystemExit" in failed[0]["error"], failed
+    assert [e["why"] for e in run if e.get("event") == "worker_draining"] == ["received SIGTERM"], run
+    ran = Counter(b["block"] for b in recorded["blocks"])
+    assert sorted(ran) == list(range(8)) and set(ran.values()) == {1}, "the failed block ran on retry"
+    assert failed[0]["block_id"] not in [b["block"] for b in recorded["blocks"] if b["pid"] == checkpoint["pid"]]
+
+
+@pytest.mark.parametrize("kind", ["worker_function", "process_function"])
 def test_ctrl_c_without_a_handler_drains_the_worker_and_interrupts_no_function(workdir, kind):
     """SIGINT reaches the worker's own handler, not `KeyboardInterrupt`:
     the block in hand finishes, the rest goes back."""
-    recorded = run_script(workdir / "ours", kind, as_daisy=True, signal_name="SIGINT", handler=False)
+    recorded = run_script(workdir / "ours", kind, as_daisy=True, signal_name="SIGINT", handler="none")
     assert "checkpoint" not in recorded
     signalled = recorded["installed"][0]["pid"]
     assert_drained_and_handed_back(workdir / "ours", recorded, signalled, "received SIGINT")
