@@ -11,7 +11,9 @@ use anyhow::{anyhow, bail, Context};
 use clap::Parser;
 use daisy_core::context::{WorkerContext, CONTEXT_ENV};
 use daisy_core::protocol::PROTOCOL_VERSION;
+use std::future::Future;
 use std::path::{Path, PathBuf};
+use std::pin::Pin;
 use std::time::Duration;
 use tokio::signal::unix::{signal, SignalKind};
 
@@ -86,25 +88,51 @@ pub struct Cli {
 }
 
 /// Resolves the context, runs the worker, picks the exit status. Call it
-/// before any thread is started: it removes `DAISY_CONTEXT` from the
-/// environment, so nothing started later inherits the token.
+/// before any thread is started (see [`prepare`]).
 pub fn main(cli: Cli) -> u8 {
-    let config = config(cli);
-    std::env::remove_var(CONTEXT_ENV);
-    match config {
-        Ok(config) => serve(config),
-        Err(e) => {
-            eprintln!("daisy-worker: error: {e:#}");
-            EXIT_USAGE
-        }
+    match prepare(cli) {
+        Ok(config) => serve(config, StopSignals::Listen),
+        Err(status) => status,
     }
 }
 
-fn serve(config: RunConfig) -> u8 {
+/// What drains a worker from outside (SIGTERM, SIGINT, SIGUSR1, SIGUSR2;
+/// see [`stop_signal`]).
+pub enum StopSignals {
+    /// The runtime installs its own handlers: the `daisy-worker` binary.
+    Listen,
+    /// An embedding that owns the process's handlers resolves this with
+    /// the reason (`"received SIGTERM"`) when one arrives: an interpreter
+    /// whose user code may install handlers of its own, which would
+    /// replace the runtime's (one handler per signal and process).
+    Given(Pin<Box<dyn Future<Output = String> + Send>>),
+}
+
+/// The worker's configuration, or the exit status if there is none (the
+/// error is printed). It also readies the process for its user code:
+/// it removes `DAISY_CONTEXT` from the environment, so nothing started
+/// later inherits the token; it pins the calling thread to the cores the
+/// driver gave (threads started later inherit them); and it makes the
+/// process adopt what user code starts outside its process group. So
+/// call it on the thread user code will run on, before any thread is
+/// started; [`serve`] may then run on another.
+pub fn prepare(cli: Cli) -> Result<RunConfig, u8> {
+    let config = config(cli);
+    std::env::remove_var(CONTEXT_ENV);
+    let config = config.map_err(|e| {
+        eprintln!("daisy-worker: error: {e:#}");
+        EXIT_USAGE
+    })?;
     crate::pinning::pin_to_given_cpus();
     // What user code starts outside its process group comes back to this
-    // worker when its parent ends, and ends with it (below).
+    // worker when its parent ends, and ends with it (in `serve`).
     crate::user_code::adopt_orphans();
+    Ok(config)
+}
+
+/// Runs the worker prepared by [`prepare`] until it stops; its exit
+/// status.
+pub fn serve(config: RunConfig, stops: StopSignals) -> u8 {
     // One thread: the connection, the signals and a worker command's pipes
     // all wait on it, so passing a block on costs no thread hop (blocking
     // user code gets a thread of its own all the same).
@@ -121,7 +149,11 @@ fn serve(config: RunConfig) -> u8 {
     // A task, not the `block_on` future itself: waking that one costs the
     // runtime an extra look at its I/O (an `epoll_wait`) per wake-up.
     let outcome = runtime.block_on(async {
-        match tokio::spawn(run(config, stop_signal())).await {
+        let stop = match stops {
+            StopSignals::Listen => Box::pin(stop_signal()),
+            StopSignals::Given(stop) => stop,
+        };
+        match tokio::spawn(run(config, stop)).await {
             Ok(outcome) => outcome,
             Err(e) => std::panic::resume_unwind(e.into_panic()),
         }
@@ -171,7 +203,7 @@ fn exit_code(outcome: Result<Stopped, RunError>) -> u8 {
 /// The signals are awaited in a task of their own: the main loop polls
 /// its stop future on every wake-up, and polling four signal streams there
 /// cost more than the rest of relaying a block.
-fn stop_signal() -> impl std::future::Future<Output = String> {
+fn stop_signal() -> impl Future<Output = String> + Send {
     let heard = tokio::spawn(signal_heard());
     async move {
         match heard.await {

@@ -3,10 +3,12 @@
 `load` turns the driver's description of a function (a reference
 ``"module:function"``, or a pickle file on a shared file system) into
 ``(call, check)``; `run_block` calls a process function on one block;
-`start_worker_function` runs a worker function on a thread of its own,
-its `Client` reading blocks from the feed it is given. Everything here
-runs inside a worker process (``python -m daisy_rs.worker``), or inside
-the user's interpreter for a serial run.
+`run_worker_function` runs a worker function, its `Client` reading
+blocks from the feed it is given. Everything here runs inside a worker
+process (``python -m daisy_rs.worker``), on its main thread as in daisy
+1.x and 2.0, or inside the user's interpreter for a serial run (where
+`start_worker_function` gives a worker function a thread of its own: the
+caller's thread feeds it).
 """
 
 from __future__ import annotations
@@ -133,11 +135,34 @@ def run_block(function, check, task_id, block_id, read, write):
     return None
 
 
+def run_worker_function(function, check, feed):
+    """Calls ``function()`` on this thread (a worker's main thread) with
+    its `Client` reading ``feed``, skipping the blocks ``check`` (if not
+    None) calls done, and reports through ``feed`` how it ended. Processes
+    the function starts find the feed through the relay named in
+    ``DAISY_CONTEXT``. A worker that cannot set that up cannot serve."""
+    try:
+        _serve(check, feed)
+    except Exception as error:  # noqa: BLE001 — the worker says why it cannot serve
+        feed.ended(describe(error))
+        return
+    _run_worker_function(function, feed)
+
+
 def start_worker_function(function, check, feed):
-    """Calls ``function()`` on a daemon thread whose `Client` reads
-    ``feed``, skipping the blocks ``check`` (if not None) calls done;
-    returns the thread. Processes the function starts find the feed
-    through the relay named in ``DAISY_CONTEXT``."""
+    """`run_worker_function` on a daemon thread of its own (a serial run,
+    whose caller's thread feeds the function); returns the thread."""
+    _serve(check, feed)
+    thread = threading.Thread(
+        target=_run_worker_function, args=(function, feed), name="daisy-worker-function", daemon=True
+    )
+    thread.start()
+    return thread
+
+
+def _serve(check, feed):
+    """Makes ``feed`` this process's worker function's feed: for its own
+    `Client`, and through the relay for the processes it starts."""
     global _worker
     _worker = (os.getpid(), feed, check)
     relay = _relay_of_this_process()
@@ -146,11 +171,6 @@ def start_worker_function(function, check, feed):
     logdir = "" if basedir is None else basedir.absolute()
     payload = _check_payloads.get(feed.task_id) if check is not None else None
     _set_context(relay.context(feed.task_id, feed.worker_id, logdir, payload))
-    thread = threading.Thread(
-        target=_run_worker_function, args=(function, feed), name="daisy-worker-function", daemon=True
-    )
-    thread.start()
-    return thread
 
 
 def _relay_of_this_process():

@@ -1,14 +1,18 @@
 //! The driver's and the worker's command lines, run inside Python.
 //!
-//! Both run with the interpreter detached (other Python threads go on,
-//! and the worker's function threads attach when they call user code).
-//! Both install the Rust signal handlers of the programs they are:
-//! `python -m daisy_rs.driver` and `python -m daisy_rs.worker` are
-//! processes of their own. `run_blockwise(multiprocessing=False)` runs
-//! the driver's serial run in the user's interpreter instead; that path
-//! installs no handler (see `daisy_rs.run`).
+//! The driver runs with the interpreter detached (other Python threads go
+//! on) and installs the Rust signal handlers of `daisy-driver`. The
+//! worker lends its main thread to the task's functions and runs its
+//! runtime on another ([`crate::main_thread`]); its stop signals are the
+//! interpreter's, so that a function may install handlers of its own
+//! ([`crate::signals`]). Both are processes of their own
+//! (`python -m daisy_rs.driver`, `python -m daisy_rs.worker`).
+//! `run_blockwise(multiprocessing=False)` runs the driver's serial run in
+//! the user's interpreter instead; that path installs no handler (see
+//! `daisy_rs.run`).
 
 use clap::Parser;
+use daisy_worker::cli::StopSignals;
 use pyo3::prelude::*;
 
 /// `daisy-driver ARGS…`; returns the exit status.
@@ -32,7 +36,11 @@ pub fn driver_main(py: Python<'_>, args: Vec<String>) -> i32 {
     status
 }
 
-/// `daisy-worker ARGS…`; returns the exit status.
+/// `daisy-worker ARGS…`; returns the exit status. The calling thread
+/// (the interpreter's main thread) runs the task's functions, as in a
+/// daisy worker, and the runtime runs on a thread of its own
+/// ([`crate::main_thread`]); the interpreter owns the stop signals
+/// ([`crate::signals`]).
 #[pyfunction]
 pub fn worker_main(py: Python<'_>, args: Vec<String>) -> i32 {
     daisy_worker::init_logging(daisy_worker::DEFAULT_LOG);
@@ -41,13 +49,29 @@ pub fn worker_main(py: Python<'_>, args: Vec<String>) -> i32 {
         Ok(cli) => cli,
         Err(usage) => return usage_exit(usage),
     };
-    let status = py.detach(|| i32::from(daisy_worker::cli::main(cli)));
-    forget_signals_handled(py);
-    status
+    let config = match daisy_worker::cli::prepare(cli) {
+        Ok(config) => config,
+        Err(status) => return i32::from(status),
+    };
+    let stops = match crate::signals::listen(py) {
+        Ok(stop) => StopSignals::Given(stop),
+        Err(why) => {
+            // Not the main thread (Python refuses handlers elsewhere): the
+            // runtime's own handlers, which a user's would replace.
+            tracing::warn!("the worker's signals stay the runtime's: {why}");
+            StopSignals::Listen
+        }
+    };
+    let runtime = move || i32::from(daisy_worker::cli::serve(config, stops));
+    let status = crate::main_thread::lend(py, crate::signals::block_stop_signals, runtime);
+    status.unwrap_or_else(|error| {
+        eprintln!("daisy-worker: error: cannot start the worker's runtime thread: {error}");
+        i32::from(daisy_worker::cli::EXIT_FAILURE)
+    })
 }
 
-/// Ctrl-C reached the interpreter too while the CLI ran, which handled it
-/// (a run stopped and said so, exit 130; a worker drained): the
+/// Ctrl-C reached the interpreter too while the driver's CLI ran, which
+/// handled it (a run stopped and said so, exit 130): the
 /// `KeyboardInterrupt` Python has pending would only add a traceback and
 /// replace the exit status, so it is dropped.
 fn forget_signals_handled(py: Python<'_>) {

@@ -10,12 +10,16 @@ use daisy_worker::embedded::{self, EmbeddedCode};
 use pyo3::prelude::*;
 
 /// Makes daisy-worker (and the driver's serial run) call this
-/// interpreter's functions for function tasks.
+/// interpreter's functions for function tasks. A worker loads them on
+/// its main thread, as daisy does: a module may install a signal handler
+/// when it is imported.
 pub fn register_factory() {
     embedded::register(Box::new(
         |task_id: &str, worker_id: u64, code: &TaskCode| {
-            Python::attach(|py| load(py, task_id, worker_id, code))
-                .map_err(|error| Python::attach(|py| describe(py, &error)))
+            let loaded = crate::main_thread::call(|py| {
+                load(py, task_id, worker_id, code).map_err(|error| describe(py, &error))
+            });
+            loaded.unwrap_or_else(|| Err("the worker is ending".to_string()))
         },
     ));
 }

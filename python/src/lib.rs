@@ -10,6 +10,10 @@
 //!
 //! # Layout
 //! - `entry`: the two command lines, and logging.
+//! - `main_thread`: the worker's main thread lent to the task's functions
+//!   (daisy calls them there), the runtime on a thread of its own.
+//! - `signals`: the worker's stop signals heard through the interpreter,
+//!   so that a function may install handlers of its own.
 //! - `driver_thread`: `run_blockwise`'s driver on a thread of the
 //!   interpreter; `reserved`: its listener and token, bound before it
 //!   starts (for daisy 1.x's `init_callback_fn`).
@@ -28,9 +32,11 @@ mod entry;
 mod functions;
 mod graphs;
 mod hand_client;
+mod main_thread;
 mod process_function;
 mod reserved;
 mod scheduler;
+mod signals;
 mod worker_function;
 
 use pyo3::prelude::*;

@@ -1,5 +1,6 @@
-//! A `process_function`: called once per block, in the thread daisy-worker
-//! runs batches on, attached to the interpreter once per batch.
+//! A `process_function`: called once per block on the interpreter's main
+//! thread (a worker's, lent by [`crate::main_thread`]; in a serial run the
+//! caller's), one hop there and one attach per batch.
 //!
 //! `daisy_rs._code.run_block` makes the `Block`, calls the check function
 //! and the process function, and says how it went: `None` for success,
@@ -89,7 +90,8 @@ impl EmbeddedCode for ProcessFunction {
         blocks: Vec<WireBlock>,
         control: &dyn BlockControl,
     ) -> Vec<EmbeddedRan> {
-        Python::attach(|py| {
+        // `None`: the worker ends, and no block of the batch started.
+        let ran = crate::main_thread::call(|py| {
             let mut ran = Vec::with_capacity(blocks.len());
             for block in blocks.iter().take_while(|b| control.start(b.block_id)) {
                 let started = Instant::now();
@@ -106,10 +108,15 @@ impl EmbeddedCode for ProcessFunction {
                 });
             }
             ran
-        })
+        });
+        ran.unwrap_or_default()
     }
 
     fn interrupted(&self) -> bool {
         self.interrupted
+    }
+
+    fn finish(&mut self) {
+        crate::signals::ignore_from_now();
     }
 }

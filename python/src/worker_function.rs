@@ -1,6 +1,9 @@
-//! A `worker_function`: called once, with no argument, on a Python thread
-//! of its own; it loops over `daisy_rs.Client().acquire_block()`, which
-//! takes blocks from a [`Feed`] that daisy-worker's batches fill.
+//! A `worker_function`: called once, with no argument, on the worker's
+//! main thread (lent by [`crate::main_thread`], as daisy 1.x and 2.0 call
+//! it there; in a serial run, whose caller's thread feeds it, on a Python
+//! thread of its own); it loops over `daisy_rs.Client().acquire_block()`,
+//! which takes blocks from a [`Feed`] that daisy-worker's batches fill
+//! from a thread of the runtime's.
 //!
 //! This is the worker command of daisy-worker moved into the process:
 //! blocks are fed `1 + prefetch` ahead of their releases, a function that
@@ -34,10 +37,13 @@ const RETURNED: &str = "the worker function returned while its task had blocks l
 /// How long the function gets to return once its feed ended.
 const FINISH_GRACE: Duration = Duration::from_secs(5);
 
-/// How often a wait for the function looks at the interpreter's signals:
-/// in a serial run the wait is on Python's main thread, where Ctrl-C
-/// becomes a `KeyboardInterrupt` only when something asks.
-const SIGNAL_POLL: Duration = Duration::from_millis(100);
+/// How often a wait on Python's main thread runs the handlers of the
+/// signals that arrived meanwhile (Python runs them only when its main
+/// thread asks): the feeding wait of a serial run, where Ctrl-C becomes a
+/// `KeyboardInterrupt`, and a worker function's wait for its next block,
+/// where a handler of the user's runs (and what it raises reaches the
+/// function, as from a daisy 1.x `acquire_block()`).
+const SIGNAL_POLL: Duration = crate::main_thread::SIGNAL_POLL;
 
 /// What the function's thread tells the worker.
 enum Report {
@@ -81,18 +87,16 @@ pub struct Feed {
 impl Feed {
     /// The next block as `(task_id, block_id, read, write)`, waiting for
     /// it with the interpreter detached; `None` once the worker is done.
+    /// On the main thread the wait runs the Python handlers of signals
+    /// that arrive; what one raises ends the wait.
     fn next_block<'py>(&self, py: Python<'py>) -> PyResult<Option<Bound<'py, PyTuple>>> {
         self.asked.store(true, Ordering::Relaxed);
-        let next = py.detach(|| {
-            let blocks = self.blocks.lock().unwrap_or_else(|e| e.into_inner());
-            if self.exhausted.load(Ordering::Relaxed) {
-                return None;
+        let next = loop {
+            match py.detach(|| self.wait_next(SIGNAL_POLL)) {
+                Some(next) => break next,
+                None => py.check_signals()?,
             }
-            let next = blocks.recv().ok().flatten();
-            // Under the lock: a client waiting behind this one must see it.
-            self.exhausted.store(next.is_none(), Ordering::Relaxed);
-            next
-        });
+        };
         let Some(block) = next else {
             return Ok(None);
         };
@@ -133,7 +137,26 @@ impl Feed {
     }
 }
 
-/// A running function: its feed's sending end and its thread.
+impl Feed {
+    /// The next block, or `Some(None)` once the feed ended; `None` if
+    /// nothing came within `patience`.
+    fn wait_next(&self, patience: Duration) -> Option<Option<WireBlock>> {
+        let blocks = self.blocks.lock().unwrap_or_else(|e| e.into_inner());
+        if self.exhausted.load(Ordering::Relaxed) {
+            return Some(None);
+        }
+        let next = match blocks.recv_timeout(patience) {
+            Ok(next) => next,
+            Err(RecvTimeoutError::Timeout) => return None,
+            Err(RecvTimeoutError::Disconnected) => None,
+        };
+        // Under the lock: a client waiting behind this one must see it.
+        self.exhausted.store(next.is_none(), Ordering::Relaxed);
+        Some(next)
+    }
+}
+
+/// A running function: its feed's sending end and where it runs.
 struct Running {
     blocks: Sender<Option<WireBlock>>,
     /// The relay's clients: see [`Feed::clients`].
@@ -142,7 +165,32 @@ struct Running {
     /// never handed to it.
     untaken: Arc<Mutex<Receiver<Option<WireBlock>>>>,
     reports: Receiver<Report>,
-    thread: Py<PyAny>,
+    runs: RunsOn,
+}
+
+/// Where a worker function runs, to wait for its return.
+enum RunsOn {
+    /// The worker's main thread: disconnects when the function returned.
+    MainThread(Receiver<()>),
+    /// A serial run's Python thread (`threading.Thread`).
+    Thread(Py<PyAny>),
+}
+
+impl RunsOn {
+    /// Waits at most `grace` for the function to return; whether it did.
+    fn returned_within(self, grace: Duration) -> PyResult<bool> {
+        match self {
+            Self::MainThread(ended) => Ok(matches!(
+                ended.recv_timeout(grace),
+                Err(RecvTimeoutError::Disconnected)
+            )),
+            Self::Thread(thread) => Python::attach(|py| {
+                let thread = thread.bind(py);
+                thread.call_method1("join", (grace.as_secs_f64(),))?;
+                Ok(!thread.call_method0("is_alive")?.extract::<bool>()?)
+            }),
+        }
+    }
 }
 
 pub struct WorkerFunction {
@@ -206,19 +254,24 @@ impl WorkerFunction {
             reports: reports_tx,
             asked: AtomicBool::new(false),
         };
-        let thread = Python::attach(|py| -> PyResult<Py<PyAny>> {
-            let helpers = py.import("daisy_rs._code")?;
-            let start = helpers.getattr("start_worker_function")?;
-            Ok(start
-                .call1((self.function.bind(py), self.check.bind(py), feed))?
-                .unbind())
-        })?;
+        let (function, check) =
+            Python::attach(|py| (self.function.clone_ref(py), self.check.clone_ref(py)));
+        let runs = if crate::main_thread::lent_elsewhere() {
+            let run = move |py: Python<'_>| run_on_this_thread(py, function, check, feed);
+            RunsOn::MainThread(crate::main_thread::start(Box::new(run)))
+        } else {
+            RunsOn::Thread(Python::attach(|py| -> PyResult<Py<PyAny>> {
+                let helpers = py.import("daisy_rs._code")?;
+                let start = helpers.getattr("start_worker_function")?;
+                Ok(start.call1((function, check, feed))?.unbind())
+            })?)
+        };
         Ok(Running {
             blocks: blocks_tx,
             clients,
             untaken: blocks_rx,
             reports: reports_rx,
-            thread,
+            runs,
         })
     }
 
@@ -296,20 +349,30 @@ impl EmbeddedCode for WorkerFunction {
     }
 
     fn finish(&mut self) {
+        crate::signals::ignore_from_now();
         let Some(running) = self.running.take() else {
             return;
         };
         let _ = running.blocks.send(None);
-        let joined = Python::attach(|py| {
-            let thread = running.thread.bind(py);
-            thread.call_method1("join", (FINISH_GRACE.as_secs_f64(),))?;
-            thread.call_method0("is_alive")?.extract::<bool>()
-        });
-        match joined {
-            Ok(false) => tracing::debug!("the worker function returned"),
-            Ok(true) => tracing::warn!("the worker function did not return after its feed ended"),
+        match running.runs.returned_within(FINISH_GRACE) {
+            Ok(true) => tracing::debug!("the worker function returned"),
+            Ok(false) => tracing::warn!("the worker function did not return after its feed ended"),
             Err(error) => tracing::warn!("cannot wait for the worker function: {error}"),
         }
+    }
+}
+
+/// Runs the function on the calling thread (the worker's main thread)
+/// until it returns; `daisy_rs._code.run_worker_function` reports how it
+/// ended through `feed`.
+fn run_on_this_thread(py: Python<'_>, function: Py<PyAny>, check: Py<PyAny>, feed: Feed) {
+    let ran = py
+        .import("daisy_rs._code")
+        .and_then(|helpers| helpers.getattr("run_worker_function"))
+        .and_then(|run| run.call1((function, check, feed)));
+    if let Err(error) = ran {
+        let why = crate::functions::describe(py, &error);
+        tracing::error!("cannot run the worker function: {why}");
     }
 }
 

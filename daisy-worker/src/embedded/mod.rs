@@ -37,8 +37,10 @@ pub struct EmbeddedRan {
 }
 
 /// What the caller of [`EmbeddedCode::run_batch`] learns as blocks start
-/// and end, and how it stops a batch part-way.
-pub trait BlockControl {
+/// and end, and how it stops a batch part-way. `Sync`: an embedding may
+/// run the batch on a thread of its own (Python's main thread) while the
+/// caller waits.
+pub trait BlockControl: Sync {
     /// Whether block `block_id` may start now (not once the worker
     /// drains); from a `true` on, the block counts as running.
     fn start(&self, block_id: u64) -> bool;
@@ -57,7 +59,8 @@ impl BlockControl for Unwatched {
 }
 
 /// A task's function, ready to run blocks. Called from one blocking
-/// thread at a time.
+/// thread at a time; the embedding decides where the user's code runs
+/// (the Python package runs it on the interpreter's main thread).
 pub trait EmbeddedCode: Send {
     /// Runs `blocks` in order while `control` lets them start, telling it
     /// when each ends, and returns how each that started went; blocks
