@@ -34,6 +34,8 @@
 //!         --resource-tracking false,true --floor]
 //! ```
 
+mod common;
+
 use clap::Parser as _;
 use nix::sys::resource::{getrusage, UsageWho};
 use std::path::{Path, PathBuf};
@@ -117,23 +119,6 @@ fn compile(dir: &Path, name: &str, source: &str) -> Result<PathBuf, String> {
         return Err(format!("gcc failed on {source}:\n{stderr}"));
     }
     Ok(program)
-}
-
-/// The driver binary of this tree, built (release) next to the worker.
-fn build_driver() -> Result<PathBuf, String> {
-    let profile_dir = Path::new(WORKER).parent().ok_or("no profile directory")?;
-    let mut build = Command::new(env!("CARGO"));
-    build.args(["build", "-q", "-p", "daisy-driver", "--bin", "daisy-driver"]);
-    if profile_dir.ends_with("release") {
-        build.arg("--release");
-    }
-    let status = build
-        .status()
-        .map_err(|e| format!("cannot run cargo: {e}"))?;
-    if !status.success() {
-        return Err(format!("building daisy-driver failed: {status}"));
-    }
-    Ok(profile_dir.join("daisy-driver"))
 }
 
 /// One 1-D task of `blocks` independent blocks, served only to workers
@@ -417,7 +402,7 @@ fn run(settings: &Settings) -> Result<(), String> {
     let tools = tempfile::tempdir().map_err(|e| e.to_string())?;
     let echo = compile(tools.path(), "relay_echo", ECHO_SOURCE)?;
     let floor = compile(tools.path(), "relay_floor", FLOOR_SOURCE)?;
-    let driver = build_driver()?;
+    let driver = common::build_driver(WORKER)?;
     let mut builds = vec![("this", PathBuf::from(WORKER))];
     match std::env::var_os(BASELINE_ENV) {
         Some(base) => builds.push(("base", PathBuf::from(base))),

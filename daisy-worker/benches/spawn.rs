@@ -25,6 +25,8 @@
 //! cargo bench -p daisy-worker --bench spawn [-- --blocks 3000 --workers 4 --runs 5 --batch 1]
 //! ```
 
+mod common;
+
 use clap::Parser as _;
 use nix::sys::resource::{getrusage, UsageWho};
 use std::path::{Path, PathBuf};
@@ -78,23 +80,6 @@ impl Contender {
             Self::Daisy { name, .. } => name,
         }
     }
-}
-
-/// The driver binary of this tree, built (release) next to the worker.
-fn build_driver() -> Result<PathBuf, String> {
-    let profile_dir = Path::new(WORKER).parent().ok_or("no profile directory")?;
-    let mut build = Command::new(env!("CARGO"));
-    build.args(["build", "-q", "-p", "daisy-driver", "--bin", "daisy-driver"]);
-    if profile_dir.ends_with("release") {
-        build.arg("--release");
-    }
-    let status = build
-        .status()
-        .map_err(|e| format!("cannot run cargo: {e}"))?;
-    if !status.success() {
-        return Err(format!("building daisy-driver failed: {status}"));
-    }
-    Ok(profile_dir.join("daisy-driver"))
 }
 
 /// One 1-D task of `blocks` independent blocks, each running `program`.
@@ -230,7 +215,7 @@ fn median(values: &mut [f64]) -> f64 {
 }
 
 fn run(settings: &Settings) -> Result<(), String> {
-    let driver = build_driver()?;
+    let driver = common::build_driver(WORKER)?;
     adopt_orphans()?;
     let mut contenders = vec![
         Contender::Xargs,
