@@ -461,19 +461,24 @@ def test_a_spawned_worker_that_exits_normally_is_not_replaced_while_another_runs
     workers = [e for e in events(workdir / "daisy_run" / "spawn") if e.get("event") in ("worker_submitted", "worker_gone")]
     submitted = [e for e in workers if e["event"] == "worker_submitted"]
     assert all(e["clean"] for e in workers if e["event"] == "worker_gone"), workers
-    if not all_exit:
-        assert "OK True STARTS 2" in done.stdout, done.stdout + done.stderr
-        assert len(submitted) == 2, workers
-        return
-    # Every child leaves after one block: 2 workers, then 1 replacement
-    # per block left, each started once no worker of the task ran.
-    assert "OK True STARTS 4" in done.stdout, done.stdout + done.stderr
-    assert len(submitted) == 4, workers
+    # No worker after the first two starts while another of the task runs:
+    # the one whose child left keeps its place empty. (Where the other one
+    # asks while the leaver's prefetched block is on its way back, the
+    # driver lets it go for want of a ready block, and the returned block
+    # then gets one more worker: 3 starts; usually there are 2.)
     running = 0
     for event in workers:
         if event["event"] == "worker_submitted" and event["worker_id"] > 2:
             assert running == 0, workers
         running += 1 if event["event"] == "worker_submitted" else -1
+    if not all_exit:
+        assert "OK True STARTS" in done.stdout, done.stdout + done.stderr
+        assert len(submitted) in (2, 3), workers
+        return
+    # Every child leaves after one block: 2 workers, then 1 replacement
+    # per block left, each started once no worker of the task ran.
+    assert "OK True STARTS 4" in done.stdout, done.stdout + done.stderr
+    assert len(submitted) == 4, workers
 
 
 HAND_STARTED = """
