@@ -378,6 +378,8 @@ pub fn geometry_problems(spec: &TaskSpec) -> Vec<GeometryProblem> {
     if problems.is_empty() {
         problems.extend(block_count_problem(spec));
     }
+    let writes = spec.writes.iter().filter_map(|grid| grid.problem(dims));
+    problems.extend(writes.map(|message| GeometryProblem::new("writes", message)));
     problems
 }
 

@@ -21,6 +21,8 @@
 //! - [`scheduler`]: ready blocks, retries, orphans, counters.
 //! - [`serial`]: run a pipeline in-process, one block at a time.
 //! - [`template`]: `{placeholders}` in block commands, checked and filled in.
+//! - [`write_grid`]: the chunk and shard grids of arrays a task writes;
+//!   `write_locks` keeps two blocks from writing into one shard at once.
 
 pub mod block;
 pub mod cell_set;
@@ -39,6 +41,8 @@ pub mod serial;
 pub mod task;
 pub mod template;
 pub mod walltime;
+pub mod write_grid;
+mod write_locks;
 
 pub use block::{Block, BlockId, TaskIdx};
 pub use coordinate::Coordinate;
@@ -46,3 +50,4 @@ pub use graph::{DependencyGraph, GraphError, TaskGraph};
 pub use roi::Roi;
 pub use scheduler::{BlockOutcome, Scheduler, TaskCounters};
 pub use task::{Fit, TaskSpec};
+pub use write_grid::{WriteGrid, WriteLayout};

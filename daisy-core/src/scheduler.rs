@@ -49,6 +49,14 @@
 //! is **left** instead of handed out, and so is everything downstream of
 //! it, transitively; left blocks are dead and count as `left`, neither
 //! failed nor orphaned.
+//!
+//! Blocks of tasks that write chunked arrays ([`TaskSpec::writes`]) take
+//! **write locks** on the shards (or chunks) they write into while in
+//! flight. A ready block whose shard another block in flight holds is
+//! **parked** on that shard, still counted as ready; when the shard is
+//! given back, its task takes the shard's parked blocks first, one at a
+//! time, so a shard's blocks run in sequence (mostly on the worker that
+//! just finished one) while other workers run other shards.
 
 use crate::block::{Block, BlockId, TaskIdx};
 use crate::cell_set::CellSet;
@@ -56,6 +64,8 @@ use crate::coordinate::Coordinate;
 use crate::geometry::{BlockGrid, GridWalk};
 use crate::graph::DependencyGraph;
 use crate::id_hash::IdMap;
+use crate::write_grid::WriteLayout;
+use crate::write_locks::{LockKey, WriteLocks};
 use serde::{Deserialize, Serialize};
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashSet, VecDeque};
@@ -155,6 +165,14 @@ struct TaskQueue {
     /// The last call stopped skipping at the limit with blocks still
     /// ready: more done blocks may come before a runnable one.
     catching_up: bool,
+    /// Ready blocks waiting for a write lock another block holds, by the
+    /// lock, in the order they were parked.
+    parked: IdMap<LockKey, VecDeque<u64>>,
+    parked_count: u64,
+    /// Locks with parked blocks that were given back, to look at before
+    /// any other ready block. A lock may be listed twice or held again by
+    /// the time it is looked at; it is then passed over.
+    unparked: VecDeque<LockKey>,
 }
 
 impl TaskQueue {
@@ -187,7 +205,38 @@ impl TaskQueue {
             dead: CellSet::default(),
             abandoned: false,
             catching_up: false,
+            parked: IdMap::default(),
+            parked_count: 0,
+            unparked: VecDeque::new(),
         }
+    }
+}
+
+impl TaskQueue {
+    /// The cell index of the first block parked on a lock that was given
+    /// back and is still free. The lock stays listed while blocks remain
+    /// parked on it: the one taken now may not take it after all (it
+    /// waits for another lock too, or another task took this one).
+    fn next_unparked(&mut self, locks: &WriteLocks) -> Option<u64> {
+        while let Some(lock) = self.unparked.pop_front() {
+            if locks.is_held(lock) {
+                continue; // listed again when it is given back
+            }
+            let Some(parked) = self.parked.get_mut(&lock) else {
+                continue;
+            };
+            let index = parked.pop_front();
+            if parked.is_empty() {
+                self.parked.remove(&lock);
+            } else {
+                self.unparked.push_front(lock);
+            }
+            if let Some(index) = index {
+                self.parked_count -= 1;
+                return Some(index);
+            }
+        }
+        None
     }
 }
 
@@ -218,6 +267,12 @@ pub struct Scheduler {
     only_per_task: Vec<u64>,
     /// The most blocks one call skips (see [`Scheduler::limit_skips_per_call`]).
     most_skips: u64,
+    locks: WriteLocks,
+    /// Per task, the most blocks it can have in flight for its write
+    /// locks (see [`Scheduler::most_at_once`]).
+    at_once: Vec<Option<u64>>,
+    /// The lock keys of the block at hand, kept to save allocations.
+    keys: Vec<LockKey>,
 }
 
 impl Scheduler {
@@ -226,8 +281,16 @@ impl Scheduler {
             .task_indices()
             .map(|task| TaskQueue::seeded(&graph, task))
             .collect();
+        let locks = WriteLocks::new(graph.task_indices().map(|t| graph.task(t)));
+        let at_once = graph
+            .task_indices()
+            .map(|t| most_at_once(&graph, t))
+            .collect();
         Self {
             graph,
+            locks,
+            at_once,
+            keys: Vec::new(),
             tasks,
             in_flight: IdMap::default(),
             delayed: BinaryHeap::new(),
@@ -277,6 +340,14 @@ impl Scheduler {
 
     pub fn graph(&self) -> &Arc<DependencyGraph> {
         &self.graph
+    }
+
+    /// The most blocks of `task` that may be in flight at once, if its
+    /// write locks limit it: the shards (or chunks) it writes into.
+    /// Callers size their workers by it, since `ready` also counts
+    /// blocks parked on a lock.
+    pub fn most_at_once(&self, task: TaskIdx) -> Option<u64> {
+        self.at_once[task.index()]
     }
 
     pub fn counters(&self, task: TaskIdx) -> TaskCounters {
@@ -371,6 +442,11 @@ impl Scheduler {
         let Some(cell) = self.next_runnable(task, is_done, block) else {
             return false;
         };
+        if self.locks.guards(task) {
+            self.keys.clear();
+            self.locks.keys_of(block, &mut self.keys);
+            self.locks.take(&self.keys);
+        }
         self.tasks[task.index()].counters.processing += 1;
         let index = self.graph.task_graph(task).grid().index_of_cell(cell);
         self.in_flight.insert(block.id, index);
@@ -378,9 +454,9 @@ impl Scheduler {
     }
 
     /// The cell of the next ready block of `task` that needs running, that
-    /// block built into `block`, skipping blocks done in an earlier run
-    /// and leaving those outside a restriction, up to the limit of skips
-    /// per call.
+    /// block built into `block`, skipping blocks done in an earlier run,
+    /// leaving those outside a restriction and parking those whose write
+    /// locks are held, up to the limit of skips per call.
     fn next_runnable(
         &mut self,
         task: TaskIdx,
@@ -400,30 +476,77 @@ impl Scheduler {
                 .is_some_and(|only| !only.contains(&block.id))
             {
                 self.leave(block);
+            } else if let Some(lock) = self.held_lock_of(block) {
+                self.park(task, lock, cell);
             } else {
                 return Some(cell);
             }
         }
         let queue = &mut self.tasks[task.index()];
-        queue.catching_up = queue.counters.ready > 0;
+        queue.catching_up = queue.counters.ready > queue.parked_count;
         None
     }
 
-    /// The cell of the next ready block of `task`.
+    /// A write lock of `block` that a block in flight holds.
+    fn held_lock_of(&mut self, block: &Block) -> Option<LockKey> {
+        if !self.locks.guards(block.id.task) {
+            return None;
+        }
+        self.keys.clear();
+        self.locks.keys_of(block, &mut self.keys);
+        self.locks.first_held(&self.keys)
+    }
+
+    /// Parks the ready block of `task` in `cell` until `lock` is given
+    /// back.
+    fn park(&mut self, task: TaskIdx, lock: LockKey, cell: Coordinate) {
+        let index = self.graph.task_graph(task).grid().index_of_cell(cell);
+        let queue = &mut self.tasks[task.index()];
+        queue.parked.entry(lock).or_default().push_back(index);
+        queue.parked_count += 1;
+        queue.counters.ready += 1;
+    }
+
+    /// Gives back the write locks of a block that left flight, and lists
+    /// each one with parked blocks to be looked at first by their tasks.
+    fn unlock(&mut self, task: TaskIdx, cell: u64) {
+        if !self.locks.guards(task) {
+            return;
+        }
+        let block = self.block_at(task, cell);
+        self.keys.clear();
+        self.locks.keys_of(&block, &mut self.keys);
+        self.locks.give_back(&self.keys);
+        for &key in &self.keys {
+            for &writer in self.locks.writers(key) {
+                let queue = &mut self.tasks[writer.index()];
+                if queue.parked.contains_key(&key) {
+                    queue.unparked.push_back(key);
+                }
+            }
+        }
+    }
+
+    /// The cell of the next ready block of `task`: one it looked at
+    /// before, one parked on a lock just given back, a root block, or the
+    /// first of its ready queue.
     fn next_ready(&mut self, task: TaskIdx) -> Option<Coordinate> {
+        let grid = self.graph.task_graph(task).grid();
         let queue = &mut self.tasks[task.index()];
         if queue.counters.ready == 0 {
             return None;
         }
         let cell = match queue.peeked.take() {
             Some(peeked) => peeked,
-            None => match queue.roots.as_mut().and_then(Iterator::next) {
-                Some(root) => root,
-                None => {
-                    queue.roots = None;
-                    let grid = self.graph.task_graph(task).grid();
-                    grid.cell_at_index(queue.ready.pop_front()?)?
-                }
+            None => match queue.next_unparked(&self.locks) {
+                Some(index) => grid.cell_at_index(index)?,
+                None => match queue.roots.as_mut().and_then(Iterator::next) {
+                    Some(root) => root,
+                    None => {
+                        queue.roots = None;
+                        grid.cell_at_index(queue.ready.pop_front()?)?
+                    }
+                },
             },
         };
         queue.counters.ready -= 1;
@@ -472,6 +595,7 @@ impl Scheduler {
         let Some(cell) = self.in_flight.remove(&id) else {
             return Released::Ignored;
         };
+        self.unlock(id.task, cell);
         let queue = &mut self.tasks[id.task.index()];
         queue.counters.processing -= 1;
         if outcome == BlockOutcome::Skipped {
@@ -526,6 +650,9 @@ impl Scheduler {
             queue.peeked = None;
             queue.ready.clear();
             queue.retries.clear();
+            queue.parked.clear();
+            queue.parked_count = 0;
+            queue.unparked.clear();
             let c = &mut queue.counters;
             c.ready = 0;
             c.orphaned = c.total - c.completed - c.failed - c.left - c.processing;
@@ -705,4 +832,14 @@ impl Scheduler {
         }
         buried
     }
+}
+
+/// [`Scheduler::most_at_once`] of `task`: the fewest lock cells its
+/// blocks write into, over the arrays it writes.
+fn most_at_once(graph: &DependencyGraph, task: TaskIdx) -> Option<u64> {
+    let grid = graph.task_graph(task).grid();
+    let writes = graph.task(task).writes.iter();
+    writes
+        .map(|array| WriteLayout::of(grid, array).locks_written)
+        .min()
 }

@@ -6,6 +6,7 @@
 
 use crate::block::TaskIdx;
 use crate::roi::Roi;
+use crate::write_grid::WriteGrid;
 use serde::{Deserialize, Serialize};
 use std::fmt;
 use std::time::Duration;
@@ -68,6 +69,9 @@ pub struct TaskSpec {
     pub retry_backoff_max: Duration,
     /// Tasks whose output this task reads, as positions in the pipeline.
     pub upstream: Vec<TaskIdx>,
+    /// Chunked arrays the blocks write into: two blocks writing into one
+    /// shard (or chunk) are never in flight at once.
+    pub writes: Vec<WriteGrid>,
 }
 
 impl TaskSpec {
@@ -85,6 +89,7 @@ impl TaskSpec {
             retry_backoff: None,
             retry_backoff_max: DEFAULT_RETRY_BACKOFF_MAX,
             upstream: Vec::new(),
+            writes: Vec::new(),
         }
     }
 }
