@@ -30,6 +30,7 @@
 //!   resolved), rules between the fields of one table.
 //! - `validate`: rules between tasks (budget, ids, upstream, cycles).
 //! - `problems`: the error, its problems, and their wording.
+//! - `skip_mask`, `writes`: the Zarr arrays a task names, read at load.
 
 mod budget;
 mod problems;
@@ -42,6 +43,7 @@ mod syntax;
 #[cfg(test)]
 pub(super) mod tests;
 mod validate;
+mod writes;
 
 pub use problems::{PipelineError, Problem};
 

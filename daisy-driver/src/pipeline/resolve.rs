@@ -14,6 +14,7 @@ use super::reader::{read_table, Reading};
 use super::schema::{Amounts, LauncherTable, PipelineFile, Table, TaskTable};
 use super::skip_mask::SkipMask;
 use super::syntax::Lines;
+use super::writes;
 use super::{budget, validate};
 use super::{LauncherConfig, Pipeline, TaskConfig, UserCommand};
 use daisy_core::geometry::geometry_problems;
@@ -184,7 +185,14 @@ fn task(n: usize, at: (&Value, &Lines), run: &Run, problems: &mut Vec<Problem>) 
     let (launcher, found) = launcher(own_launcher, run.launcher, lines.key("launcher"), run.path);
     draft.claim(found, problems);
     if let (Some(id), Some(spec), Some(command)) = (draft.id.clone(), spec, command) {
-        let spec = TaskSpec { id, ..spec };
+        let mut spec = TaskSpec { id, ..spec };
+        let written = writes::write_grids(&raw.writes, raw.share_chunks, &spec, |path| {
+            beside(run.path, path)
+        });
+        spec.writes = written.unwrap_or_else(|message| {
+            problems.push(draft.problem("writes", message));
+            Vec::new()
+        });
         let skip_mask = skip_mask(raw.skip_mask.as_deref(), &spec, run.path);
         let skip_mask = skip_mask.unwrap_or_else(|message| {
             problems.push(draft.problem("skip_mask", message));
@@ -244,6 +252,8 @@ fn task_config(raw: TaskTable, resolved: Resolved, run: &Run) -> TaskConfig {
         python_path: _,
         launcher: _,
         skip_mask: _,
+        writes: _,
+        share_chunks: _,
     } = raw;
     let Resolved {
         spec,

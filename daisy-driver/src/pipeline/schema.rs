@@ -186,6 +186,15 @@ pub(super) struct TaskTable {
     /// The pipeline's `resource_tracking`, for this task.
     #[serde(default)]
     pub(super) resource_tracking: Option<bool>,
+    /// Zarr arrays the blocks write into (paths relative to the pipeline
+    /// file): two blocks writing into one shard, or into one chunk of an
+    /// unsharded array, are never in flight at once.
+    #[serde(default)]
+    pub(super) writes: Vec<String>,
+    /// Accepts blocks that write parts of chunks other blocks also write
+    /// (refused otherwise): they run one at a time per chunk.
+    #[serde(default)]
+    pub(super) share_chunks: bool,
 }
 
 /// serde's `default` takes a function: this one gives the constant it is

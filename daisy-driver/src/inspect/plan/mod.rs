@@ -19,8 +19,9 @@ use crate::run::program_check::check_programs;
 use crate::run_dir::done_marker::DoneMarker;
 use crate::run_dir::RunDir;
 use allocation::Phase;
+use daisy_core::geometry::BlockGrid;
 use daisy_core::protocol::{CodeKind, FunctionCode, FunctionSource, WireRoi};
-use daisy_core::{DependencyGraph, Fit, Scheduler, TaskIdx};
+use daisy_core::{DependencyGraph, Fit, Scheduler, TaskIdx, WriteGrid, WriteLayout};
 use scripts::{Submission, WorkerProgram};
 use serde::Serialize;
 use std::collections::BTreeMap;
@@ -82,6 +83,42 @@ pub struct TaskPlan {
     pub resource_tracking: bool,
     pub command_kind: &'static str,
     pub command: Vec<String>,
+    /// The Zarr arrays its blocks write into (`writes`).
+    pub writes: Vec<WritePlan>,
+}
+
+/// What a task's blocks do to one array they write into.
+#[derive(Debug, Serialize)]
+pub struct WritePlan {
+    pub array: String,
+    /// A chunk's and a shard's shape, in world units.
+    pub chunk: Vec<i64>,
+    pub shard: Option<Vec<i64>>,
+    pub chunks_per_block: u64,
+    pub shards_per_block: Option<u64>,
+    /// The most blocks writing into one shard (or, unsharded, one chunk).
+    pub blocks_per_lock: u64,
+    /// Shards (or chunks) the task writes into: the most blocks it can
+    /// have in flight at once.
+    pub locks_written: u64,
+    /// Blocks writing parts of chunks other blocks write (`share_chunks`).
+    pub blocks_sharing_chunks: u64,
+}
+
+impl WritePlan {
+    fn of(grid: &BlockGrid, array: &WriteGrid) -> Self {
+        let layout = WriteLayout::of(grid, array);
+        Self {
+            array: array.array.clone(),
+            chunk: array.chunk.as_slice().to_vec(),
+            shard: array.shard.map(|s| s.as_slice().to_vec()),
+            chunks_per_block: layout.chunks_per_block,
+            shards_per_block: layout.shards_per_block,
+            blocks_per_lock: layout.blocks_per_lock,
+            locks_written: layout.locks_written,
+            blocks_sharing_chunks: layout.blocks_sharing_chunks,
+        }
+    }
 }
 
 /// Plans `pipeline` against the done markers in `run_dir`, with launched
@@ -206,6 +243,14 @@ fn task_plan(pipeline: &Pipeline, graph: &DependencyGraph, task: TaskIdx, done: 
     };
     let spec = &config.spec;
     let masked = config.skip_mask.as_ref().map_or(0, |m| m.masked());
+    let writes: Vec<WritePlan> = (spec.writes.iter())
+        .map(|array| WritePlan::of(task_graph.grid(), array))
+        .collect();
+    let at_once = writes
+        .iter()
+        .map(|w| w.locks_written)
+        .min()
+        .unwrap_or(u64::MAX);
     TaskPlan {
         id: spec.id.clone(),
         upstream: config.upstream.clone(),
@@ -224,12 +269,14 @@ fn task_plan(pipeline: &Pipeline, graph: &DependencyGraph, task: TaskIdx, done: 
         requires: config.requires.clone(),
         launcher: config.launcher.kind,
         max_workers: config.max_workers,
-        workers: workers_under_budget(config, &pipeline.resources),
+        workers: workers_under_budget(config, &pipeline.resources)
+            .min(u32::try_from(at_once).unwrap_or(u32::MAX)),
         batch_size: config.batch_size,
         prefetch: config.prefetch,
         resource_tracking: config.resource_tracking,
         command_kind,
         command,
+        writes,
     }
 }
 

@@ -5,7 +5,7 @@
 
 use super::allocation::{Phase, TaskState, WorkerIds};
 use super::scripts::Submission;
-use super::{Plan, TaskPlan};
+use super::{Plan, TaskPlan, WritePlan};
 use crate::counted::counted;
 use crate::pipeline::LauncherKind;
 use daisy_core::protocol::WireRoi;
@@ -233,12 +233,52 @@ impl TaskPlan {
         if self.resource_tracking {
             let _ = writeln!(out, "  costs        measured per block (resource_tracking)");
         }
+        for write in &self.writes {
+            write.render(out);
+        }
         let _ = writeln!(
             out,
             "  command      {} command: {}",
             self.command_kind,
             self.command.join(" ")
         );
+    }
+}
+
+impl WritePlan {
+    /// Two lines: the array's grids, then what the blocks do to them.
+    fn render(&self, out: &mut String) {
+        let (cell, grid) = match &self.shard {
+            Some(shard) => (
+                "shard",
+                format!("chunks {:?} in shards {shard:?}", self.chunk),
+            ),
+            None => ("chunk", format!("chunks {:?}, unsharded", self.chunk)),
+        };
+        let _ = writeln!(out, "  writes       {}: {grid}", self.array);
+        let per_block = match self.shards_per_block {
+            Some(shards) => format!(
+                "{} and {} per block",
+                counted(self.chunks_per_block, "chunk"),
+                counted(shards, "shard")
+            ),
+            None => format!("{} per block", counted(self.chunks_per_block, "chunk")),
+        };
+        let _ = writeln!(
+            out,
+            "               {per_block}, up to {} per {cell}; {} written: at most {} at once",
+            counted(self.blocks_per_lock, "block"),
+            counted(self.locks_written, cell),
+            counted(self.locks_written, "block"),
+        );
+        if self.blocks_sharing_chunks > 0 {
+            let _ = writeln!(
+                out,
+                "               {} write parts of shared chunks: one at a time per chunk \
+                 (share_chunks)",
+                counted(self.blocks_sharing_chunks, "block"),
+            );
+        }
     }
 }
 

@@ -26,9 +26,10 @@ impl Core {
     }
 
     /// How many more workers a task wants: its [`worker_demand`] beyond its
-    /// live workers, none once its restart budget is used up. Blocks done
-    /// in an earlier run are skipped first, so a resumed run starts no
-    /// worker for work that is done.
+    /// live workers (no more than blocks it may have in flight: those it
+    /// may run, and one per shard it writes into), none once its restart
+    /// budget is used up. Blocks done in an earlier run are skipped
+    /// first, so a resumed run starts no worker for work that is done.
     fn workers_wanted(&mut self, task: TaskIdx, done_before: DoneBefore) -> u32 {
         if self.scheduler.is_abandoned(task) || self.why_no_workers(task).is_some() {
             return 0;
@@ -38,8 +39,11 @@ impl Core {
         }
         let c = self.scheduler.counters(task);
         let runnable = c.ready + c.processing;
-        let runnable =
-            (self.scheduler.most_to_run(task)).map_or(runnable, |most| runnable.min(most));
+        let limits = [
+            self.scheduler.most_to_run(task),
+            self.scheduler.most_at_once(task),
+        ];
+        let runnable = limits.into_iter().flatten().fold(runnable, u64::min);
         let max_workers = self.config(task).max_workers;
         let demand = worker_demand(runnable, max_workers);
         let live = self.slots.live(task);
