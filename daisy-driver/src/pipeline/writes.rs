@@ -15,7 +15,7 @@
 //! `share_chunks = true`, and the refusal names the write shape that
 //! aligns.
 
-use daisy_core::geometry::BlockGrid;
+use daisy_core::geometry::{geometry_problems, BlockGrid};
 use daisy_core::{Coordinate, Roi, TaskIdx, TaskSpec, WriteGrid, WriteLayout};
 use serde_json::Value;
 use std::path::{Path, PathBuf};
@@ -29,6 +29,10 @@ pub(super) fn write_grids(
     spec: &TaskSpec,
     base: impl Fn(&Path) -> PathBuf,
 ) -> Result<Vec<WriteGrid>, String> {
+    if paths.is_empty() || !geometry_problems(spec).is_empty() {
+        // Regions refused already: there is no block grid to check.
+        return Ok(Vec::new());
+    }
     let dims = spec.total_roi.dims();
     let blocks = BlockGrid::new(TaskIdx(0), spec);
     let mut grids = Vec::with_capacity(paths.len());
