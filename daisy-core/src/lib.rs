@@ -51,3 +51,4 @@ pub use roi::Roi;
 pub use scheduler::{BlockOutcome, Scheduler, TaskCounters};
 pub use task::{Fit, TaskSpec};
 pub use write_grid::{WriteGrid, WriteLayout};
+pub use write_locks::Holder;

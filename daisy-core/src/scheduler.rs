@@ -65,7 +65,7 @@ use crate::geometry::{BlockGrid, GridWalk};
 use crate::graph::DependencyGraph;
 use crate::id_hash::IdMap;
 use crate::write_grid::WriteLayout;
-use crate::write_locks::{LockKey, WriteLocks};
+use crate::write_locks::{Holder, LockKey, WriteLocks};
 use serde::{Deserialize, Serialize};
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashSet, VecDeque};
@@ -408,15 +408,17 @@ impl Scheduler {
         is_done: &mut dyn FnMut(&Block) -> bool,
     ) -> Option<Block> {
         let mut block = *self.graph.task_graph(task).grid().some_block();
-        self.acquire_into(task, is_done, &mut block)
+        self.acquire_into(task, None, is_done, &mut block)
             .then_some(block)
     }
 
-    /// [`Self::acquire`] onto the end of `batch`, where the block is built:
-    /// false (and `batch` unchanged) if none is ready.
+    /// [`Self::acquire`] onto the end of `batch`, where the block is built,
+    /// for `holder`, whose blocks in flight may share write locks: false
+    /// (and `batch` unchanged) if none is ready.
     pub fn acquire_onto(
         &mut self,
         task: TaskIdx,
+        holder: Holder,
         is_done: &mut dyn FnMut(&Block) -> bool,
         batch: &mut Vec<Block>,
     ) -> bool {
@@ -425,7 +427,7 @@ impl Scheduler {
             self.graph.task_graph(task).grid().some_block(),
         ));
         let block = batch.last_mut().expect("just pushed");
-        let acquired = self.acquire_into(task, is_done, block);
+        let acquired = self.acquire_into(task, Some(holder), is_done, block);
         if !acquired {
             batch.pop();
         }
@@ -436,16 +438,17 @@ impl Scheduler {
     fn acquire_into(
         &mut self,
         task: TaskIdx,
+        holder: Option<Holder>,
         is_done: &mut dyn FnMut(&Block) -> bool,
         block: &mut Block,
     ) -> bool {
-        let Some(cell) = self.next_runnable(task, is_done, block) else {
+        let Some(cell) = self.next_runnable(task, holder, is_done, block) else {
             return false;
         };
         if self.locks.guards(task) {
             self.keys.clear();
             self.locks.keys_of(block, &mut self.keys);
-            self.locks.take(&self.keys);
+            self.locks.take(&self.keys, holder);
         }
         self.tasks[task.index()].counters.processing += 1;
         let index = self.graph.task_graph(task).grid().index_of_cell(cell);
@@ -460,6 +463,7 @@ impl Scheduler {
     fn next_runnable(
         &mut self,
         task: TaskIdx,
+        holder: Option<Holder>,
         is_done: &mut dyn FnMut(&Block) -> bool,
         block: &mut Block,
     ) -> Option<Coordinate> {
@@ -476,7 +480,7 @@ impl Scheduler {
                 .is_some_and(|only| !only.contains(&block.id))
             {
                 self.leave(block);
-            } else if let Some(lock) = self.held_lock_of(block) {
+            } else if let Some(lock) = self.lock_held_against(block, holder) {
                 self.park(task, lock, cell);
             } else {
                 return Some(cell);
@@ -487,14 +491,14 @@ impl Scheduler {
         None
     }
 
-    /// A write lock of `block` that a block in flight holds.
-    fn held_lock_of(&mut self, block: &Block) -> Option<LockKey> {
+    /// A write lock of `block` that blocks of another holder hold.
+    fn lock_held_against(&mut self, block: &Block, holder: Option<Holder>) -> Option<LockKey> {
         if !self.locks.guards(block.id.task) {
             return None;
         }
         self.keys.clear();
         self.locks.keys_of(block, &mut self.keys);
-        self.locks.first_held(&self.keys)
+        self.locks.first_held_against(&self.keys, holder)
     }
 
     /// Parks the ready block of `task` in `cell` until `lock` is given
@@ -508,7 +512,8 @@ impl Scheduler {
     }
 
     /// Gives back the write locks of a block that left flight, and lists
-    /// each one with parked blocks to be looked at first by their tasks.
+    /// each one now free with parked blocks to be looked at first by
+    /// their tasks.
     fn unlock(&mut self, task: TaskIdx, cell: u64) {
         if !self.locks.guards(task) {
             return;
@@ -516,7 +521,7 @@ impl Scheduler {
         let block = self.block_at(task, cell);
         self.keys.clear();
         self.locks.keys_of(&block, &mut self.keys);
-        self.locks.give_back(&self.keys);
+        self.locks.give_back(&mut self.keys);
         for &key in &self.keys {
             for &writer in self.locks.writers(key) {
                 let queue = &mut self.tasks[writer.index()];
@@ -561,7 +566,7 @@ impl Scheduler {
             return true;
         }
         let mut block = *self.graph.task_graph(task).grid().some_block();
-        let Some(cell) = self.next_runnable(task, is_done, &mut block) else {
+        let Some(cell) = self.next_runnable(task, None, is_done, &mut block) else {
             return false;
         };
         let queue = &mut self.tasks[task.index()];

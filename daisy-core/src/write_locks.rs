@@ -6,10 +6,15 @@
 //! in flight: no block waits while holding a cell, so locks cannot
 //! deadlock, whatever the levels and task dependencies around them.
 //! Tasks that write one array (the same path) share its cells.
+//!
+//! A cell is held by a [`Holder`], a worker: a worker runs its blocks one
+//! at a time, so the blocks of one batch, or those it is fed ahead
+//! (prefetch), may share a cell. The cell is free again once the last of
+//! them leaves flight.
 
 use crate::block::{Block, TaskIdx};
 use crate::geometry::GridWalk;
-use crate::id_hash::IdSet;
+use crate::id_hash::IdMap;
 use crate::task::TaskSpec;
 use crate::write_grid::WriteGrid;
 
@@ -22,6 +27,11 @@ pub struct LockKey {
     pub cell: u64,
 }
 
+/// Who holds the blocks it was handed: one worker, which runs them one
+/// after another.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Holder(pub u64);
+
 /// The run's arrays and the cells held by blocks in flight.
 #[derive(Debug, Default)]
 pub(crate) struct WriteLocks {
@@ -30,7 +40,9 @@ pub(crate) struct WriteLocks {
     of_task: Vec<Vec<u32>>,
     /// Per array, the tasks writing it.
     writers: Vec<Vec<TaskIdx>>,
-    held: IdSet<LockKey>,
+    /// Each cell held, by whom, and by how many of its blocks; `None`
+    /// holds alone (a block handed out without a holder).
+    held: IdMap<LockKey, (Option<Holder>, u32)>,
 }
 
 impl WriteLocks {
@@ -81,27 +93,40 @@ impl WriteLocks {
         }
     }
 
-    /// The first of `keys` a block in flight holds.
-    pub fn first_held(&self, keys: &[LockKey]) -> Option<LockKey> {
-        keys.iter().copied().find(|key| self.held.contains(key))
+    /// The first of `keys` that blocks of another holder than `holder`
+    /// hold (any holder, for `None`).
+    pub fn first_held_against(&self, keys: &[LockKey], holder: Option<Holder>) -> Option<LockKey> {
+        let shared = |owner: &Option<Holder>| holder.is_some() && *owner == holder;
+        let against = |key: &LockKey| self.held.get(key).is_some_and(|(owner, _)| !shared(owner));
+        keys.iter().copied().find(against)
     }
 
     pub fn is_held(&self, key: LockKey) -> bool {
-        self.held.contains(&key)
+        self.held.contains_key(&key)
     }
 
-    /// Takes `keys`, none of which is held.
-    pub fn take(&mut self, keys: &[LockKey]) {
+    /// Takes `keys` for `holder`, which no other holder holds.
+    pub fn take(&mut self, keys: &[LockKey], holder: Option<Holder>) {
         for &key in keys {
-            let fresh = self.held.insert(key);
-            debug_assert!(fresh, "{key:?} was held");
+            let (owner, count) = self.held.entry(key).or_insert((holder, 0));
+            debug_assert!(*count == 0 || (holder.is_some() && *owner == holder));
+            *count += 1;
         }
     }
 
-    pub fn give_back(&mut self, keys: &[LockKey]) {
-        for key in keys {
-            self.held.remove(key);
-        }
+    /// Gives back a block's `keys`; keeps those that are free now.
+    pub fn give_back(&mut self, keys: &mut Vec<LockKey>) {
+        keys.retain(|key| {
+            let Some((_, count)) = self.held.get_mut(key) else {
+                return false;
+            };
+            *count -= 1;
+            let free = *count == 0;
+            if free {
+                self.held.remove(key);
+            }
+            free
+        });
     }
 
     /// The tasks that write into `key`'s array.

@@ -3,10 +3,11 @@
 //! chunked arrays (offset, chunked, sharded or not, one array shared by
 //! both tasks or one each), with conflict levels on or off, blocks done
 //! in an earlier run, failures with retries and blocks handed back, and
-//! up to 6 workers each holding up to 2 blocks, taking and releasing in
-//! random order:
-//! - no two blocks in flight write into one lock cell (shard, or chunk),
-//!   checked from their ROIs, not through the scheduler's own keys;
+//! up to 6 workers each holding up to 3 blocks, taking and releasing in
+//! random order, some blocks taken without a holder:
+//! - no two blocks in flight of different workers write into one lock
+//!   cell (shard, or chunk), checked from their ROIs, not through the
+//!   scheduler's own keys (a worker runs its own blocks one at a time);
 //! - the run never stalls, and every block ends exactly once: run or
 //!   skipped, or failed for good and its downstream orphaned.
 
@@ -14,8 +15,8 @@ mod common;
 
 use daisy_core::scheduler::Released;
 use daisy_core::{
-    Block, BlockId, BlockOutcome, Coordinate, DependencyGraph, Roi, Scheduler, TaskIdx, TaskSpec,
-    WriteGrid,
+    Block, BlockId, BlockOutcome, Coordinate, DependencyGraph, Holder, Roi, Scheduler, TaskIdx,
+    TaskSpec, WriteGrid,
 };
 use proptest::prelude::*;
 use std::collections::HashSet;
@@ -128,10 +129,11 @@ fn share_a_lock(specs: &[TaskSpec], a: &Block, b: &Block) -> bool {
     ca.iter().zip(&cb).all(|(x, y)| x.0 <= y.1 && y.0 <= x.1)
 }
 
-/// A worker: its task and the blocks it holds.
+/// A worker: its task and the blocks it holds, each with whether it
+/// was taken as the worker's (a holder) or alone.
 struct Worker {
     task: TaskIdx,
-    held: Vec<Block>,
+    held: Vec<(Block, bool)>,
 }
 
 fn run(
@@ -161,7 +163,7 @@ fn run(
         }
         prop_assert!(!scheduler.is_stalled(), "stalled");
         let w = rng.below(workers.len() as u64) as usize;
-        let take = workers[w].held.len() < 2 && rng.below(3) > 0;
+        let take = workers[w].held.len() < 3 && rng.below(3) > 0;
         if take {
             let task = workers[w].task;
             let mut skipped = Vec::new();
@@ -172,24 +174,36 @@ fn run(
                 }
                 done
             };
-            if let Some(block) = scheduler.acquire(task, &mut is_done) {
-                let all_held = workers.iter().flat_map(|w| &w.held);
-                for other in all_held {
-                    prop_assert!(
-                        !share_a_lock(&specs, &block, other),
-                        "{:?} and {:?} write into one lock cell at once",
-                        block.write_roi,
-                        other.write_roi
-                    );
+            let as_holder = rng.below(4) > 0;
+            let block = match as_holder {
+                true => {
+                    let mut batch = Vec::new();
+                    let holder = Holder(w as u64);
+                    scheduler.acquire_onto(task, holder, &mut is_done, &mut batch);
+                    batch.pop()
                 }
-                workers[w].held.push(block);
+                false => scheduler.acquire(task, &mut is_done),
+            };
+            if let Some(block) = block {
+                for (i, worker) in workers.iter().enumerate() {
+                    for &(other, other_as_holder) in &worker.held {
+                        let same_holder = i == w && as_holder && other_as_holder;
+                        prop_assert!(
+                            same_holder || !share_a_lock(&specs, &block, &other),
+                            "{:?} and {:?} write into one lock cell at once",
+                            block.write_roi,
+                            other.write_roi
+                        );
+                    }
+                }
+                workers[w].held.push((block, as_holder));
             }
             for id in skipped {
                 prop_assert!(ended.insert(id), "{id} ended twice");
             }
         } else if !workers[w].held.is_empty() {
             let at = rng.below(workers[w].held.len() as u64) as usize;
-            let block = workers[w].held.swap_remove(at);
+            let (block, _) = workers[w].held.swap_remove(at);
             let outcome = match rng.below(8) {
                 r if r < fail_in_8 => BlockOutcome::Failure,
                 7 => BlockOutcome::Returned,

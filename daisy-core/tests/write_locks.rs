@@ -3,7 +3,8 @@
 //! (one chunk each, 64 per shard), no read/write conflict levels.
 
 use daisy_core::{
-    Block, BlockOutcome, Coordinate, DependencyGraph, Roi, Scheduler, TaskIdx, TaskSpec, WriteGrid,
+    Block, BlockOutcome, Coordinate, DependencyGraph, Holder, Roi, Scheduler, TaskIdx, TaskSpec,
+    WriteGrid,
 };
 use std::collections::HashSet;
 use std::sync::Arc;
@@ -77,6 +78,33 @@ fn every_block_runs_with_never_two_of_a_shard_at_once() {
         ran += 1;
     }
     assert_eq!(ran, 256);
+}
+
+#[test]
+fn a_worker_batch_takes_blocks_of_the_shard_it_holds() {
+    // A worker runs its blocks one at a time: a batch may hold several
+    // blocks of one shard, and other workers take other shards.
+    let mut s = scheduler(vec![writer("write", vec![])]);
+    let mut batch = Vec::new();
+    for _ in 0..8 {
+        assert!(s.acquire_onto(TaskIdx(0), Holder(1), &mut |_| false, &mut batch));
+    }
+    let shards: HashSet<_> = batch.iter().map(shard_of).collect();
+    assert_eq!(shards.len(), 1, "one shard's row of 8 blocks: {shards:?}");
+    let mut other = Vec::new();
+    assert!(s.acquire_onto(TaskIdx(0), Holder(2), &mut |_| false, &mut other));
+    assert_ne!(shard_of(&other[0]), shard_of(&batch[0]));
+    // The shard is free once the last block of the batch is back.
+    for block in &batch[..7] {
+        s.release(block.id, BlockOutcome::Success);
+    }
+    let before = s.counters(TaskIdx(0)).processing;
+    while s.acquire_onto(TaskIdx(0), Holder(3), &mut |_| false, &mut other) {}
+    let taken = s.counters(TaskIdx(0)).processing - before;
+    assert_eq!(taken, 128, "every block of the two shards nobody holds");
+    s.release(batch[7].id, BlockOutcome::Success);
+    assert!(s.acquire_onto(TaskIdx(0), Holder(3), &mut |_| false, &mut other));
+    assert_eq!(shard_of(other.last().unwrap()), shard_of(&batch[0]));
 }
 
 #[test]

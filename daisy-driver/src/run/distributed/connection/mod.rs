@@ -54,6 +54,11 @@ impl ConnId {
     pub fn next(self) -> ConnId {
         ConnId(self.0 + 1)
     }
+
+    /// The id as a number, unique in the run.
+    pub fn number(self) -> u64 {
+        self.0
+    }
 }
 
 impl fmt::Display for ConnId {

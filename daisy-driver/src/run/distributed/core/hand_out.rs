@@ -14,7 +14,7 @@
 use super::peers::{Peer, Take};
 use super::{shutdown, Command, Core, DoneBefore};
 use crate::run::distributed::connection::ConnId;
-use daisy_core::{Block, BlockOutcome, TaskIdx};
+use daisy_core::{Block, BlockOutcome, Holder, TaskIdx};
 
 /// The most blocks handed out in one `Blocks` message.
 pub(super) const MAX_BATCH: u32 = 1024;
@@ -53,7 +53,7 @@ impl Core {
             self.peers.worker_mut(conn).expect("checked above").wants = None;
             return self.send(conn, shutdown(&reason));
         }
-        let blocks = self.take_blocks(task, max, done_before);
+        let blocks = self.take_blocks(conn, task, max, done_before);
         let now = self.now;
         let worker = self.peers.worker_mut(conn).expect("checked above");
         if blocks.is_empty() {
@@ -88,13 +88,20 @@ impl Core {
         }
     }
 
-    /// Up to `max` ready blocks of `task`; a suspect (`deaths`) only
-    /// alone, so a batch stops before one.
-    fn take_blocks(&mut self, task: TaskIdx, max: u32, done_before: DoneBefore) -> Vec<Block> {
+    /// Up to `max` ready blocks of `task` for the worker on `conn`; a
+    /// suspect (`deaths`) only alone, so a batch stops before one.
+    fn take_blocks(
+        &mut self,
+        conn: ConnId,
+        task: TaskIdx,
+        max: u32,
+        done_before: DoneBefore,
+    ) -> Vec<Block> {
+        let holder = Holder(conn.number());
         let ready = self.scheduler.counters(task).ready;
         let mut blocks = Vec::with_capacity(ready.min(u64::from(max)) as usize);
         while blocks.len() < max as usize
-            && (self.scheduler).acquire_onto(task, &mut |b| done_before(b), &mut blocks)
+            && (self.scheduler).acquire_onto(task, holder, &mut |b| done_before(b), &mut blocks)
         {
             let last = blocks.last().expect("just acquired");
             if self.goes_alone(last) {

@@ -10,6 +10,7 @@ use std::path::Path;
 
 mod blocks;
 mod retired;
+mod writes;
 
 /// A task of `blocks` blocks (ids 0..blocks) and its extra fields.
 fn task(id: &str, blocks: u32, extra: &str) -> String {
