@@ -9,6 +9,7 @@ use crate::pipeline::Pipeline;
 use crate::run::distributed::RunOptions;
 use crate::run::launching::per_kind::TaskLaunchers;
 use crate::run::launching::LaunchSettings;
+use crate::run::output::summary::ReRun;
 use crate::run_dir::RunDir;
 use anyhow::Context;
 use clap::{Args, Parser, Subcommand};
@@ -163,6 +164,11 @@ pub struct RunOpts {
     /// (Python's run_blockwise) is such a run.
     #[arg(long, conflicts_with_all = ["reset", "retry_failed"])]
     pub fresh: bool,
+    /// Done tracking is off (`run_blockwise` without tracking, as daisy
+    /// 2.0): the run starts over as with --fresh, and a stop says that a
+    /// re-run starts over too, and how to turn tracking on.
+    #[arg(long, hide = true, conflicts_with_all = ["reset", "retry_failed"])]
+    pub untracked: bool,
     /// Start TASK over before running: delete its done markers and those
     /// of its downstream tasks (asks first, see --yes). Repeatable.
     #[arg(long, value_name = "TASK")]
@@ -195,6 +201,20 @@ pub struct RunOpts {
 }
 
 impl RunOpts {
+    /// Whether the run deletes every done marker first.
+    fn starts_over(&self) -> bool {
+        self.fresh || self.untracked
+    }
+
+    /// What running this command again does with the blocks it finishes.
+    fn re_run(&self) -> ReRun {
+        match (self.untracked, self.fresh) {
+            (true, _) => ReRun::StartsOver,
+            (false, true) => ReRun::ResumesWithoutFresh,
+            (false, false) => ReRun::Resumes,
+        }
+    }
+
     /// How often a progress line is printed, or None for no progress.
     fn progress_every(&self) -> Option<Duration> {
         (!self.no_progress && !self.quiet).then_some(self.status_every)
@@ -331,7 +351,7 @@ fn command_run(mut opts: RunOpts, stop: StopSignal) -> anyhow::Result<u8> {
     let (pipeline, run_dir) = load(&opts.pipeline)?;
     let (worker, _) = worker_program(opts.worker_bin.as_deref())?;
     refuse_programs_that_cannot_start(&pipeline, (!opts.serial).then_some(&*worker))?;
-    let reset_tasks = match opts.fresh {
+    let reset_tasks = match opts.starts_over() {
         true => pipeline.tasks.iter().map(|t| t.spec.id.clone()).collect(),
         false => opts.reset.clone(),
     };
@@ -356,7 +376,7 @@ fn command_run(mut opts: RunOpts, stop: StopSignal) -> anyhow::Result<u8> {
     let _lock = crate::run_dir::lock::RunLock::acquire(&run_dir, "run")?;
     crate::run::launching::earlier_jobs::cancel(&run_dir, launch_settings(&opts))?;
     crate::run_dir::reset::delete(&resets)?;
-    if !opts.fresh {
+    if !opts.starts_over() {
         crate::run_dir::reset::announce_deleted(&resets);
     }
     run_dir.record_pipeline(&opts.pipeline.pipeline)?;
@@ -365,10 +385,10 @@ fn command_run(mut opts: RunOpts, stop: StopSignal) -> anyhow::Result<u8> {
             let progress_every = opts.progress_every();
             crate::run::serial::run(&pipeline, &run_dir, only_blocks.as_ref(), progress_every)?
         }
-        Some(server) => server.run(pipeline, &run_dir, stop)?,
+        Some(server) => server.run(pipeline, &run_dir, announced(stop, opts.re_run()))?,
     };
     if !opts.no_summary {
-        crate::run::output::stdout::print(format_args!("{}", summary.render()));
+        crate::run::output::stdout::print(format_args!("{}", summary.render(opts.re_run())));
     }
     Ok(summary.exit_code())
 }
@@ -585,5 +605,13 @@ async fn stop_signal() {
         _ = tokio::signal::ctrl_c() => {}
         _ = terminate.recv() => {}
     }
-    eprintln!("daisy-driver: stopping (a re-run resumes)");
+}
+
+/// `stop`, saying when it comes that the run stops and what a re-run
+/// will do (see [`ReRun`]).
+fn announced(stop: StopSignal, re_run: ReRun) -> StopSignal {
+    Box::pin(async move {
+        stop.await;
+        eprintln!("daisy-driver: stopping ({})", re_run.stopping_note());
+    })
 }
