@@ -109,10 +109,13 @@ pub struct RunOpts {
     /// (debugging, small jobs).
     #[arg(long)]
     pub serial: bool,
-    /// Address to listen on; the default takes every interface and a free
-    /// port, and advertises every address to workers.
-    #[arg(long, env = "DAISY_LISTEN", default_value = "0.0.0.0:0")]
-    pub listen: SocketAddr,
+    /// Address to listen on (0.0.0.0:0: every interface, a free port,
+    /// every address advertised to workers). Default: loopback only
+    /// (127.0.0.1, a free port) when every worker is started on this
+    /// machine by the local launcher; every interface when a task has a
+    /// cluster launcher or takes workers started by hand (max_workers = 0).
+    #[arg(long, env = "DAISY_LISTEN")]
+    pub listen: Option<SocketAddr>,
     /// The listener and token a program that starts the driver in its own
     /// process reserved before the run; never from the command line.
     #[arg(skip)]
@@ -433,8 +436,12 @@ impl BlockServer {
         options.token = opts.reserved.token.take();
         let listener = match opts.reserved.listener.take() {
             Some(listener) => listener,
-            None => std::net::TcpListener::bind(opts.listen)
-                .with_context(|| format!("listening on {}", opts.listen))?,
+            None => {
+                let address = (opts.listen)
+                    .unwrap_or_else(|| crate::run::context::default_listen_address(pipeline));
+                std::net::TcpListener::bind(address)
+                    .with_context(|| format!("listening on {address}"))?
+            }
         };
         let dashboard = (opts.dashboard.as_ref())
             .map(|addr| (addr.bind()).with_context(|| format!("--dashboard {addr}: listening")))
