@@ -273,8 +273,9 @@ Blocks too short to see are merged, showing the worst outcome among them.
 The done-marker pictures show one cell per block (of the middle slice for
 3-D tasks): done, failed, orphaned (will not run because something it
 depends on failed) or remaining (not run yet, or running), as `status`
-counts them. Only the last run in the run directory is drawn; done
-markers include the earlier runs.")]
+counts them. One run of the run directory is drawn, by default the last
+that ran a block (see --run), and the page says which; the done-marker
+pictures include the blocks of every run.")]
 pub struct ReportOpts {
     /// The run directory (the one `run` used, e.g. daisy_run/<name>).
     pub run_dir: PathBuf,
@@ -285,8 +286,8 @@ pub struct ReportOpts {
     #[arg(short, long)]
     pub output: Option<PathBuf>,
     /// Which run to draw, counting from 1 in the order of events.jsonl
-    /// [default: the last that ran a block: a re-run that found every
-    /// block done draws nothing].
+    /// [default: the last that ran a block (the last run if none did),
+    /// since a re-run that found every block done has nothing to draw].
     #[arg(long, value_name = "N")]
     pub run: Option<usize>,
 }
@@ -342,7 +343,9 @@ fn command_plan(opts: PlanOpts) -> anyhow::Result<u8> {
     } else {
         crate::run::output::stdout::print(format_args!("{}", plan.render(opts.scripts)));
     }
-    Ok(if plan.is_runnable() { 0 } else { 1 })
+    // Every problem the plan lists makes `run` refuse to start, which is
+    // exit status 2: the two agree (issue 38).
+    Ok(if plan.is_runnable() { 0 } else { 2 })
 }
 
 /// Everything that can refuse the run (the pipeline, programs that do
@@ -597,8 +600,13 @@ fn command_report(opts: ReportOpts) -> anyhow::Result<u8> {
 }
 
 fn command_worker(args: Vec<String>) -> u8 {
-    let argv = std::iter::once("daisy-worker".to_string()).chain(args);
-    daisy_worker::cli::main(daisy_worker::cli::Cli::parse_from(argv))
+    daisy_worker::cli::main(daisy_worker::cli::Cli::parse_from(worker_argv(args)))
+}
+
+/// `daisy-driver worker ARGS` as the worker's own command line, named so
+/// that its usage lines show the command that was typed.
+fn worker_argv(args: Vec<String>) -> impl Iterator<Item = String> {
+    std::iter::once("daisy-driver worker".to_string()).chain(args)
 }
 
 /// Resolves on Ctrl-C or SIGTERM.
@@ -621,4 +629,62 @@ fn announced(stop: StopSignal, re_run: ReRun) -> StopSignal {
         stop.await;
         eprintln!("daisy-driver: stopping ({})", re_run.stopping_note());
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+
+    #[test]
+    fn the_worker_subcommand_names_itself_in_its_usage() {
+        let help = daisy_worker::cli::Cli::try_parse_from(worker_argv(vec!["--help".into()]))
+            .unwrap_err()
+            .to_string();
+        assert!(help.contains("Usage: daisy-driver worker"), "{help}");
+    }
+
+    /// Issue 38: `--run`'s default and the closing paragraph said two
+    /// different things about which run is drawn.
+    #[test]
+    fn report_help_says_one_thing_of_which_run_is_drawn() {
+        let mut cli = Cli::command();
+        let report = cli.find_subcommand_mut("report").unwrap();
+        let help = report.render_long_help().to_string();
+        assert!(
+            help.contains("[default: the last that ran a block")
+                && help.contains("by default the last\nthat ran a block (see --run)")
+                && !help.contains("Only the last run"),
+            "{help}"
+        );
+    }
+
+    /// Issue 38: the user guide's command summary lacked `--fresh`, `-q`,
+    /// `--format json` and `--run`; it names every option now.
+    #[test]
+    fn the_user_guides_command_summary_names_every_option() {
+        let guide = include_str!("../../docs/user-guide.md");
+        let start = guide.find("```sh\ndaisy-driver plan").unwrap();
+        let summary = &guide[start..][..guide[start..][3..].find("```").unwrap()];
+        let cli = Cli::command();
+        for command in cli.get_subcommands().filter(|c| c.get_name() != "worker") {
+            let visible = command.get_arguments().filter(|a| !a.is_hide_set());
+            for long in visible
+                .filter_map(|a| a.get_long())
+                .filter(|&l| l != "help")
+            {
+                assert!(
+                    summary.contains(&format!("--{long}")),
+                    "`{} --{long}` is missing from:\n{summary}",
+                    command.get_name()
+                );
+            }
+        }
+        for value in ["-q", "--format html|svg|png|json"] {
+            assert!(
+                summary.contains(value),
+                "{value} is missing from:\n{summary}"
+            );
+        }
+    }
 }

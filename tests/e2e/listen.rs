@@ -57,7 +57,10 @@ fn a_run_whose_workers_all_start_here_accepts_no_connection_on_another_address()
         [format!("127.0.0.1:{port}")],
         "only loopback is advertised\n{log}"
     );
-    assert!(log.contains("(loopback only: "), "the driver says so\n{log}");
+    assert!(
+        log.contains("(loopback only: "),
+        "the driver says so\n{log}"
+    );
     let elsewhere = TcpStream::connect(SocketAddr::new(ip, port));
     assert!(
         elsewhere.is_err(),
@@ -65,7 +68,11 @@ fn a_run_whose_workers_all_start_here_accepts_no_connection_on_another_address()
     );
     assert!(TcpStream::connect(("127.0.0.1", port)).is_ok());
     dir.write("gate", "");
-    assert!(driver.wait_for_exit().success(), "{}", dir.read("driver.log"));
+    assert!(
+        driver.wait_for_exit().success(),
+        "{}",
+        dir.read("driver.log")
+    );
 }
 
 #[test]
@@ -87,8 +94,17 @@ fn a_run_taking_hand_started_workers_serves_one_on_another_address() {
         ..context
     };
     let context_file = dir.write("afar-context.json", &from_afar.to_json());
-    let args = ["--context-file", context_file.to_str().unwrap(), "--task", "t"];
+    let args = [
+        "--context-file",
+        context_file.to_str().unwrap(),
+        "--task",
+        "t",
+    ];
     run_ok(&mut dir.worker(&args));
-    assert!(driver.wait_for_exit().success(), "{}", dir.read("driver.log"));
+    assert!(
+        driver.wait_for_exit().success(),
+        "{}",
+        dir.read("driver.log")
+    );
     assert_completed_without_failures(&dir.join("daisy_run/p"), "t", 3);
 }

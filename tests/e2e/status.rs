@@ -457,3 +457,33 @@ fn status_watch_follows_a_run_and_ends_with_its_final_state() {
         "{refused}"
     );
 }
+
+/// Issue 38: the lines of a multi-line error (a traceback) after the
+/// first are indented under their block, not at the margin.
+#[test]
+fn status_indents_every_line_of_a_multi_line_error_under_its_block() {
+    let dir = TestDir::new();
+    let traceback =
+        "echo Traceback >&2; echo '  File x.py' >&2; echo 'ValueError: bad' >&2; exit 1";
+    let pipeline = format!(
+        "name = \"tb\"\n{}",
+        task("t", 1, traceback, "max_retries = 0")
+    );
+    dir.write("p.toml", &pipeline);
+    run_fails(&mut dir.driver(&["run", "p.toml", "--serial"]), 1);
+    let status = run_fails(&mut dir.driver(&["status", "daisy_run/tb"]), 1);
+    let failed: Vec<&str> = status
+        .lines()
+        .skip_while(|line| !line.starts_with("failed blocks of task"))
+        .skip(1)
+        .take_while(|line| !line.is_empty())
+        .collect();
+    assert!(
+        failed.len() > 1 && failed.iter().any(|line| line.contains("ValueError: bad")),
+        "{status}"
+    );
+    assert!(
+        failed.iter().all(|line| line.starts_with("  ")),
+        "a line of the error is not indented:\n{status}"
+    );
+}

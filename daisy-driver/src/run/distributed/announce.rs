@@ -41,8 +41,10 @@ fn reach_note(addresses: &[String]) -> &'static str {
         (address.parse::<std::net::SocketAddr>()).is_ok_and(|a| a.ip().is_loopback())
     };
     match addresses.iter().all(loopback) {
-        true => " (loopback only: every worker of this run starts on this machine; \
-                 --listen 0.0.0.0:0 lets workers on other machines join)",
+        true => {
+            " (loopback only: every worker of this run starts on this machine; \
+                 --listen 0.0.0.0:0 lets workers on other machines join)"
+        }
         false => "",
     }
 }
