@@ -687,4 +687,26 @@ mod tests {
             );
         }
     }
+
+    /// Issue 38: the README's `plan` command had no `--release`, so it
+    /// built everything again after the demo's release build.
+    #[test]
+    fn every_cargo_run_in_the_readme_and_guides_reuses_the_first_ones_build() {
+        let docs = [
+            include_str!("../../README.md"),
+            include_str!("../../docs/user-guide.md"),
+            include_str!("../../docs/inspection.md"),
+            include_str!("../../docs/cluster-guide.md"),
+            include_str!("../../docs/python.md"),
+        ];
+        let commands: Vec<&str> = (docs.iter())
+            .flat_map(|doc| doc.match_indices("cargo run").map(|(at, _)| &doc[at..]))
+            .map(|rest| rest.split(" -- ").next().unwrap())
+            .collect();
+        assert!(commands.len() > 1, "{commands:?}");
+        assert!(
+            commands.iter().all(|c| *c == commands[0]),
+            "each builds what the first does: {commands:?}"
+        );
+    }
 }
