@@ -130,8 +130,15 @@ fn failed_blocks(out: &mut String, task: &TaskStatus) {
             "  block {} ({} attempts, last{worker}): {error}",
             block.block_id, block.attempts
         );
-        if let Some(log) = &block.log {
-            let _ = writeln!(out, "    log: {}", log.display());
+        match (&block.log, block.log_line) {
+            (Some(log), Some(line)) => {
+                let shown = log.display();
+                let _ = writeln!(out, "    log: {shown} (this run's part from line {line})");
+            }
+            (Some(log), None) => {
+                let _ = writeln!(out, "    log: {}", log.display());
+            }
+            (None, _) => {}
         }
     }
     more(out, task.failed_blocks.len());

@@ -274,12 +274,17 @@ impl TaskSummary {
     }
 }
 
-/// True if `dir` holds a log file with something in it.
+/// True if `dir` holds a log file with something in it besides the
+/// headers the driver writes before it starts a worker.
 fn has_logs(dir: &Path) -> bool {
     let entries = std::fs::read_dir(dir).into_iter().flatten().flatten();
     entries
-        .filter_map(|entry| entry.metadata().ok())
-        .any(|meta| meta.is_file() && meta.len() > 0)
+        .filter(|entry| {
+            entry
+                .metadata()
+                .is_ok_and(|meta| meta.is_file() && meta.len() > 0)
+        })
+        .any(|entry| crate::run_dir::user_logs::has_output(&entry.path()))
 }
 
 #[cfg(test)]
