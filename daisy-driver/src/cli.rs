@@ -709,4 +709,20 @@ mod tests {
             "each builds what the first does: {commands:?}"
         );
     }
+
+    /// Issue 38: the wheel's extension was 80 MB of mostly debug info. What
+    /// is shipped is built with a stripped profile without debug info.
+    #[test]
+    fn the_wheel_is_built_with_the_stripped_dist_profile() {
+        let cargo: toml::Value = toml::from_str(include_str!("../../Cargo.toml")).unwrap();
+        let dist = &cargo["profile"]["dist"];
+        assert_eq!(dist["strip"].as_bool(), Some(true), "{dist}");
+        assert_eq!(dist["debug"].as_bool(), Some(false), "{dist}");
+        let pyproject: toml::Value =
+            toml::from_str(include_str!("../../python/pyproject.toml")).unwrap();
+        assert_eq!(
+            pyproject["tool"]["maturin"]["profile"].as_str(),
+            Some("dist")
+        );
+    }
 }
