@@ -9,6 +9,7 @@ use crate::pipeline::Pipeline;
 use crate::run::distributed::RunOptions;
 use crate::run::launching::per_kind::TaskLaunchers;
 use crate::run::launching::LaunchSettings;
+use crate::run::output::summary::ReRun;
 use crate::run_dir::RunDir;
 use anyhow::Context;
 use clap::{Args, Parser, Subcommand};
@@ -108,10 +109,13 @@ pub struct RunOpts {
     /// (debugging, small jobs).
     #[arg(long)]
     pub serial: bool,
-    /// Address to listen on; the default takes every interface and a free
-    /// port, and advertises every address to workers.
-    #[arg(long, env = "DAISY_LISTEN", default_value = "0.0.0.0:0")]
-    pub listen: SocketAddr,
+    /// Address to listen on (0.0.0.0:0: every interface, a free port,
+    /// every address advertised to workers). Default: loopback only
+    /// (127.0.0.1, a free port) when every worker is started on this
+    /// machine by the local launcher; every interface when a task has a
+    /// cluster launcher or takes workers started by hand (max_workers = 0).
+    #[arg(long, env = "DAISY_LISTEN")]
+    pub listen: Option<SocketAddr>,
     /// The listener and token a program that starts the driver in its own
     /// process reserved before the run; never from the command line.
     #[arg(skip)]
@@ -163,6 +167,11 @@ pub struct RunOpts {
     /// (Python's run_blockwise) is such a run.
     #[arg(long, conflicts_with_all = ["reset", "retry_failed"])]
     pub fresh: bool,
+    /// Done tracking is off (`run_blockwise` without tracking, as daisy
+    /// 2.0): the run starts over as with --fresh, and a stop says that a
+    /// re-run starts over too, and how to turn tracking on.
+    #[arg(long, hide = true, conflicts_with_all = ["reset", "retry_failed"])]
+    pub untracked: bool,
     /// Start TASK over before running: delete its done markers and those
     /// of its downstream tasks (asks first, see --yes). Repeatable.
     #[arg(long, value_name = "TASK")]
@@ -195,6 +204,20 @@ pub struct RunOpts {
 }
 
 impl RunOpts {
+    /// Whether the run deletes every done marker first.
+    fn starts_over(&self) -> bool {
+        self.fresh || self.untracked
+    }
+
+    /// What running this command again does with the blocks it finishes.
+    fn re_run(&self) -> ReRun {
+        match (self.untracked, self.fresh) {
+            (true, _) => ReRun::StartsOver,
+            (false, true) => ReRun::ResumesWithoutFresh,
+            (false, false) => ReRun::Resumes,
+        }
+    }
+
     /// How often a progress line is printed, or None for no progress.
     fn progress_every(&self) -> Option<Duration> {
         (!self.no_progress && !self.quiet).then_some(self.status_every)
@@ -250,8 +273,9 @@ Blocks too short to see are merged, showing the worst outcome among them.
 The done-marker pictures show one cell per block (of the middle slice for
 3-D tasks): done, failed, orphaned (will not run because something it
 depends on failed) or remaining (not run yet, or running), as `status`
-counts them. Only the last run in the run directory is drawn; done
-markers include the earlier runs.")]
+counts them. One run of the run directory is drawn, by default the last
+that ran a block (see --run), and the page says which; the done-marker
+pictures include the blocks of every run.")]
 pub struct ReportOpts {
     /// The run directory (the one `run` used, e.g. daisy_run/<name>).
     pub run_dir: PathBuf,
@@ -262,8 +286,8 @@ pub struct ReportOpts {
     #[arg(short, long)]
     pub output: Option<PathBuf>,
     /// Which run to draw, counting from 1 in the order of events.jsonl
-    /// [default: the last that ran a block: a re-run that found every
-    /// block done draws nothing].
+    /// [default: the last that ran a block (the last run if none did),
+    /// since a re-run that found every block done has nothing to draw].
     #[arg(long, value_name = "N")]
     pub run: Option<usize>,
 }
@@ -319,7 +343,9 @@ fn command_plan(opts: PlanOpts) -> anyhow::Result<u8> {
     } else {
         crate::run::output::stdout::print(format_args!("{}", plan.render(opts.scripts)));
     }
-    Ok(if plan.is_runnable() { 0 } else { 1 })
+    // Every problem the plan lists makes `run` refuse to start, which is
+    // exit status 2: the two agree (issue 38).
+    Ok(if plan.is_runnable() { 0 } else { 2 })
 }
 
 /// Everything that can refuse the run (the pipeline, programs that do
@@ -331,7 +357,7 @@ fn command_run(mut opts: RunOpts, stop: StopSignal) -> anyhow::Result<u8> {
     let (pipeline, run_dir) = load(&opts.pipeline)?;
     let (worker, _) = worker_program(opts.worker_bin.as_deref())?;
     refuse_programs_that_cannot_start(&pipeline, (!opts.serial).then_some(&*worker))?;
-    let reset_tasks = match opts.fresh {
+    let reset_tasks = match opts.starts_over() {
         true => pipeline.tasks.iter().map(|t| t.spec.id.clone()).collect(),
         false => opts.reset.clone(),
     };
@@ -356,7 +382,7 @@ fn command_run(mut opts: RunOpts, stop: StopSignal) -> anyhow::Result<u8> {
     let _lock = crate::run_dir::lock::RunLock::acquire(&run_dir, "run")?;
     crate::run::launching::earlier_jobs::cancel(&run_dir, launch_settings(&opts))?;
     crate::run_dir::reset::delete(&resets)?;
-    if !opts.fresh {
+    if !opts.starts_over() {
         crate::run_dir::reset::announce_deleted(&resets);
     }
     run_dir.record_pipeline(&opts.pipeline.pipeline)?;
@@ -365,10 +391,10 @@ fn command_run(mut opts: RunOpts, stop: StopSignal) -> anyhow::Result<u8> {
             let progress_every = opts.progress_every();
             crate::run::serial::run(&pipeline, &run_dir, only_blocks.as_ref(), progress_every)?
         }
-        Some(server) => server.run(pipeline, &run_dir, stop)?,
+        Some(server) => server.run(pipeline, &run_dir, announced(stop, opts.re_run()))?,
     };
     if !opts.no_summary {
-        crate::run::output::stdout::print(format_args!("{}", summary.render()));
+        crate::run::output::stdout::print(format_args!("{}", summary.render(opts.re_run())));
     }
     Ok(summary.exit_code())
 }
@@ -413,8 +439,12 @@ impl BlockServer {
         options.token = opts.reserved.token.take();
         let listener = match opts.reserved.listener.take() {
             Some(listener) => listener,
-            None => std::net::TcpListener::bind(opts.listen)
-                .with_context(|| format!("listening on {}", opts.listen))?,
+            None => {
+                let address = (opts.listen)
+                    .unwrap_or_else(|| crate::run::context::default_listen_address(pipeline));
+                std::net::TcpListener::bind(address)
+                    .with_context(|| format!("listening on {address}"))?
+            }
         };
         let dashboard = (opts.dashboard.as_ref())
             .map(|addr| (addr.bind()).with_context(|| format!("--dashboard {addr}: listening")))
@@ -570,8 +600,13 @@ fn command_report(opts: ReportOpts) -> anyhow::Result<u8> {
 }
 
 fn command_worker(args: Vec<String>) -> u8 {
-    let argv = std::iter::once("daisy-worker".to_string()).chain(args);
-    daisy_worker::cli::main(daisy_worker::cli::Cli::parse_from(argv))
+    daisy_worker::cli::main(daisy_worker::cli::Cli::parse_from(worker_argv(args)))
+}
+
+/// `daisy-driver worker ARGS` as the worker's own command line, named so
+/// that its usage lines show the command that was typed.
+fn worker_argv(args: Vec<String>) -> impl Iterator<Item = String> {
+    std::iter::once("daisy-driver worker".to_string()).chain(args)
 }
 
 /// Resolves on Ctrl-C or SIGTERM.
@@ -585,5 +620,109 @@ async fn stop_signal() {
         _ = tokio::signal::ctrl_c() => {}
         _ = terminate.recv() => {}
     }
-    eprintln!("daisy-driver: stopping (a re-run resumes)");
+}
+
+/// `stop`, saying when it comes that the run stops and what a re-run
+/// will do (see [`ReRun`]).
+fn announced(stop: StopSignal, re_run: ReRun) -> StopSignal {
+    Box::pin(async move {
+        stop.await;
+        eprintln!("daisy-driver: stopping ({})", re_run.stopping_note());
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+
+    #[test]
+    fn the_worker_subcommand_names_itself_in_its_usage() {
+        let help = daisy_worker::cli::Cli::try_parse_from(worker_argv(vec!["--help".into()]))
+            .unwrap_err()
+            .to_string();
+        assert!(help.contains("Usage: daisy-driver worker"), "{help}");
+    }
+
+    /// Issue 38: `--run`'s default and the closing paragraph said two
+    /// different things about which run is drawn.
+    #[test]
+    fn report_help_says_one_thing_of_which_run_is_drawn() {
+        let mut cli = Cli::command();
+        let report = cli.find_subcommand_mut("report").unwrap();
+        let help = report.render_long_help().to_string();
+        assert!(
+            help.contains("[default: the last that ran a block")
+                && help.contains("by default the last\nthat ran a block (see --run)")
+                && !help.contains("Only the last run"),
+            "{help}"
+        );
+    }
+
+    /// Issue 38: the user guide's command summary lacked `--fresh`, `-q`,
+    /// `--format json` and `--run`; it names every option now.
+    #[test]
+    fn the_user_guides_command_summary_names_every_option() {
+        let guide = include_str!("../../docs/user-guide.md");
+        let start = guide.find("```sh\ndaisy-driver plan").unwrap();
+        let summary = &guide[start..][..guide[start..][3..].find("```").unwrap()];
+        let cli = Cli::command();
+        for command in cli.get_subcommands().filter(|c| c.get_name() != "worker") {
+            let visible = command.get_arguments().filter(|a| !a.is_hide_set());
+            for long in visible
+                .filter_map(|a| a.get_long())
+                .filter(|&l| l != "help")
+            {
+                assert!(
+                    summary.contains(&format!("--{long}")),
+                    "`{} --{long}` is missing from:\n{summary}",
+                    command.get_name()
+                );
+            }
+        }
+        for value in ["-q", "--format html|svg|png|json"] {
+            assert!(
+                summary.contains(value),
+                "{value} is missing from:\n{summary}"
+            );
+        }
+    }
+
+    /// Issue 38: the README's `plan` command had no `--release`, so it
+    /// built everything again after the demo's release build.
+    #[test]
+    fn every_cargo_run_in_the_readme_and_guides_reuses_the_first_ones_build() {
+        let docs = [
+            include_str!("../../README.md"),
+            include_str!("../../docs/user-guide.md"),
+            include_str!("../../docs/inspection.md"),
+            include_str!("../../docs/cluster-guide.md"),
+            include_str!("../../docs/python.md"),
+        ];
+        let commands: Vec<&str> = (docs.iter())
+            .flat_map(|doc| doc.match_indices("cargo run").map(|(at, _)| &doc[at..]))
+            .map(|rest| rest.split(" -- ").next().unwrap())
+            .collect();
+        assert!(commands.len() > 1, "{commands:?}");
+        assert!(
+            commands.iter().all(|c| *c == commands[0]),
+            "each builds what the first does: {commands:?}"
+        );
+    }
+
+    /// Issue 38: the wheel's extension was 80 MB of mostly debug info. What
+    /// is shipped is built with a stripped profile without debug info.
+    #[test]
+    fn the_wheel_is_built_with_the_stripped_dist_profile() {
+        let cargo: toml::Value = toml::from_str(include_str!("../../Cargo.toml")).unwrap();
+        let dist = &cargo["profile"]["dist"];
+        assert_eq!(dist["strip"].as_bool(), Some(true), "{dist}");
+        assert_eq!(dist["debug"].as_bool(), Some(false), "{dist}");
+        let pyproject: toml::Value =
+            toml::from_str(include_str!("../../python/pyproject.toml")).unwrap();
+        assert_eq!(
+            pyproject["tool"]["maturin"]["profile"].as_str(),
+            Some("dist")
+        );
+    }
 }

@@ -198,7 +198,7 @@ def run_blockwise(
             "resource_tracking": resource_tracking,
             "fork_workers": fork_workers,
         }
-        options = _shown(progress, summary) + ([] if tracked else ["--fresh"])
+        options = _shown(progress, summary) + ([] if tracked else ["--untracked"])
         options += _dashboard(dashboard, multiprocessing)
         status = _run(pipeline, name, run_dir, top, host, multiprocessing, options, reserved)
     finally:

@@ -48,10 +48,8 @@ pub fn start_driver(
     let status = Arc::new((Mutex::new(None), Condvar::new()));
     let stopped = Arc::clone(&stop);
     let ended = Arc::clone(&status);
-    let stop_signal = Box::pin(async move {
-        stopped.notified().await;
-        eprintln!("daisy-driver: stopping (a re-run resumes)");
-    });
+    // The driver says, when it stops, what a re-run will do.
+    let stop_signal = Box::pin(async move { stopped.notified().await });
     std::thread::Builder::new()
         .name("daisy-driver".into())
         .spawn(move || {

@@ -40,6 +40,14 @@ def slow_touch(block):
     time.sleep(0.3)
 
 
+def slow_touch_while_asked(block):
+    """`slow_touch` while TEST_SLOW is set, else `touch`: a run slow
+    enough to interrupt, then a quick re-run of the same pipeline."""
+    touch(block)
+    if os.environ.get("TEST_SLOW"):
+        time.sleep(0.3)
+
+
 def hang_on_block_0(block):
     """Block 0 never ends (until its worker does); the others are quick."""
     touch(block)

@@ -9,6 +9,7 @@ import sys
 import textwrap
 from pathlib import Path
 
+import pytest
 from conftest import assert_nothing_left_in, done_blocks, events, wait_for
 
 SCRIPT = textwrap.dedent(
@@ -108,6 +109,69 @@ def test_sigterm_stops_the_run_as_ctrl_c_does(workdir):
     assert_nothing_left_in(workdir)
     finished = [e for e in events(workdir / "run") if e.get("event") == "run_finished"]
     assert finished and finished[-1]["completed"] is False
+
+
+RE_RUN_SCRIPT = textwrap.dedent(
+    """
+    import sys
+    import daisy_rs as daisy
+
+    task = daisy.Task(
+        "again",
+        total_roi=daisy.Roi((0,), (40,)),
+        read_roi=daisy.Roi((0,), (1,)),
+        write_roi=daisy.Roi((0,), (1,)),
+        process_function="blocks:slow_touch_while_asked",
+        read_write_conflict=False,
+        max_workers=2,
+        batch_size=1,
+    )
+    tracking = {{"run_dir": "run"}} if {tracked} else {{}}
+    try:
+        states = daisy.run_blockwise([task], return_states=True, **tracking)
+    except KeyboardInterrupt:
+        sys.exit(5)
+    print("skipped", states["again"].skipped_count)
+    """
+)
+
+
+@pytest.mark.parametrize("tracked", [False, True], ids=["tracking off", "tracking on"])
+def test_an_interrupted_run_says_truly_whether_a_re_run_resumes_and_the_re_run_does(workdir, tracked):
+    """Issue 38: with done tracking off (run_blockwise's default, as daisy
+    2.0) a re-run starts over, and Ctrl-C must not promise a resume."""
+    (workdir / "run.py").write_text(RE_RUN_SCRIPT.format(tracked=tracked))
+    env = {**os.environ, "PYTHONPATH": TESTS_DIR}
+    run_dir = workdir / ("run" if tracked else "daisy_run/again")
+
+    def start(out, **more):
+        return subprocess.Popen(
+            [sys.executable, "run.py"], cwd=workdir, env={**env, "TEST_OUT": out, **more},
+            start_new_session=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        )
+
+    first = start("out1", TEST_SLOW="1")
+    wait_for("2 blocks done", lambda: len(done_blocks(run_dir, "again")) >= 2)
+    os.killpg(first.pid, signal.SIGINT)
+    output, errors = first.communicate(timeout=120)
+    assert first.returncode == 5, output + errors
+    assert_nothing_left_in(workdir)
+    done_before = set(done_blocks(run_dir, "again"))
+
+    again = start("out2")
+    rerun_output, rerun_errors = again.communicate(timeout=300)
+    assert again.returncode == 0, rerun_output + rerun_errors
+    skipped = int(rerun_output.split("skipped ")[-1])
+    ran_again = set(ran(workdir, "out2"))
+    if tracked:
+        assert "daisy-driver: stopping (a re-run resumes)" in errors, errors
+        assert "interrupted: run the same command again to resume" in output, output
+        assert skipped >= len(done_before) and not ran_again & done_before, rerun_output
+    else:
+        assert "daisy-driver: stopping (done tracking is off: a re-run starts over)" in errors, errors
+        assert "running again starts over" in output and "tracking_path" in output, output
+        assert "resumes" not in errors and "again to resume" not in output, output + errors
+        assert skipped == 0 and ran_again == set(range(40)), rerun_output
 
 
 def test_a_second_run_on_a_busy_run_directory_raises_and_leaves_the_first_alone(workdir):

@@ -183,14 +183,9 @@ fn bound_beyond_loopback_nothing_of_the_run_is_shown_without_the_token() {
         served.base,
         format!("http://{}:{port}", host.to_string_lossy())
     );
-    // Asked through the machine's first advertised address (not loopback
-    // where it has another).
-    let context: Value = serde_json::from_str(
-        &std::fs::read_to_string(served.run_dir.join("context.json")).unwrap(),
-    )
-    .unwrap();
-    let address = context["addresses"][0].as_str().unwrap();
-    let ip = address.rsplit_once(':').unwrap().0;
+    // Asked through the machine's first address (not loopback where it
+    // has another).
+    let ip = non_loopback_ipv4().unwrap_or(std::net::Ipv4Addr::LOCALHOST);
     let base = format!("http://{ip}:{port}");
     let wrong = "0".repeat(served.token.len());
     for route in RUN_ROUTES {

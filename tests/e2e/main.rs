@@ -11,6 +11,7 @@ mod dashboard;
 mod distributed;
 mod failures;
 mod found_done;
+mod listen;
 mod netns;
 mod plan;
 mod plan_cluster;

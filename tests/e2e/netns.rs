@@ -158,7 +158,9 @@ fn workers_in_another_network_namespace_reach_the_driver_past_an_unreachable_fir
         task("t", 12, command, "max_workers = 2")
     );
     dir.write("far.toml", &pipeline);
-    let mut driver = dir.driver(&["run", "far.toml"]);
+    // Its workers are local processes, but elsewhere as far as the
+    // network goes: the driver must listen beyond loopback.
+    let mut driver = dir.driver(&["run", "far.toml", "--listen", "0.0.0.0:0"]);
     driver.env("DAISY_WORKER_BIN", &wrapper);
     run_ok(&mut driver);
 

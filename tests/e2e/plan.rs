@@ -216,6 +216,8 @@ fn plan_simulates_the_allocation_as_tasks_drain() {
         "    c  1 worker, starts worker 4; 2 blocks left",
         "phase 3, after a is done (budget in use {cpu: 4})",
         "task \"b\", workers 5-8 (phase 3): 4 local processes",
+        // Issue 38: one, not "1 local processes".
+        "(phase 1): 1 local process\n",
     ] {
         assert!(text.contains(line), "missing {line:?} in:\n{text}");
     }
@@ -262,7 +264,7 @@ fn plan_lists_script_and_launcher_problems_and_exits_non_zero() {
     std::fs::create_dir(&no_sbatch).unwrap();
     let mut plan = dir.driver(&["plan", "p.toml"]);
     plan.env("PATH", &no_sbatch);
-    let out = run_fails(&mut plan, 1);
+    let out = run_fails(&mut plan, 2);
     for expected in [
         "problem: task \"a\": job template",
         "problem: task \"c\": job template",

@@ -49,7 +49,8 @@ fn a_local_run_refuses_programs_that_do_not_resolve_before_anything_starts() {
     );
     let predict = "task \"loc-predict\": command = [\"pyhton3\", \"predict.py\"]: program \
                    \"pyhton3\" is not found on PATH";
-    let plan = run_fails(&mut dir.driver(&["plan", "p.toml"]), 1);
+    // Issue 38: plan and run agree on the exit status.
+    let plan = run_fails(&mut dir.driver(&["plan", "p.toml"]), 2);
     let run = run_fails(&mut dir.driver(&["run", "p.toml", "--run-dir", "run"]), 2);
     let serial = run_fails(&mut dir.driver(&["run", "p.toml", "--serial"]), 2);
     for out in [plan, run, serial] {
@@ -65,7 +66,7 @@ fn a_local_run_refuses_programs_that_do_not_resolve_before_anything_starts() {
         &pipeline("local", "loc", "true").replace("pyhton3", "sh"),
     );
     let worker = ["--worker-bin", "/nonexistent/daisy-worker"];
-    let plan = run_fails(dir.driver(&["plan", "p.toml"]).args(worker), 1);
+    let plan = run_fails(dir.driver(&["plan", "p.toml"]).args(worker), 2);
     let run = run_fails(dir.driver(&["run", "p.toml"]).args(worker), 2);
     let expected = "the worker program (--worker-bin, DAISY_WORKER_BIN) \
                     \"/nonexistent/daisy-worker\": program \"/nonexistent/daisy-worker\" \

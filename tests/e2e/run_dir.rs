@@ -20,7 +20,7 @@ fn done_bytes_without_zarr_json_are_an_error_in_plan_run_and_status() {
     let marker = dir.join("daisy_run/line/done/line");
     std::fs::remove_file(marker.join("zarr.json")).unwrap();
     let hint = "rm -rf daisy_run/line/done/line";
-    let plan = run_fails(&mut dir.driver(&["plan", "line.toml"]), 1);
+    let plan = run_fails(&mut dir.driver(&["plan", "line.toml"]), 2);
     assert!(
         plan.contains("no zarr.json") && plan.contains(hint),
         "{plan}"

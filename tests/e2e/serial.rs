@@ -188,7 +188,7 @@ fn a_changed_write_roi_is_refused_with_how_to_reset() {
     let out = run_fails(&mut dir.driver(&["run", "--serial", "line.toml"]), 2);
     assert!(out.contains("different task layout"), "{out}");
     assert!(out.contains("rm -rf daisy_run/line/done/line"), "{out}");
-    let plan = run_fails(&mut dir.driver(&["plan", "line.toml"]), 1);
+    let plan = run_fails(&mut dir.driver(&["plan", "line.toml"]), 2);
     assert!(plan.contains("different task layout"), "{plan}");
 }
 

@@ -457,3 +457,67 @@ fn status_watch_follows_a_run_and_ends_with_its_final_state() {
         "{refused}"
     );
 }
+
+/// Issue 38: the lines of a multi-line error (a traceback) after the
+/// first are indented under their block, not at the margin.
+#[test]
+fn status_indents_every_line_of_a_multi_line_error_under_its_block() {
+    let dir = TestDir::new();
+    let traceback =
+        "echo Traceback >&2; echo '  File x.py' >&2; echo 'ValueError: bad' >&2; exit 1";
+    let pipeline = format!(
+        "name = \"tb\"\n{}",
+        task("t", 1, traceback, "max_retries = 0")
+    );
+    dir.write("p.toml", &pipeline);
+    run_fails(&mut dir.driver(&["run", "p.toml", "--serial"]), 1);
+    let status = run_fails(&mut dir.driver(&["status", "daisy_run/tb"]), 1);
+    let failed: Vec<&str> = status
+        .lines()
+        .skip_while(|line| !line.starts_with("failed blocks of task"))
+        .skip(1)
+        .take_while(|line| !line.is_empty())
+        .collect();
+    assert!(
+        failed.len() > 1 && failed.iter().any(|line| line.contains("ValueError: bad")),
+        "{status}"
+    );
+    assert!(
+        failed.iter().all(|line| line.starts_with("  ")),
+        "a line of the error is not indented:\n{status}"
+    );
+}
+
+/// Issue 38: worker ids start at 1 in every run and logs are appended
+/// to, so a worker's user log holds every run's output; each run's part
+/// starts with a line naming the run, and `status` points at the last's.
+#[test]
+fn each_runs_part_of_a_user_log_is_marked_and_status_points_at_the_last() {
+    let dir = TestDir::new();
+    let failing = "echo output of a run >&2; exit 1";
+    let pipeline = format!(
+        "name = \"logs\"\n{}",
+        task("t", 1, failing, "max_retries = 0")
+    );
+    dir.write("p.toml", &pipeline);
+    for _ in 0..2 {
+        run_fails(&mut dir.driver(&["run", "p.toml"]), 1);
+    }
+    let log = dir.read("daisy_run/logs/logs/t/worker-1-user.err");
+    let lines: Vec<&str> = log.lines().collect();
+    let header = "==== daisy run started ";
+    let headers: Vec<usize> = (0..lines.len())
+        .filter(|&i| lines[i].starts_with(header))
+        .collect();
+    assert_eq!(headers, [0, 2], "{log}");
+    assert!(
+        lines[0].ends_with("(pipeline \"logs\"): worker 1 of task \"t\" ===="),
+        "{log}"
+    );
+    assert_eq!(lines[1], "output of a run", "{log}");
+    let status = run_fails(&mut dir.driver(&["status", "daisy_run/logs"]), 1);
+    assert!(
+        status.contains("worker-1-user.err (this run's part from line 3)"),
+        "{status}\n{log}"
+    );
+}

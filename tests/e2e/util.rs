@@ -121,6 +121,14 @@ pub fn missing(test: &str, why: &str, how: &str) -> ! {
     );
 }
 
+/// This machine's first IPv4 address that is not loopback, if it has one.
+pub fn non_loopback_ipv4() -> Option<std::net::Ipv4Addr> {
+    let interfaces = nix::ifaddrs::getifaddrs().ok()?;
+    interfaces
+        .filter_map(|i| i.address?.as_sockaddr_in().map(|a| a.ip()))
+        .find(|ip| !ip.is_loopback())
+}
+
 /// Runs a command to completion and returns its output.
 pub fn run(command: &mut Command) -> Output {
     command

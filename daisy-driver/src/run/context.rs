@@ -2,6 +2,7 @@
 //! on, the run's secret token, and `<run-dir>/context.json` (mode 0600)
 //! for workers started by hand.
 
+use crate::pipeline::{LauncherKind, Pipeline};
 use anyhow::Context as _;
 use daisy_core::context::WorkerContext;
 use daisy_core::protocol::PROTOCOL_VERSION;
@@ -39,6 +40,24 @@ impl Reserved {
         let listener = self.listener.as_ref().context("the listener was taken")?;
         Ok(advertised_addresses(listener.local_addr()?))
     }
+}
+
+/// Where the driver listens when `--listen` does not say: loopback only
+/// when every worker of the run is started on this machine by the local
+/// launcher (nothing elsewhere needs to reach the port, so nothing
+/// elsewhere can knock on it); every interface when a task's workers are
+/// cluster jobs or started by hand (`max_workers = 0`), which may run on
+/// any node.
+pub fn default_listen_address(pipeline: &Pipeline) -> SocketAddr {
+    let all_local = pipeline
+        .tasks
+        .iter()
+        .all(|task| task.launcher.kind == LauncherKind::Local && task.max_workers > 0);
+    let ip = match all_local {
+        true => Ipv4Addr::LOCALHOST,
+        false => Ipv4Addr::UNSPECIFIED,
+    };
+    SocketAddr::new(IpAddr::V4(ip), 0)
 }
 
 /// A run token: never shown by `Debug`.

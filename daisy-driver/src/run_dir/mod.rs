@@ -11,6 +11,7 @@ pub(crate) mod lock;
 pub(crate) mod outcome_recorder;
 pub(crate) mod reset;
 pub(crate) mod start_checks;
+pub(crate) mod user_logs;
 
 use crate::pipeline::Pipeline;
 use anyhow::Context as _;

@@ -80,7 +80,7 @@ impl Plan {
                     kind_name(submission.launcher),
                     path.display()
                 ),
-                None => format!("{} local processes", submission.commands.len()),
+                None => counted(submission.commands.len() as u64, "local process"),
             };
             let _ = writeln!(
                 out,

@@ -13,7 +13,7 @@ table{border-collapse:collapse;font-size:13px}\
 th,td{padding:3px 10px;text-align:right;border-bottom:1px solid #ddd}\
 th:first-child,td:first-child{text-align:left}\
 .charts svg{display:inline-block;vertical-align:top;margin:0 10px 10px 0}\
-.hint{color:#777;font-size:12px}\
+.hint,.legend{color:#777;font-size:12px}\
 .failures td{text-align:left}.failures td.error{font-family:monospace}";
 
 /// The page.
@@ -63,4 +63,36 @@ pub fn body(drawings: &Drawings) -> String {
 
 fn section(html: &mut String, heading: &str, body: &str) {
     let _ = write!(html, "<h2>{heading}</h2><div class=\"charts\">{body}</div>");
+}
+
+#[cfg(test)]
+mod tests {
+    use super::STYLE;
+
+    /// Issue 38: the note under the summary table had a class with no
+    /// rule, and showed larger than the table it explains.
+    #[test]
+    fn every_paragraph_class_the_page_writes_has_a_rule() {
+        let sources = [
+            include_str!("html.rs"),
+            include_str!("table.rs"),
+            include_str!("failures.rs"),
+        ];
+        let opening = "<p class=\\\"";
+        let classes: Vec<&str> = (sources.iter())
+            .flat_map(|source| source.split(opening).skip(1))
+            .map(|rest| rest.split('\\').next().unwrap())
+            .collect();
+        assert!(classes.contains(&"legend"), "{classes:?}");
+        let ruled = |class: &str| {
+            let name = format!(".{class}");
+            STYLE.match_indices(&name).any(|(at, _)| {
+                let after = STYLE[at + name.len()..].chars().next();
+                matches!(after, Some('{' | ',' | ' '))
+            })
+        };
+        for class in classes {
+            assert!(ruled(class), "no rule for .{class} in {STYLE}");
+        }
+    }
 }

@@ -103,6 +103,10 @@ pub struct FailedBlock {
     pub worker_id: Option<u64>,
     /// Where that attempt's user code wrote its stderr, if the file exists.
     pub log: Option<PathBuf>,
+    /// The line of `log` where the last run's part starts (logs gather
+    /// every run's; see `run_dir::user_logs`), if it is marked.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub log_line: Option<usize>,
 }
 
 /// The last run as events.jsonl tells it.

@@ -7,9 +7,11 @@ use super::{FailedBlock, LastRun, TaskStatus, WorkerStatus};
 use crate::inspect::cost_summary::{self, TaskCosts};
 use crate::inspect::run_state::{block_by_id, BlockStates, RunEvents, WorkerEnd, WorkerLife};
 use crate::pipeline::Pipeline;
+use crate::run_dir::user_logs;
 use crate::run_dir::RunDir;
 use daisy_core::protocol::WireRoi;
 use daisy_core::TaskIdx;
+use std::collections::HashMap;
 use std::path::PathBuf;
 
 /// The numbers per task, and what did not add up.
@@ -25,15 +27,30 @@ pub(super) fn analyse(
 ) -> anyhow::Result<Analysis> {
     let mut states = BlockStates::read(pipeline, run_dir, last_run)?;
     states.read_costs();
-    let tasks = states
+    let mut tasks: Vec<TaskStatus> = states
         .graph()
         .task_indices()
         .map(|task| TaskStatus::of(&states, run_dir, task))
         .collect();
+    if let Some(start) = &last_run.start {
+        mark_log_parts(&mut tasks, start.time);
+    }
     Ok(Analysis {
         tasks,
         warnings: states.warnings().to_vec(),
     })
+}
+
+/// Points each failed block's log at the line where the part of the run
+/// started at `started` begins, reading each log once.
+fn mark_log_parts(tasks: &mut [TaskStatus], started: f64) {
+    let mut lines: HashMap<PathBuf, Option<usize>> = HashMap::new();
+    let failed = tasks.iter_mut().flat_map(|t| t.failed_blocks.iter_mut());
+    for block in failed {
+        let Some(log) = &block.log else { continue };
+        block.log_line =
+            *(lines.entry(log.clone())).or_insert_with(|| user_logs::part_of_run(log, started));
+    }
 }
 
 impl TaskStatus {
@@ -51,6 +68,7 @@ impl TaskStatus {
                 error: f.error.clone(),
                 worker_id: f.worker_id,
                 log: user_log(run_dir, &id, f.worker_id),
+                log_line: None,
             })
             .collect();
         let failed = failed_blocks.len() as u64;

@@ -123,13 +123,22 @@ fn failed_blocks(out: &mut String, task: &TaskStatus) {
         let worker = block
             .worker_id
             .map_or_else(String::new, |w| format!(" on worker {w}"));
+        // A traceback's later lines stay under their block.
+        let error = block.error.trim_end().replace('\n', "\n    ");
         let _ = writeln!(
             out,
-            "  block {} ({} attempts, last{worker}): {}",
-            block.block_id, block.attempts, block.error
+            "  block {} ({} attempts, last{worker}): {error}",
+            block.block_id, block.attempts
         );
-        if let Some(log) = &block.log {
-            let _ = writeln!(out, "    log: {}", log.display());
+        match (&block.log, block.log_line) {
+            (Some(log), Some(line)) => {
+                let shown = log.display();
+                let _ = writeln!(out, "    log: {shown} (this run's part from line {line})");
+            }
+            (Some(log), None) => {
+                let _ = writeln!(out, "    log: {}", log.display());
+            }
+            (None, _) => {}
         }
     }
     more(out, task.failed_blocks.len());

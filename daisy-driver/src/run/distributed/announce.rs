@@ -17,9 +17,10 @@ pub fn announce(
     context: &WorkerContext,
 ) {
     crate::run::output::stdout::print_line(format_args!(
-        "daisy-driver: serving {:?} on {}",
+        "daisy-driver: serving {:?} on {}{}",
         pipeline.name,
-        context.addresses.join(", ")
+        context.addresses.join(", "),
+        reach_note(&context.addresses)
     ));
     let hand_command = |task| hand_command(task, run_dir, options);
     let lines: Vec<String> = pipeline.tasks.iter().map(hand_command).collect();
@@ -30,6 +31,21 @@ pub fn announce(
             task.spec.id,
             hand_command(task)
         ));
+    }
+}
+
+/// Said after the addresses when only this machine can reach them, so
+/// that a worker started elsewhere by hand is not left to time out.
+fn reach_note(addresses: &[String]) -> &'static str {
+    let loopback = |address: &String| {
+        (address.parse::<std::net::SocketAddr>()).is_ok_and(|a| a.ip().is_loopback())
+    };
+    match addresses.iter().all(loopback) {
+        true => {
+            " (loopback only: every worker of this run starts on this machine; \
+                 --listen 0.0.0.0:0 lets workers on other machines join)"
+        }
+        false => "",
     }
 }
 

@@ -7,7 +7,7 @@
 
 use super::core::{Command, Core, CoreSettings, Input};
 use super::RunOptions;
-use crate::pipeline::Pipeline;
+use crate::pipeline::{LauncherKind, Pipeline, UserCommand};
 use crate::run::distributed::connection::{ConnEvent, ConnId, Outbox, PeerEvent};
 use crate::run::launching;
 use crate::run::launching::thread::{LauncherEvent, LauncherThread};
@@ -16,7 +16,7 @@ use crate::run::output::summary::{RunEnd, RunSummary};
 use crate::run::slots::SlotId;
 use crate::run_dir::outcome_recorder::Attempt;
 use crate::run_dir::outcome_recorder::OutcomeRecorder;
-use crate::run_dir::RunDir;
+use crate::run_dir::{user_logs, RunDir};
 use daisy_core::context::{WorkerContext, CONTEXT_ENV};
 use daisy_core::id_hash::IdMap;
 use daisy_core::printable::printable;
@@ -43,6 +43,9 @@ pub struct Shell {
     launcher: LauncherThread,
     recorder: OutcomeRecorder,
     progress: Progress,
+    /// When the run started, as the headers of its parts of the workers'
+    /// logs say (see [`crate::run_dir::user_logs`]).
+    started: std::time::SystemTime,
     /// An error that ends the run (a done marker that cannot be written).
     fatal: Option<anyhow::Error>,
     /// Empty buffers kept between inputs, so that carrying out commands
@@ -81,6 +84,7 @@ impl Shell {
             replies: IdMap::default(),
             launcher,
             recorder,
+            started: std::time::SystemTime::now(),
             fatal: None,
             spare: Vec::new(),
             spare_marks: Vec::new(),
@@ -217,6 +221,7 @@ impl Shell {
                 }
             }
             Command::StartWorkers { task, slots } => {
+                self.start_log_parts(task, &slots);
                 let requests = slots.iter().map(|&s| self.worker_request(task, s));
                 self.launcher.start(requests.collect());
             }
@@ -250,7 +255,7 @@ impl Shell {
         if !log.exists() {
             return;
         }
-        match StderrTail::of_file(&log).read() {
+        match user_logs::without_headers(&StderrTail::of_file(&log).read()) {
             tail if tail.is_empty() => error.push_str("; its stderr was empty"),
             tail => {
                 error.push_str("; stderr tail: ");
@@ -265,6 +270,37 @@ impl Shell {
         }
         if let Some(reply) = self.replies.remove(&conn) {
             let _ = reply.send(answer);
+        }
+    }
+
+    /// Marks where this run's part of each log the workers in `slots`
+    /// will append to starts: their user code's (a command's own files)
+    /// and, for local processes, the worker's own stdout and stderr
+    /// (where a Python function's traceback goes).
+    fn start_log_parts(&self, task: TaskIdx, slots: &[SlotId]) {
+        let config = &self.pipeline.tasks[task.index()];
+        let command = !matches!(config.command, UserCommand::Function { .. });
+        let local = config.launcher.kind == LauncherKind::Local;
+        let logs = self.run_dir.task_logs(&config.spec.id);
+        for slot in slots {
+            let id = slot.0;
+            let user = [
+                format!("worker-{id}-user.err"),
+                format!("worker-{id}-user.out"),
+            ];
+            let own = [format!("worker-{id}.err"), format!("worker-{id}.out")];
+            let names: Vec<String> = [(command, user), (local, own)]
+                .into_iter()
+                .filter_map(|(written, names)| written.then_some(names))
+                .flatten()
+                .collect();
+            let header = user_logs::RunHeader {
+                pipeline: &self.pipeline.name,
+                started: self.started,
+                task: &config.spec.id,
+                worker_id: id,
+            };
+            user_logs::start_parts(&logs, &names, &header);
         }
     }
 

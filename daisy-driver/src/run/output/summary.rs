@@ -15,8 +15,53 @@ pub enum RunEnd {
     Finished,
     /// Blocks remain that can never become ready (a bug).
     Stalled,
-    /// Stopped by Ctrl-C or SIGTERM; a re-run resumes.
+    /// Stopped by Ctrl-C or SIGTERM; what a re-run does is [`ReRun`]'s.
     Interrupted,
+}
+
+/// What running the same command again does with the blocks this run
+/// finished, so that a stopped run never promises a resume it will not
+/// give.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ReRun {
+    /// Skips them: the run resumes.
+    Resumes,
+    /// The command has `--fresh`, so it starts over again; without
+    /// `--fresh` it resumes (this run's done markers are kept).
+    ResumesWithoutFresh,
+    /// Done tracking is off (`run_blockwise` without `tracking_path`, a
+    /// tracking base directory or `run_dir`, as daisy 2.0): every run
+    /// starts over.
+    StartsOver,
+}
+
+/// How a Python program turns done tracking on, said where a run without
+/// it stops.
+const TURN_TRACKING_ON: &str = "to resume instead, turn done tracking on: \
+    Task(tracking_path=...), daisy.set_tracking_basedir(...) or run_blockwise(run_dir=...)";
+
+impl ReRun {
+    /// Said when a stop signal arrives, in `daisy-driver: stopping (…)`.
+    pub fn stopping_note(self) -> &'static str {
+        match self {
+            ReRun::Resumes => "a re-run resumes",
+            ReRun::ResumesWithoutFresh => "a re-run without --fresh resumes",
+            ReRun::StartsOver => "done tracking is off: a re-run starts over",
+        }
+    }
+
+    /// The summary's last line for an interrupted run.
+    fn interrupted_line(self) -> String {
+        match self {
+            ReRun::Resumes => "interrupted: run the same command again to resume".into(),
+            ReRun::ResumesWithoutFresh => "interrupted: run the command again without --fresh \
+                to resume (with --fresh it starts over)"
+                .into(),
+            ReRun::StartsOver => format!(
+                "interrupted: done tracking is off, so running again starts over; {TURN_TRACKING_ON}"
+            ),
+        }
+    }
 }
 
 /// The columns of the execution summary, in order (the run report's table
@@ -103,12 +148,13 @@ impl RunSummary {
     }
 
     /// The summary as text, control characters escaped (it quotes the
-    /// last block error, a user process's stderr).
-    pub fn render(&self) -> String {
-        printable(&self.render_raw()).into_owned()
+    /// last block error, a user process's stderr); `re_run` says what an
+    /// interrupted run's re-run does.
+    pub fn render(&self, re_run: ReRun) -> String {
+        printable(&self.render_raw(re_run)).into_owned()
     }
 
-    fn render_raw(&self) -> String {
+    fn render_raw(&self, re_run: ReRun) -> String {
         let mut out = String::new();
         let [task, blocks, completed, skipped, failed, orphaned, workers, restarts, time, rate] =
             COLUMNS;
@@ -136,7 +182,7 @@ impl RunSummary {
             self.seconds,
             self.events.display()
         );
-        self.render_problems(&mut out);
+        self.render_problems(&mut out, re_run);
         if self.failed_event_writes > 0 {
             let _ = writeln!(
                 out,
@@ -150,7 +196,7 @@ impl RunSummary {
         out
     }
 
-    fn render_problems(&self, out: &mut String) {
+    fn render_problems(&self, out: &mut String, re_run: ReRun) {
         for task in &self.tasks {
             if let Some(why) = &task.abandoned {
                 let _ = writeln!(out, "task {:?} was abandoned: {why}", task.id);
@@ -172,7 +218,7 @@ impl RunSummary {
                 let _ = writeln!(out, "the run stalled: blocks remain that can never become ready (a bug; please report it)");
             }
             RunEnd::Interrupted => {
-                let _ = writeln!(out, "interrupted: run the same command again to resume");
+                let _ = writeln!(out, "{}", re_run.interrupted_line());
             }
             RunEnd::Finished => {}
         }
@@ -228,12 +274,17 @@ impl TaskSummary {
     }
 }
 
-/// True if `dir` holds a log file with something in it.
+/// True if `dir` holds a log file with something in it besides the
+/// headers the driver writes before it starts a worker.
 fn has_logs(dir: &Path) -> bool {
     let entries = std::fs::read_dir(dir).into_iter().flatten().flatten();
     entries
-        .filter_map(|entry| entry.metadata().ok())
-        .any(|meta| meta.is_file() && meta.len() > 0)
+        .filter(|entry| {
+            entry
+                .metadata()
+                .is_ok_and(|meta| meta.is_file() && meta.len() > 0)
+        })
+        .any(|entry| crate::run_dir::user_logs::has_output(&entry.path()))
 }
 
 #[cfg(test)]
@@ -275,7 +326,7 @@ mod tests {
             failed_attempts: 3,
             ..summary(task(counters, PathBuf::from("logs")))
         };
-        let text = rerun.render();
+        let text = rerun.render(ReRun::Resumes);
         assert!(
             text.contains("0 blocks run and 3 attempts failed in 2.0 s"),
             "{text}"
@@ -291,9 +342,9 @@ mod tests {
             ))
         };
         assert!(
-            one.render().contains("1 block run in 2.0 s"),
+            one.render(ReRun::Resumes).contains("1 block run in 2.0 s"),
             "{}",
-            one.render()
+            one.render(ReRun::Resumes)
         );
     }
 
@@ -308,7 +359,7 @@ mod tests {
             restarts: 2,
             ..task(counters, PathBuf::from("/nonexistent/logs/seg"))
         };
-        let text = summary(lost).render();
+        let text = summary(lost).render(ReRun::Resumes);
         assert!(
             text.contains(
                 "task \"seg\": 2 workers ended uncleanly (lost, or failed to start); \
@@ -326,7 +377,7 @@ mod tests {
             restarts: 1,
             ..task(counters, logs.path().to_path_buf())
         })
-        .render();
+        .render(ReRun::Resumes);
         assert!(
             text.contains("no worker of it wrote a log"),
             "empty files: {text}"
@@ -340,7 +391,7 @@ mod tests {
             },
             ..task(counters, logs.path().to_path_buf())
         };
-        let text = summary(failed).render();
+        let text = summary(failed).render(ReRun::Resumes);
         let expected = format!(
             "task \"seg\": 1 block failed; its logs are in {}",
             logs.path().display()
@@ -363,7 +414,7 @@ mod tests {
             },
             ..task(counters, PathBuf::from("logs"))
         };
-        let text = summary(by_hand).render();
+        let text = summary(by_hand).render(ReRun::Resumes);
         let row = text.lines().nth(1).unwrap();
         assert!(row.contains(" 1+2 by hand "), "{row}");
         assert!(text.contains(SKIPPED_LEGEND), "{text}");
@@ -371,7 +422,38 @@ mod tests {
             skipped: 0,
             ..counters
         };
-        let text = summary(task(none_skipped, PathBuf::from("logs"))).render();
+        let text = summary(task(none_skipped, PathBuf::from("logs"))).render(ReRun::Resumes);
         assert!(!text.contains(SKIPPED_LEGEND), "{text}");
+    }
+
+    #[test]
+    fn an_interrupted_run_says_what_a_re_run_does_with_its_blocks() {
+        let interrupted = RunSummary {
+            end: RunEnd::Interrupted,
+            ..summary(task(TaskCounters::default(), PathBuf::from("logs")))
+        };
+        let last_line = |re_run| {
+            interrupted
+                .render(re_run)
+                .lines()
+                .last()
+                .unwrap()
+                .to_string()
+        };
+        assert_eq!(
+            last_line(ReRun::Resumes),
+            "interrupted: run the same command again to resume"
+        );
+        let fresh = last_line(ReRun::ResumesWithoutFresh);
+        assert!(fresh.contains("without --fresh to resume"), "{fresh}");
+        let untracked = last_line(ReRun::StartsOver);
+        assert!(
+            untracked.contains("running again starts over")
+                && untracked.contains("tracking_path")
+                && untracked.contains("set_tracking_basedir")
+                && untracked.contains("run_dir")
+                && !untracked.contains("again to resume"),
+            "{untracked}"
+        );
     }
 }
