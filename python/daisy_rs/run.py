@@ -529,6 +529,10 @@ def _task_table(task, pipeline):
         table["resource_tracking"] = True
     if task.pin:
         table["pin"] = True
+    if task.writes:
+        table["writes"] = task.writes
+    if task.share_chunks:
+        table["share_chunks"] = True
     return table
 
 

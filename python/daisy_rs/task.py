@@ -14,6 +14,7 @@ import numbers
 import re
 import warnings
 
+from daisy_rs._writes import array_paths
 from daisy_rs.block import _as_roi
 
 _FITS = ("valid", "overhang", "shrink")
@@ -155,6 +156,8 @@ class Task:
         worker_program=None,
         pin=False,
         fork_workers=True,
+        writes=None,
+        share_chunks=False,
         **unknown,
     ):
         for name in unknown:
@@ -210,6 +213,12 @@ class Task:
         #: start"); ``run_blockwise(fork_workers=False)`` and
         #: ``DAISY_FORK_WORKERS=0`` turn it off for every task.
         self.fork_workers = bool(fork_workers)
+        #: The Zarr arrays the blocks write into, as paths: two workers
+        #: never write into one shard (or chunk) at once
+        #: (docs/user-guide.md, "Writing Zarr safely").
+        self.writes = array_paths(self.task_id, writes)
+        #: Accept blocks that write parts of chunks other blocks write.
+        self.share_chunks = bool(share_chunks)
 
     @property
     def done_marker_path(self):
