@@ -10,12 +10,14 @@
 //! distributed run does.
 
 mod common;
+mod xorshift;
 
 use daisy_core::scheduler::Released;
 use daisy_core::{Block, BlockId, BlockOutcome, DependencyGraph, Scheduler, TaskIdx, TaskSpec};
 use proptest::prelude::*;
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
+use xorshift::Rng;
 
 fn task_spec(dims: usize) -> impl Strategy<Value = TaskSpec> {
     let max_total = [0, 16, 8, 5][dims];
@@ -115,17 +117,6 @@ struct Record {
     orphaned: HashSet<BlockId>,
     abandoned: bool,
     finished: bool,
-}
-
-struct Rng(u64);
-
-impl Rng {
-    fn below(&mut self, n: u64) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0 % n
-    }
 }
 
 fn all_blocks(graph: &DependencyGraph) -> Vec<Block> {

@@ -12,6 +12,7 @@
 //!   skipped, or failed for good and its downstream orphaned.
 
 mod common;
+mod xorshift;
 
 use daisy_core::scheduler::Released;
 use daisy_core::{
@@ -21,6 +22,7 @@ use daisy_core::{
 use proptest::prelude::*;
 use std::collections::HashSet;
 use std::sync::Arc;
+use xorshift::Rng;
 
 /// An array over roughly the task's region: its offset a little off the
 /// block grid, chunks of 1 to 4, shards of 1 to 3 chunks or none.
@@ -84,17 +86,6 @@ fn pipeline() -> impl Strategy<Value = Vec<TaskSpec>> {
                     .collect()
             })
     })
-}
-
-struct Rng(u64);
-
-impl Rng {
-    fn below(&mut self, n: u64) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0 % n
-    }
 }
 
 /// The lock cells of `array` that `roi` writes into, per dimension, from
