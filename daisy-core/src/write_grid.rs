@@ -53,10 +53,15 @@ impl WriteGrid {
         Some((begin, end))
     }
 
-    /// The row-major index of lock cell `cell`.
+    /// The row-major index of lock cell `cell`. Wrapping: past 2^64
+    /// cells two cells may share an index, which only locks more.
     pub fn lock_index(&self, cell: Coordinate) -> u64 {
         let cells = self.lock_cells();
-        (0..cell.dims()).fold(0, |index, d| index * cells[d] as u64 + cell[d] as u64)
+        (0..cell.dims()).fold(0u64, |index, d| {
+            index
+                .wrapping_mul(cells[d] as u64)
+                .wrapping_add(cell[d] as u64)
+        })
     }
 
     /// Why this grid cannot place writes of a task with `dims` dimensions.
@@ -121,11 +126,12 @@ impl WriteLayout {
             let locks = axis.cells(array.lock_shape()[d]);
             blocks = blocks.saturating_mul(axis.intervals.len() as u64);
             clear_blocks = clear_blocks.saturating_mul(chunks.unshared());
-            layout.chunks_per_block *= chunks.most_per_interval();
+            layout.chunks_per_block =
+                (layout.chunks_per_block).saturating_mul(chunks.most_per_interval());
             if let (Some(n), Some(shard)) = (&mut layout.shards_per_block, array.shard) {
-                *n *= axis.cells(shard[d]).most_per_interval();
+                *n = n.saturating_mul(axis.cells(shard[d]).most_per_interval());
             }
-            layout.blocks_per_lock *= locks.most_per_cell();
+            layout.blocks_per_lock = (layout.blocks_per_lock).saturating_mul(locks.most_per_cell());
             layout.locks_written = layout.locks_written.saturating_mul(locks.distinct());
             let first = grid.total_write.offset()[d] - array.region.offset()[d];
             layout.origin_aligned &= first.rem_euclid(array.chunk[d]) == 0;

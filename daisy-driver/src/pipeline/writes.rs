@@ -15,6 +15,7 @@
 //! `share_chunks = true`, and the refusal names the write shape that
 //! aligns.
 
+use daisy_core::coordinate::MAX_COORDINATE;
 use daisy_core::geometry::{geometry_problems, BlockGrid};
 use daisy_core::{Coordinate, Roi, TaskIdx, TaskSpec, WriteGrid, WriteLayout};
 use serde_json::Value;
@@ -80,23 +81,39 @@ fn splitting_chunks(
 /// The grid of the Zarr array at `path`, on `dims` spatial dimensions.
 fn read_grid(path: &Path, dims: usize) -> Result<WriteGrid, String> {
     let array = ArrayMeta::read(path)?;
-    let spatial = |values: &[u64], what: &str| -> Result<Coordinate, String> {
+    let voxel = array.attribute(&["voxel_size", "resolution"], dims, 1)?;
+    if !voxel.all(|v| v > 0) {
+        return Err(format!(
+            "its voxel size {voxel} must be positive in every dimension"
+        ));
+    }
+    let offset = array.attribute(&["offset"], dims, 0)?;
+    if let Some(v) = offset.iter().find(|v| v.unsigned_abs() > MAX_COORDINATE) {
+        return Err(format!(
+            "its offset {offset} has an entry {v}, beyond the supported ±{MAX_COORDINATE}"
+        ));
+    }
+    // Extents in world units: the last `dims` values times the voxel size.
+    let world = |values: &[u64], what: &str| -> Result<Coordinate, String> {
         let skip = values.len().checked_sub(dims).ok_or_else(|| {
             format!("its {what} {values:?} has fewer dimensions than the task's {dims}")
         })?;
-        let values: Vec<i64> = values[skip..].iter().map(|&v| v as i64).collect();
-        Ok(Coordinate::new(&values))
+        let scaled = (values[skip..].iter().zip(voxel.iter()))
+            .map(|(&v, w)| v.checked_mul(w as u64).filter(|&e| e <= MAX_COORDINATE))
+            .collect::<Option<Vec<u64>>>()
+            .ok_or_else(|| {
+                format!("its {what} {values:?} in world units (voxel size {voxel}) is beyond the supported {MAX_COORDINATE}")
+            })?;
+        Ok(Coordinate::new(
+            &scaled.iter().map(|&e| e as i64).collect::<Vec<_>>(),
+        ))
     };
-    let voxel = array.attribute(&["voxel_size", "resolution"], dims, 1)?;
-    let offset = array.attribute(&["offset"], dims, 0)?;
-    let shape = spatial(&array.shape, "shape")?;
-    let chunk = spatial(&array.chunk, "chunk shape")?;
-    let shard = array.shard.as_deref().map(|s| spatial(s, "shard shape"));
+    let shard = array.shard.as_deref().map(|s| world(s, "shard shape"));
     let grid = WriteGrid {
         array: canonical_name(path),
-        region: Roi::new(offset, shape * voxel),
-        chunk: chunk * voxel,
-        shard: shard.transpose()?.map(|s| s * voxel),
+        region: Roi::new(offset, world(&array.shape, "shape")?),
+        chunk: world(&array.chunk, "chunk shape")?,
+        shard: shard.transpose()?,
     };
     match grid.problem(dims) {
         Some(problem) => Err(problem),
