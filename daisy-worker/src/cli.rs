@@ -262,9 +262,17 @@ fn connect_opts(cli: &Cli) -> anyhow::Result<ConnectOpts> {
     let mut opts = ConnectOpts::new(context.addresses, context.token, task);
     opts.worker_id = context
         .worker_id
-        .map(|first| first + array_index(|name| std::env::var(name).ok()));
+        .map(|first| worker_id(first, |name| std::env::var(name).ok()));
     opts.connect_timeout = cli.connect_timeout;
     Ok(opts)
+}
+
+/// The id of a worker the driver started: `DAISY_WORKER_ID`, which a job
+/// of several workers sets for each (see the sbatch template's
+/// `run_workers`), else the array's `first` plus [`array_index`].
+fn worker_id(first: u64, var: impl Fn(&str) -> Option<String>) -> u64 {
+    let own = var("DAISY_WORKER_ID").and_then(|id| id.parse().ok());
+    own.unwrap_or_else(|| first + array_index(var))
 }
 
 /// This worker's position in a job array: the driver submits N workers as
@@ -416,5 +424,19 @@ mod tests {
         assert_eq!(index("LSB_JOBINDEX", "3"), 2);
         assert_eq!(index("LSB_JOBINDEX", "0"), 0);
         assert_eq!(index("SLURM_ARRAY_TASK_ID", "x"), 0);
+    }
+
+    #[test]
+    fn a_worker_of_a_job_of_several_has_its_own_id() {
+        let env = |pairs: &'static [(&str, &str)]| {
+            move |asked: &str| {
+                let found = pairs.iter().find(|(name, _)| *name == asked);
+                found.map(|(_, value)| value.to_string())
+            }
+        };
+        let step = env(&[("SLURM_ARRAY_TASK_ID", "1"), ("DAISY_WORKER_ID", "13")]);
+        assert_eq!(worker_id(10, step), 13);
+        assert_eq!(worker_id(10, env(&[("SLURM_ARRAY_TASK_ID", "1")])), 11);
+        assert_eq!(worker_id(10, env(&[("DAISY_WORKER_ID", "x")])), 10);
     }
 }

@@ -93,11 +93,20 @@ impl fmt::Debug for ConnectOpts {
     }
 }
 
-/// The SLURM or LSF job this process runs in, if any.
+/// The SLURM or LSF job this process runs in, if any; in a SLURM job
+/// step (a job of several workers), `<job>.<step>`.
 pub fn job_id_from_env() -> Option<String> {
-    ["SLURM_JOB_ID", "LSB_JOBID"]
-        .iter()
-        .find_map(|name| std::env::var(name).ok().filter(|id| !id.is_empty()))
+    job_id_in(|name| std::env::var(name).ok().filter(|value| !value.is_empty()))
+}
+
+fn job_id_in(var: impl Fn(&str) -> Option<String>) -> Option<String> {
+    if let Some(job) = var("SLURM_JOB_ID") {
+        return Some(match var("SLURM_STEP_ID").filter(|step| step.parse::<u32>().is_ok()) {
+            Some(step) => format!("{job}.{step}"),
+            None => job,
+        });
+    }
+    var("LSB_JOBID")
 }
 
 /// Why no connection was established.

@@ -6,8 +6,25 @@ use crate::{LaunchError, WorkerRequest};
 
 /// How many of `requests` go into the first one's array: the run of
 /// consecutive worker ids of one task that are not `in_use` (the driver
-/// sends nothing else, but a gap must not shift ids).
+/// sends nothing else, but a gap must not shift ids), in whole jobs of
+/// the task's `workers_per_job`; fewer than one job's worth are one
+/// smaller job, in an array of their own.
 pub(crate) fn group_len(requests: &[WorkerRequest], in_use: impl Fn(u64) -> bool) -> usize {
+    let run = consecutive_len(requests, in_use);
+    let per_job = requests[0].cluster.workers_per_job() as usize;
+    match run < per_job {
+        true => run,
+        false => run - run % per_job,
+    }
+}
+
+/// Workers per job in an array of `group` (from [`group_len`]): the
+/// task's `workers_per_job`, or all of them in a smaller last job.
+pub(crate) fn per_job(group: &[WorkerRequest]) -> usize {
+    (group[0].cluster.workers_per_job() as usize).min(group.len())
+}
+
+fn consecutive_len(requests: &[WorkerRequest], in_use: impl Fn(u64) -> bool) -> usize {
     let mut len = 1;
     while let Some(next) = requests.get(len) {
         let before = &requests[len - 1];

@@ -56,6 +56,25 @@ pub struct ClusterOptions {
     /// `--array=0-N%cap`); the others wait in the queue.
     #[serde(deserialize_with = "at_least_one")]
     pub max_array_parallel: Option<u32>,
+    /// How many workers one job runs, each as its own job step (`srun`;
+    /// LSF: `blaunch`), for sites that cap the jobs a user may have or
+    /// hand out whole nodes. Unset or 1: one worker per job.
+    #[serde(deserialize_with = "at_least_one")]
+    pub workers_per_job: Option<u32>,
+    /// Nodes of one such job (`--nodes`); SLURM spreads its workers over
+    /// them.
+    #[serde(deserialize_with = "at_least_one")]
+    pub nodes: Option<u32>,
+    /// Workers of one such job on each of its nodes (`--ntasks-per-node`).
+    #[serde(deserialize_with = "at_least_one")]
+    pub ntasks_per_node: Option<u32>,
+}
+
+impl ClusterOptions {
+    /// Workers in one job: `workers_per_job`, 1 when unset.
+    pub fn workers_per_job(&self) -> u32 {
+        self.workers_per_job.unwrap_or(1)
+    }
 }
 
 /// A string option that names something (a partition, a path): empty, it

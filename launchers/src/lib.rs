@@ -194,6 +194,13 @@ pub trait Launcher: Send {
     /// guarantees.
     fn cancel_all(&mut self);
 
+    /// The given workers' connections ended though their jobs may still
+    /// run (they died, or hang): a backend running several workers per
+    /// job may start another worker in such a place. Nothing is ended.
+    fn left(&mut self, worker_ids: &[u64]) {
+        let _ = worker_ids;
+    }
+
     /// Cancels jobs that an earlier driver of the run submitted (their
     /// [`JobId`]s as it recorded them; this launcher does not track
     /// them) and that are still queued or running; returns those. Jobs
@@ -258,6 +265,13 @@ pub enum LaunchError {
         template: PathBuf,
         line: usize,
         problem: TemplateProblem,
+    },
+    /// A job-script template lacks a placeholder the options need.
+    #[error("job template {}: it has no {{{{{name}}}}}, which is needed because {because}", template.display())]
+    TemplateLacks {
+        template: PathBuf,
+        name: &'static str,
+        because: String,
     },
     /// A scheduler command succeeded but printed something unexpected.
     #[error("{command} printed {output:?}, not a job id")]

@@ -324,7 +324,7 @@ fn lost(child: &Child, error: impl std::fmt::Display) -> JobEnd {
     }
 }
 
-fn end_from_status(status: ExitStatus) -> JobEnd {
+pub(crate) fn end_from_status(status: ExitStatus) -> JobEnd {
     if let Some(code) = status.code() {
         return JobEnd::Exited { code };
     }

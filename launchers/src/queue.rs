@@ -12,7 +12,7 @@
 //! array, what one batched status call says, how it cancels a list of
 //! jobs, and how its job ids read.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 use crate::arrays;
@@ -56,8 +56,23 @@ pub trait Queue: Send {
     /// Cancels `jobs`, retrying transient failures after each of
     /// `delays`; jobs already gone are no failure. `staying` are jobs
     /// that must keep running, so an array may be cancelled whole only
-    /// when none of its elements stays.
+    /// when none of its elements stays (nor a job only when none of its
+    /// workers stays).
     fn cancel(&mut self, jobs: &[Self::Job], staying: &[&Self::Job], delays: &[Duration]);
+
+    /// Starts `request`'s worker inside a running job of its task that
+    /// has room (`workers_per_job`): one whose workers, not counting
+    /// those that `left`, are fewer than it holds. `None` when the
+    /// backend cannot, or no job has room.
+    fn start_beside(
+        &mut self,
+        request: &WorkerRequest,
+        jobs: &Jobs<Self::Job>,
+        left: &BTreeSet<u64>,
+    ) -> Option<Result<Self::Job, LaunchError>> {
+        let _ = (request, jobs, left);
+        None
+    }
 }
 
 /// A job as a [`Queue`] tracks it, and its name both ways.
@@ -80,6 +95,9 @@ pub type Jobs<J> = BTreeMap<u64, J>;
 pub struct ClusterLauncher<Q: Queue> {
     pub(crate) queue: Q,
     jobs: Jobs<Q::Job>,
+    /// Tracked workers whose connection ended though their job may run
+    /// on: their places in a job of several workers are free.
+    left: BTreeSet<u64>,
     /// Ends recorded by `cancel`, handed out by the next `poll_ended`.
     ended: Vec<(u64, JobId, JobEnd)>,
     pacing: Pacing,
@@ -91,6 +109,7 @@ impl<Q: Queue> ClusterLauncher<Q> {
         Self {
             queue,
             jobs: Jobs::new(),
+            left: BTreeSet::new(),
             ended: Vec::new(),
             pacing: Pacing::default(),
             backoff: Backoff::default(),
@@ -107,6 +126,15 @@ impl<Q: Queue> ClusterLauncher<Q> {
                 results.push(Err(LaunchError::WorkerIdInUse {
                     task_id: first.task_id.clone(),
                     worker_id: first.worker_id,
+                }));
+                rest = &rest[1..];
+                continue;
+            }
+            if let Some(result) = self.queue.start_beside(first, &self.jobs, &self.left) {
+                results.push(result.map(|job| {
+                    let id = job.job_id();
+                    self.jobs.insert(first.worker_id, job);
+                    id
                 }));
                 rest = &rest[1..];
                 continue;
@@ -144,6 +172,7 @@ impl<Q: Queue> ClusterLauncher<Q> {
             .iter()
             .filter_map(|worker| Some((*worker, self.jobs.remove(worker)?)))
             .collect();
+        self.left.retain(|worker| self.jobs.contains_key(worker));
         if cancelled.is_empty() {
             return;
         }
@@ -170,12 +199,15 @@ impl<Q: Queue> ClusterLauncher<Q> {
 
     /// Removes the ended workers and returns their reports.
     fn take_ended(&mut self, ends: Vec<(u64, JobEnd)>) -> Vec<(u64, JobId, JobEnd)> {
-        ends.into_iter()
+        let ended = ends
+            .into_iter()
             .filter_map(|(worker, end)| {
                 let job = self.jobs.remove(&worker)?;
                 Some((worker, job.job_id(), end))
             })
-            .collect()
+            .collect();
+        self.left.retain(|worker| self.jobs.contains_key(worker));
+        ended
     }
 }
 
@@ -228,6 +260,11 @@ impl<Q: Queue> Launcher for ClusterLauncher<Q> {
 
     fn cancel_all(&mut self) {
         self.cancel_every_job();
+    }
+
+    fn left(&mut self, worker_ids: &[u64]) {
+        let tracked = worker_ids.iter().filter(|w| self.jobs.contains_key(w));
+        self.left.extend(tracked);
     }
 
     /// One status call about the earlier jobs, then one cancellation of

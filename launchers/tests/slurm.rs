@@ -250,3 +250,71 @@ fn fifty_workers_cost_one_submission_and_a_poll_one_status_call() {
         squeue(&array_of(&jobs[0])).is_empty()
     });
 }
+
+/// Launcher options running `per_job` workers in each job.
+fn per_job(per_job: u32) -> ClusterOptions {
+    ClusterOptions {
+        workers_per_job: Some(per_job),
+        ..ClusterOptions::default()
+    }
+}
+
+#[test]
+fn five_workers_three_per_job_run_as_steps_of_two_jobs() {
+    needs_slurm("five_workers_three_per_job...");
+    let (run, mut cleanup, mut launcher) = (Run::new("steps"), JobCleanup::scancel(), launcher());
+    let script = "echo \"$SLURM_JOB_ID $SLURM_STEP_ID\" > out-$DAISY_WORKER_ID.txt";
+    let jobs = start(&mut launcher, &run.requests(5, script, per_job(3)), &mut cleanup);
+    assert_eq!(jobs[0], jobs[2], "workers 0-2 share a job");
+    assert_eq!(jobs[3], jobs[4], "workers 3-4 share a smaller one");
+    assert_ne!(jobs[0], jobs[3]);
+    assert_eq!(launcher.calls().submissions, 2);
+
+    let ended = ends(&mut launcher, 5);
+    let workers: Vec<u64> = ended.iter().map(|(worker, _, _)| *worker).collect();
+    assert_eq!(workers, [0, 1, 2, 3, 4], "each worker ended once: {ended:?}");
+    assert!(ended.iter().all(|(_, _, end)| *end == JobEnd::Exited { code: 0 }));
+    let lines: Vec<String> = (0..5).map(|i| read(&run.path(&format!("out-{i}.txt")))).collect();
+    let job_and_step = |line: &str| {
+        let (job, step) = line.trim().split_once(' ').unwrap();
+        (job.to_owned(), step.parse::<u32>().expect("a numbered step"))
+    };
+    let steps: Vec<(String, u32)> = lines.iter().map(|line| job_and_step(line)).collect();
+    assert!(steps[..3].iter().all(|(job, _)| *job == steps[0].0), "{steps:?}");
+    let mut first_steps: Vec<u32> = steps[..3].iter().map(|(_, step)| *step).collect();
+    first_steps.sort_unstable();
+    assert_eq!(first_steps, [0, 1, 2], "one step per worker: {steps:?}");
+    let kept = read(&run.log_dir().join("worker-0-2.sbatch"));
+    assert!(kept.contains("#SBATCH --ntasks=3"), "{kept}");
+    assert!(run.log_dir().join("worker-4.out").exists());
+}
+
+#[test]
+fn a_worker_that_left_a_running_job_is_replaced_inside_it_and_one_cancelled_alone() {
+    needs_slurm("a_worker_that_left_a_running_job...");
+    let (run, mut cleanup, mut launcher) = (Run::new("room"), JobCleanup::scancel(), launcher());
+    // Worker 0 dies at once; 1 runs until cancelled; 2 (its replacement)
+    // says where it ran and stays a moment.
+    let script = "echo \"$SLURM_JOB_ID\" > out-$DAISY_WORKER_ID.txt; \
+        case $DAISY_WORKER_ID in 0) exit 3;; 1) sleep 300;; 2) sleep 2;; esac";
+    let requests = run.requests(3, script, per_job(2));
+    let jobs = start(&mut launcher, &requests[..2], &mut cleanup);
+    wait_for("worker 0 to die", || run.path("out-0.txt").exists());
+    assert!(launcher.poll_ended().is_empty(), "the job still runs");
+    launcher.left(&[0]);
+
+    let beside = start(&mut launcher, &requests[2..], &mut cleanup);
+    assert_eq!(beside, jobs[..1], "worker 2 started in the job worker 0 left");
+    assert_eq!(launcher.calls().submissions, 1);
+    wait_for("worker 2 to run", || run.path("out-2.txt").exists());
+    assert_eq!(read(&run.path("out-2.txt")), read(&run.path("out-1.txt")));
+
+    launcher.cancel(&[1]);
+    let ended = ends(&mut launcher, 3);
+    let expected = vec![
+        (0, jobs[0].clone(), JobEnd::Exited { code: 0 }),
+        (1, jobs[0].clone(), JobEnd::Cancelled),
+        (2, jobs[0].clone(), JobEnd::Exited { code: 0 }),
+    ];
+    assert_eq!(ended, expected, "worker 1's step alone was cancelled, the job ran on");
+}

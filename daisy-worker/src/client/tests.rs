@@ -288,3 +288,20 @@ async fn a_driver_that_leaves_writes_unread_is_lost_though_it_talks() {
     };
     assert_eq!(error, expected);
 }
+
+#[test]
+fn a_job_step_is_named_by_its_job_and_step() {
+    let env = |pairs: &'static [(&str, &str)]| {
+        move |asked: &str| {
+            let found = pairs.iter().find(|(name, _)| *name == asked);
+            found.map(|(_, value)| value.to_string())
+        }
+    };
+    let step = env(&[("SLURM_JOB_ID", "27"), ("SLURM_STEP_ID", "3")]);
+    assert_eq!(job_id_in(step).as_deref(), Some("27.3"));
+    assert_eq!(job_id_in(env(&[("SLURM_JOB_ID", "27")])).as_deref(), Some("27"));
+    let batch = env(&[("SLURM_JOB_ID", "27"), ("SLURM_STEP_ID", "batch")]);
+    assert_eq!(job_id_in(batch).as_deref(), Some("27"));
+    assert_eq!(job_id_in(env(&[("LSB_JOBID", "9")])).as_deref(), Some("9"));
+    assert_eq!(job_id_in(env(&[])), None);
+}

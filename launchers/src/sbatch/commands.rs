@@ -43,6 +43,9 @@ pub struct SlurmCommands {
     pub sacct: PathBuf,
     pub scontrol: PathBuf,
     pub scancel: PathBuf,
+    /// Starts a worker inside a running job; without it, a worker that
+    /// died in a job of several is replaced by a new job.
+    pub srun: Option<PathBuf>,
 }
 
 impl SlurmCommands {
@@ -70,6 +73,7 @@ impl SlurmCommands {
             sacct: next(),
             scontrol: next(),
             scancel: next(),
+            srun: find("srun"),
         })
     }
 }

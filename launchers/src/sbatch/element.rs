@@ -6,8 +6,9 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use super::squeue::{self, Record};
+use crate::arrays;
 use crate::queue::QueueJob;
-use crate::JobId;
+use crate::{JobId, WorkerRequest};
 
 /// Element `index` of array job `array`.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -18,6 +19,19 @@ pub struct Element {
     /// id the jobcomp file (`sacct -c`) knows it by. slurmrestd's backend
     /// never needs it.
     pub(crate) raw: Option<String>,
+    /// Set when the job runs several workers, each its own job step.
+    pub(crate) steps: Option<Steps>,
+}
+
+/// A job of several workers, as one of them sees it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Steps {
+    /// The task its workers serve.
+    pub(crate) task: String,
+    /// This worker, whose step is named `daisy-w<worker>`.
+    pub(crate) worker: u64,
+    /// How many workers the job has room for.
+    pub(crate) places: usize,
 }
 
 impl Element {
@@ -26,11 +40,34 @@ impl Element {
             array: array.to_owned(),
             index,
             raw: None,
+            steps: None,
         }
     }
 
-    fn key(&self) -> (&str, u32) {
+    /// The jobs of `group`'s workers in array `array` (in order): one
+    /// element per job of `workers_per_job`; `raw`, the element's own id
+    /// when it is known at once.
+    pub(crate) fn of_group(array: &str, group: &[WorkerRequest], raw: Option<&str>) -> Vec<Self> {
+        let per_job = arrays::per_job(group);
+        let element = |(place, request): (usize, &WorkerRequest)| Element {
+            raw: raw.map(str::to_owned),
+            steps: (per_job > 1).then(|| Steps {
+                task: request.task_id.clone(),
+                worker: request.worker_id,
+                places: per_job,
+            }),
+            ..Element::new(array, (place / per_job) as u32)
+        };
+        group.iter().enumerate().map(element).collect()
+    }
+
+    pub(crate) fn key(&self) -> (&str, u32) {
         (&self.array, self.index)
+    }
+
+    /// Whether `other` is (a worker of) the same job.
+    pub(crate) fn same_job(&self, other: &Element) -> bool {
+        self.key() == other.key()
     }
 }
 

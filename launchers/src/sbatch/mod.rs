@@ -50,18 +50,21 @@ pub(crate) mod commands;
 pub(crate) mod element;
 pub(crate) mod script;
 pub(crate) mod squeue;
+mod steps;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::ffi::OsString;
 use std::path::Path;
 use std::time::Duration;
 
+use crate::arrays;
 use crate::queue::{ClusterLauncher, Jobs, Queue, QueueJob, ScriptRenderer};
 use crate::retry::{self, CallError};
 use crate::{JobEnd, JobScript, LaunchError, WorkerRequest};
 use commands::{Failure, Invocation, SlurmCommands};
 use element::Element;
 use squeue::Record;
+use steps::StepProcesses;
 
 pub use commands::COMMANDS as SLURM_COMMANDS;
 pub use script::{job_script, BUILTIN_TEMPLATE as BUILTIN_WORKER_TEMPLATE, PLACEHOLDERS};
@@ -105,6 +108,8 @@ pub struct Sbatch {
     /// Where finished jobs are looked up first; learnt from sacct's errors.
     accounting: Accounting,
     calls: SchedulerCalls,
+    /// Workers started inside running jobs of several workers.
+    steps: StepProcesses,
 }
 
 /// What `sacct` can tell on this cluster.
@@ -132,6 +137,7 @@ impl SbatchLauncher {
             command_timeout: DEFAULT_COMMAND_TIMEOUT,
             accounting: Accounting::Database,
             calls: SchedulerCalls::default(),
+            steps: StepProcesses::default(),
         }))
     }
 
@@ -159,26 +165,25 @@ impl Queue for Sbatch {
         script: JobScript,
         delays: &[Duration],
     ) -> Result<Vec<Element>, LaunchError> {
-        let array = self.sbatch(&group[0], &script.path, group.len(), delays)?;
+        let size = group.len() / arrays::per_job(group);
+        let array = self.sbatch(&group[0], &script.path, size, delays)?;
         // The last element of an array to start keeps the array's id, so
         // the only element of an array of one is known by it from the start.
-        let only = (group.len() == 1).then(|| array.clone());
-        let element = |index| Element {
-            raw: only.clone(),
-            ..Element::new(&array, index)
-        };
-        Ok((0..group.len() as u32).map(element).collect())
+        let only = (size == 1).then_some(array.as_str());
+        Ok(Element::of_group(&array, group, only))
     }
 
-    /// One squeue call; for elements that left the queue, sacct and
-    /// scontrol (see the module doc).
+    /// Workers started inside running jobs end with their srun.
     fn ended(&mut self, jobs: &mut Jobs<Element>) -> Result<Vec<(u64, JobEnd)>, String> {
+        let mut ended = self.steps.ended();
         let listing = self.squeue(&arrays(jobs.values()))?;
         let gone = left_queue(jobs, &listing);
-        match gone.is_empty() {
-            true => Ok(Vec::new()),
-            false => Ok(self.resolve(jobs, gone)),
+        if !gone.is_empty() {
+            let resolved = self.resolve(jobs, gone);
+            self.steps.forget(resolved.iter().map(|(worker, _)| *worker));
+            ended.extend(resolved);
         }
+        Ok(ended)
     }
 
     fn live(&mut self, jobs: &[Element]) -> Option<Vec<Element>> {
@@ -186,9 +191,17 @@ impl Queue for Sbatch {
         Some(element::live(&listing, jobs))
     }
 
-    /// One scancel call, retried while SLURM is unreachable.
+    /// One scancel call, retried while SLURM is unreachable (and one
+    /// squeue call first for workers cancelled alone in jobs that stay).
     fn cancel(&mut self, jobs: &[Element], staying: &[&Element], delays: &[Duration]) {
-        let ids = element::cancel_ids(jobs, staying);
+        let (whole, alone) = steps::split_cancelled(jobs, staying);
+        let mut ids = element::cancel_ids(&whole, staying);
+        ids.extend(self.step_ids(&alone));
+        let workers = jobs.iter().filter_map(|job| Some(job.steps.as_ref()?.worker));
+        self.steps.forget(workers.collect::<Vec<_>>());
+        if ids.is_empty() {
+            return;
+        }
         let invocation = Invocation::new(&self.slurm.scancel, &ids);
         let timeout = self.command_timeout;
         let run = || commands::run(&invocation, timeout).map_err(Failure::classified);
@@ -196,9 +209,40 @@ impl Queue for Sbatch {
             tracing::error!(?ids, %failure, "scancel failed; these jobs may still run");
         }
     }
+
+    fn start_beside(
+        &mut self,
+        request: &WorkerRequest,
+        jobs: &Jobs<Element>,
+        left: &BTreeSet<u64>,
+    ) -> Option<Result<Element, LaunchError>> {
+        let srun = self.slurm.srun.as_ref()?;
+        self.steps.start_beside(srun, request, jobs, left)
+    }
 }
 
 impl Sbatch {
+    /// The step ids of workers cancelled alone, by one squeue call about
+    /// their jobs; none when it fails (their jobs end with the run).
+    fn step_ids(&mut self, alone: &[&Element]) -> Vec<String> {
+        let jobs: BTreeSet<String> = alone.iter().filter_map(|job| job.raw.clone()).collect();
+        if jobs.is_empty() {
+            return Vec::new();
+        }
+        let workers = alone.iter().filter_map(|job| Some(job.steps.as_ref()?.worker));
+        let args = steps::step_listing_args(&jobs.into_iter().collect::<Vec<_>>());
+        self.calls.squeue += 1;
+        let invocation = Invocation::new(&self.slurm.squeue, args);
+        match commands::run(&invocation, self.command_timeout) {
+            Ok(listing) => steps::step_ids(&listing, &workers.collect()),
+            Err(failure) => {
+                let message = failure.message();
+                tracing::warn!(%message, "cannot list job steps; the workers' steps are left");
+                Vec::new()
+            }
+        }
+    }
+
     /// Runs sbatch for `size` elements of `script`, with the request's
     /// environment and working directory; returns the array job id.
     fn sbatch(

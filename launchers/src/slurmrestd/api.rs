@@ -48,6 +48,12 @@ pub struct JobProperties {
     pub cpus_per_task: Option<u32>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub tasks: Option<u32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub minimum_nodes: Option<u32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub maximum_nodes: Option<u32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tasks_per_node: Option<u32>,
     /// Megabytes.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub memory_per_node: Option<u64>,

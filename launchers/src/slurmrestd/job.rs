@@ -25,7 +25,8 @@ use crate::WorkerRequest;
 
 /// The options translated, for the error that names the others.
 const SUPPORTED: &str = "--job-name/-J, --output/-o, --error/-e, --partition/-p, \
-    --account/-A, --qos/-q, --time/-t, --cpus-per-task/-c, --ntasks/-n, --mem, \
+    --account/-A, --qos/-q, --time/-t, --cpus-per-task/-c, --ntasks/-n, --nodes/-N (a count), \
+    --ntasks-per-node, --mem, \
     --mem-per-cpu, --gres, --gpus/-G, --gpus-per-node, --gpus-per-task, \
     --constraint/-C, --reservation, --dependency/-d, --licenses/-L, --comment, \
     --wckey, --mail-type, --mail-user, --nice, --chdir/-D, --hold/-H, --requeue, \
@@ -62,7 +63,8 @@ pub fn job_for(
         apply_line(&mut job, line)
             .map_err(|problem| format!("line {number} of the job script, {line:?}: {problem}"))?;
     }
-    job.array = Some(array_spec(group.len(), first.cluster.max_array_parallel));
+    let size = group.len() / crate::arrays::per_job(group);
+    job.array = Some(array_spec(size, first.cluster.max_array_parallel));
     job.environment = environment(base, &first.env);
     Ok(job)
 }
@@ -178,6 +180,7 @@ fn long_name(short: char) -> Option<&'static str> {
         't' => "time",
         'c' => "cpus-per-task",
         'n' => "ntasks",
+        'N' => "nodes",
         'G' => "gpus",
         'C' => "constraint",
         'd' => "dependency",
@@ -207,6 +210,11 @@ pub fn apply(job: &mut JobProperties, name: &str, value: Option<String>) -> Resu
         "mem-per-cpu" => job.memory_per_cpu = Some(megabytes(&value).ok_or_else(bad)?),
         "cpus-per-task" => job.cpus_per_task = Some(value.parse().map_err(|_| bad())?),
         "ntasks" => job.tasks = Some(value.parse().map_err(|_| bad())?),
+        "nodes" => {
+            let nodes = value.parse().map_err(|_| bad())?;
+            (job.minimum_nodes, job.maximum_nodes) = (Some(nodes), Some(nodes));
+        }
+        "ntasks-per-node" => job.tasks_per_node = Some(value.parse().map_err(|_| bad())?),
         "nice" => job.nice = Some(value.parse().map_err(|_| bad())?),
         "array" => return Err("daisy sets the array itself (max_array_parallel caps it)".into()),
         "export" | "get-user-env" => {

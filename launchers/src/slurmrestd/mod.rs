@@ -208,9 +208,7 @@ impl Queue for Slurmrestd {
             job,
         };
         let array = self.submit_job(&submission, delays)?.to_string();
-        Ok((0..group.len() as u32)
-            .map(|index| Element::new(&array, index))
-            .collect())
+        Ok(Element::of_group(&array, group, None))
     }
 
     /// One `GET /jobs`; a tracked job it does not list ended unseen.

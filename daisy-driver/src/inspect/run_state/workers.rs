@@ -113,9 +113,16 @@ impl WorkerLife {
                 self.job = Some(job.to_string());
             }
             Event::WorkerConnected {
-                host, pid, by_hand, ..
+                host,
+                pid,
+                by_hand,
+                job,
+                ..
             } => {
                 self.connected.get_or_insert(time);
+                if let Some(job) = job {
+                    self.job = Some(job_with_step(self.job.take(), job));
+                }
                 (self.host, self.pid) = (Some(host.to_string()), Some(*pid));
                 self.by_hand = *by_hand;
                 self.back = self.ended.is_some();
@@ -166,8 +173,32 @@ impl WorkerLife {
     }
 }
 
+/// The job a worker is listed by: the one it was submitted as, with the
+/// step it says it runs as (`24_3.1`: step 1 of array element 24_3), or
+/// else the job it names.
+fn job_with_step(submitted: Option<String>, connected: &str) -> String {
+    let step = connected.split_once('.').map(|(_, step)| step);
+    match (submitted, step) {
+        (Some(submitted), Some(step)) => {
+            let job = submitted.split('.').next().unwrap_or_default();
+            format!("{job}.{step}")
+        }
+        (Some(submitted), None) => submitted,
+        (None, _) => connected.to_owned(),
+    }
+}
+
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn a_worker_in_a_job_step_is_listed_by_its_array_element_and_step() {
+        use super::job_with_step;
+        assert_eq!(job_with_step(Some("24_3".into()), "27.1"), "24_3.1");
+        assert_eq!(job_with_step(Some("24_3.1".into()), "27.2"), "24_3.2");
+        assert_eq!(job_with_step(Some("24_3".into()), "27"), "24_3");
+        assert_eq!(job_with_step(None, "27.1"), "27.1");
+    }
+
     use super::*;
     use crate::run_dir::events::history::RunHistory;
     use std::path::Path;

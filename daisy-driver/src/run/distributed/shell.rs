@@ -226,6 +226,7 @@ impl Shell {
                 self.launcher.start(requests.collect());
             }
             Command::CancelJobs(slots) => self.launcher.cancel(slots),
+            Command::WorkersLeft(slots) => self.launcher.left(slots),
             Command::MarkDone { block, attempt } => {
                 let block = self.core.block(block);
                 self.mark_done(&mut vec![(block, attempt)])
@@ -359,6 +360,7 @@ fn harmless_after_a_lost_mark(command: &Command) -> bool {
         Command::Answer { .. }
         | Command::Send { .. }
         | Command::CancelJobs(_)
+        | Command::WorkersLeft(_)
         | Command::Record(_) => true,
         Command::SendBlocks { .. }
         | Command::StartWorkers { .. }

@@ -69,6 +69,19 @@ impl TaskLaunchers {
         })
     }
 
+    /// Calls `call` on each backend with the workers of `worker_ids` it
+    /// started.
+    fn tell_owners(&mut self, worker_ids: &[u64], call: impl Fn(&mut dyn Launcher, &[u64])) {
+        for (index, backend) in self.backends.iter_mut().enumerate() {
+            let own: Vec<u64> = (worker_ids.iter().copied())
+                .filter(|id| self.owner.get(id) == Some(&index))
+                .collect();
+            if !own.is_empty() {
+                call(backend.launcher.as_mut(), &own);
+            }
+        }
+    }
+
     fn backend_of(&self, request: &WorkerRequest) -> usize {
         self.task_backend
             .get(&request.task_id)
@@ -126,14 +139,11 @@ impl Launcher for TaskLaunchers {
     }
 
     fn cancel(&mut self, worker_ids: &[u64]) {
-        for (index, backend) in self.backends.iter_mut().enumerate() {
-            let own: Vec<u64> = (worker_ids.iter().copied())
-                .filter(|id| self.owner.get(id) == Some(&index))
-                .collect();
-            if !own.is_empty() {
-                backend.launcher.cancel(&own);
-            }
-        }
+        self.tell_owners(worker_ids, |launcher, own| launcher.cancel(own));
+    }
+
+    fn left(&mut self, worker_ids: &[u64]) {
+        self.tell_owners(worker_ids, |launcher, own| launcher.left(own));
     }
 
     /// Ends every backend's jobs; the next poll asks every backend, so

@@ -26,6 +26,7 @@ pub enum LauncherEvent {
 enum Command {
     Start(Vec<WorkerRequest>),
     Cancel(Vec<SlotId>),
+    Left(Vec<SlotId>),
     /// End the thread, cancelling every job still running unless told to
     /// leave them.
     Finish {
@@ -68,6 +69,11 @@ impl LauncherThread {
         let _ = self.commands.send(Command::Cancel(workers));
     }
 
+    /// These workers' connections ended; their jobs may run on.
+    pub fn left(&self, workers: Vec<SlotId>) {
+        let _ = self.commands.send(Command::Left(workers));
+    }
+
     /// Ends every job still running (unless `leave_jobs`), reports the
     /// last job ends, and waits for the thread.
     pub fn finish(&mut self, leave_jobs: bool) {
@@ -90,9 +96,8 @@ fn serve(
         let wait = next_poll.saturating_duration_since(Instant::now());
         match inbox.recv_timeout(wait) {
             Ok(Command::Start(requests)) => start(launcher.as_mut(), &requests, &events),
-            Ok(Command::Cancel(slots)) => {
-                launcher.cancel(&slots.iter().map(|s| s.0).collect::<Vec<_>>())
-            }
+            Ok(Command::Cancel(slots)) => launcher.cancel(&worker_ids(&slots)),
+            Ok(Command::Left(slots)) => launcher.left(&worker_ids(&slots)),
             Ok(Command::Finish { leave_jobs: true }) => return,
             Ok(Command::Finish { leave_jobs: false })
             | Err(mpsc::RecvTimeoutError::Disconnected) => break,
@@ -104,6 +109,10 @@ fn serve(
     }
     launcher.cancel_all();
     poll(launcher.as_mut(), &events);
+}
+
+fn worker_ids(slots: &[SlotId]) -> Vec<u64> {
+    slots.iter().map(|slot| slot.0).collect()
 }
 
 fn start(

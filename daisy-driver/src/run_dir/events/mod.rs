@@ -130,6 +130,10 @@ pub enum Event<'a> {
         /// A launched worker back after its job was requeued.
         #[serde(default, skip_serializing_if = "is_false")]
         requeued: bool,
+        /// The batch job it says it runs in: SLURM's `<job>` or, for a
+        /// job step (a job of several workers), `<job>.<step>`; LSF's job.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        job: Option<Text<'a>>,
     },
     /// The driver let an idle worker go (its task's `idle_timeout`).
     WorkerReleased {

@@ -156,8 +156,9 @@ fn every_kind() -> Vec<(Event<'static>, &'static str)> {
                 pid: 7,
                 by_hand: false,
                 requeued: true,
+                job: Some("27.1".into()),
             },
-            r#"{"time":1764403200.5,"event":"worker_connected","task":"t","worker_id":1,"host":"h","pid":7,"by_hand":false,"requeued":true}"#,
+            r#"{"time":1764403200.5,"event":"worker_connected","task":"t","worker_id":1,"host":"h","pid":7,"by_hand":false,"requeued":true,"job":"27.1"}"#,
         ),
         (
             Event::WorkerConnected {
@@ -167,6 +168,7 @@ fn every_kind() -> Vec<(Event<'static>, &'static str)> {
                 pid: 7,
                 by_hand: true,
                 requeued: false,
+                job: None,
             },
             r#"{"time":1764403200.5,"event":"worker_connected","task":"t","worker_id":1,"host":"h","pid":7,"by_hand":true}"#,
         ),

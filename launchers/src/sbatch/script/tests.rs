@@ -82,6 +82,7 @@ fn every_option_and_resource_becomes_its_directive() {
             setup: vec!["module load cuda".into(), "source venv/bin/activate".into()],
             max_array_parallel: Some(4),
             template: None,
+            ..ClusterOptions::default()
         };
         r.requires = BTreeMap::from([
             ("cpu".into(), 8),
@@ -112,7 +113,7 @@ fn every_option_and_resource_becomes_its_directive() {
     let setup = script
         .find("module load cuda\nsource venv/bin/activate\n")
         .unwrap();
-    assert!(setup < script.find("exec ").unwrap(), "{script}");
+    assert!(setup < script.find("\nexec ").unwrap(), "{script}");
     assert_bash_syntax(&script);
 }
 
@@ -191,12 +192,12 @@ fn a_user_template_replaces_the_builtin_one() {
 fn an_unknown_placeholder_names_the_template_line_and_placeholder() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("mine.sbatch");
-    std::fs::write(&path, "#!/bin/sh\n#SBATCH --nodes={{nodes}}\n").unwrap();
+    std::fs::write(&path, "#!/bin/sh\n#SBATCH --nodes={{nodez}}\n").unwrap();
     let error = script_for(&group(0, 1, |r| r.cluster.template = Some(path.clone()))).unwrap_err();
     let message = error.to_string();
     assert!(message.contains(&*path.to_string_lossy()), "{message}");
     assert!(message.contains("line 2"), "{message}");
-    assert!(message.contains("{{nodes}}"), "{message}");
+    assert!(message.contains("{{nodez}}"), "{message}");
     assert!(
         message.contains("job_name"),
         "lists the known ones: {message}"
@@ -243,4 +244,59 @@ fn the_builtin_template_uses_every_placeholder_and_nothing_else() {
 fn scripts_are_kept_by_worker_range() {
     let path = script_path(Path::new("/logs"), 3, 52);
     assert_eq!(path, Path::new("/logs/worker-3-52.sbatch"));
+}
+
+#[test]
+fn a_job_of_several_workers_asks_per_task_and_runs_one_step_each() {
+    let script = script_for(&group(6, 8, |r| {
+        r.cluster.workers_per_job = Some(4);
+        r.cluster.nodes = Some(2);
+        r.cluster.ntasks_per_node = Some(2);
+        r.requires = BTreeMap::from([("cpu".into(), 4), ("gpu".into(), 1), ("mem".into(), 10000)]);
+    }))
+    .unwrap();
+    assert_eq!(
+        sbatch_lines(&script)[3..],
+        [
+            "#SBATCH --cpus-per-task=4",
+            "#SBATCH --ntasks=4",
+            "#SBATCH --nodes=2",
+            "#SBATCH --ntasks-per-node=2",
+            "#SBATCH --gpus-per-task=1",
+            "#SBATCH --mem-per-cpu=2500M",
+        ]
+    );
+    assert!(script.contains("first=$(( 6 + ${SLURM_ARRAY_TASK_ID:-0} * 4 ))"), "{script}");
+    assert!(script.contains("for place in $(seq 0 3); do"), "{script}");
+    assert!(
+        script.contains(
+            "DAISY_WORKER_ID=$id srun --ntasks=1 --nodes=1 --exact --cpus-per-task=4 \
+             --job-name=daisy-w$id --open-mode=append \
+             --output=/runs/r1/logs/predict/worker-$id.out \
+             --error=/runs/r1/logs/predict/worker-$id.err \
+             /opt/daisy/bin/daisy-worker --log-dir /runs/r1/logs/predict &"
+        ),
+        "{script}"
+    );
+    assert!(!script.contains("exec /opt"), "{script}");
+    assert_bash_syntax(&script);
+}
+
+#[test]
+fn a_template_without_run_workers_is_refused_for_several_workers_per_job() {
+    let dir = tempfile::tempdir().unwrap();
+    let template = dir.path().join("old.sbatch");
+    std::fs::write(&template, "#!/bin/bash\nexec {{worker_command}}\n").unwrap();
+    let with = |per_job| {
+        script_for(&group(0, 2, |r| {
+            r.cluster.template = Some(template.clone());
+            r.cluster.workers_per_job = Some(per_job);
+        }))
+    };
+    assert!(with(1).is_ok());
+    let error = with(2).unwrap_err().to_string();
+    assert!(
+        error.contains("old.sbatch") && error.contains("{{run_workers}}"),
+        "{error}"
+    );
 }

@@ -100,6 +100,9 @@ pub enum Command {
     },
     /// End the jobs of these workers (they may still run, hung).
     CancelJobs(Vec<SlotId>),
+    /// These launched workers' connections ended uncleanly: their places
+    /// in jobs of several workers may take new ones.
+    WorkersLeft(Vec<SlotId>),
     /// Mark the block done before anything later is carried out. If
     /// that fails the run must end: what follows must not happen.
     MarkDone {

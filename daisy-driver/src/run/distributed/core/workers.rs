@@ -58,6 +58,7 @@ impl Core {
             pid: hello.pid,
             by_hand: !connected.launched,
             requeued: connected.requeued,
+            job: (hello.job_id.as_deref()).map(|job| printable(job).into_owned().into()),
         });
         let worker = Worker::new(task, connected.id, connected.launched);
         self.peers.insert(conn, Peer::Worker(worker));
@@ -189,10 +190,14 @@ impl Core {
     /// not one that died in blocks: its job's end says how it died
     /// (`deaths` cancels it if that does not come).
     pub(super) fn end_slot(&mut self, slot: SlotId, how: Gone) {
-        let lost = how.is_unclean() && !matches!(how, Gone::DiedInBlocks(_));
+        let how_unclean = how.is_unclean();
+        let lost = how_unclean && !matches!(how, Gone::DiedInBlocks(_));
         let Some(ended) = self.slots.end(slot, how) else {
             return;
         };
+        if ended.launched && how_unclean {
+            self.commands.push(Command::WorkersLeft(vec![slot]));
+        }
         if ended.launched && lost {
             self.commands.push(Command::CancelJobs(vec![slot]));
         }

@@ -1,0 +1,255 @@
+//! Jobs of several workers (`workers_per_job`), each worker its own job
+//! step: what the sbatch backend does beyond submitting them.
+//!
+//! - A worker that died in a job that still runs leaves a place: the
+//!   driver's next worker of that task is started there, as a new step,
+//!   by running `srun --jobid=<job>` here (its process lives as long as
+//!   the step, and its exit status is that worker's end). The job script
+//!   keeps its job while any worker step is left, so such a step is not
+//!   cut short when the job's first workers are done.
+//! - Cancelling one worker of a job whose other workers stay cancels its
+//!   step only, found by its name (`daisy-w<worker id>`) in one
+//!   `squeue --steps` call.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::fs::OpenOptions;
+use std::os::unix::process::CommandExt;
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+
+
+use super::element::{Element, Steps};
+use super::script::srun_options;
+use crate::queue::Jobs;
+use crate::{JobEnd, LaunchError, WorkerRequest};
+
+/// The `srun` processes of workers started inside running jobs, by
+/// worker id, until their ends are reported.
+#[derive(Default)]
+pub(crate) struct StepProcesses {
+    running: BTreeMap<u64, Child>,
+}
+
+impl StepProcesses {
+    /// Starts `request`'s worker in the first running job of its task
+    /// with room (see [`Queue::start_beside`](crate::queue::Queue)).
+    pub(crate) fn start_beside(
+        &mut self,
+        srun: &Path,
+        request: &WorkerRequest,
+        jobs: &Jobs<Element>,
+        left: &BTreeSet<u64>,
+    ) -> Option<Result<Element, LaunchError>> {
+        let job = job_with_room(&request.task_id, jobs, left)?;
+        let raw = job.raw.clone()?;
+        let places = job.steps.as_ref()?.places;
+        Some(self.spawn(srun, request, &raw).map(|()| Element {
+            steps: Some(Steps {
+                task: request.task_id.clone(),
+                worker: request.worker_id,
+                places,
+            }),
+            ..job.clone()
+        }))
+    }
+
+    fn spawn(&mut self, srun: &Path, request: &WorkerRequest, job: &str) -> Result<(), LaunchError> {
+        let id = request.worker_id.to_string();
+        let log_dir = request.log_dir.display().to_string();
+        let cpus = request.requires.get("cpu").copied().filter(|n| *n > 0);
+        // srun's own complaints (no room after all, the job just ended)
+        // go where the worker's would.
+        let srun_log = request.log_dir.join(format!("worker-{id}.err"));
+        let log_error = |source| LaunchError::Log {
+            path: srun_log.clone(),
+            source,
+        };
+        let stderr = OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&srun_log)
+            .map_err(log_error)?;
+        let spawned = Command::new(srun)
+            .arg(format!("--jobid={job}"))
+            .args(srun_options(&id, &log_dir, cpus))
+            .arg(&request.program)
+            .args(&request.args)
+            .envs(request.env.iter().map(|(k, v)| (k, v)))
+            .env("DAISY_WORKER_ID", &id)
+            .current_dir(&request.working_dir)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(stderr)
+            // Its own group: a Ctrl-C meant for the driver must not
+            // reach srun, which would take it for the step's.
+            .process_group(0)
+            .spawn()
+            .map_err(|source| LaunchError::Spawn {
+                program: srun.to_path_buf(),
+                working_dir: request.working_dir.clone(),
+                source,
+            })?;
+        tracing::info!(task = %request.task_id, worker = request.worker_id, job, "worker started in a running job");
+        self.running.insert(request.worker_id, spawned);
+        Ok(())
+    }
+
+    /// The workers whose srun exited since the last call, and how.
+    pub(crate) fn ended(&mut self) -> Vec<(u64, JobEnd)> {
+        let mut ended = Vec::new();
+        self.running.retain(|&worker, child| match child.try_wait() {
+            Ok(None) => true,
+            Ok(Some(status)) => {
+                ended.push((worker, crate::local::end_from_status(status)));
+                false
+            }
+            Err(error) => {
+                let reason = format!("cannot wait for its srun: {error}");
+                ended.push((worker, JobEnd::Failed { reason }));
+                false
+            }
+        });
+        ended
+    }
+
+    /// Forgets workers whose ends were reported another way (their job
+    /// ended), ending their srun if it still runs.
+    pub(crate) fn forget(&mut self, workers: impl IntoIterator<Item = u64>) {
+        for worker in workers {
+            if let Some(mut child) = self.running.remove(&worker) {
+                stop(&mut child);
+            }
+        }
+    }
+}
+
+/// srun waits for its step; the job's end or a cancel has ended that
+/// already, or ends it now (srun on SIGKILL leaves its step to SLURM,
+/// which the cancel of the job or step has told to end).
+fn stop(child: &mut Child) {
+    let _ = child.kill();
+    let _ = child.wait();
+}
+
+impl Drop for StepProcesses {
+    fn drop(&mut self) {
+        self.forget(self.running.keys().copied().collect::<Vec<_>>());
+    }
+}
+
+/// The first running job (its raw id known) of `task` whose workers, not
+/// counting those that `left`, are fewer than its places.
+fn job_with_room<'a>(
+    task: &str,
+    jobs: &'a Jobs<Element>,
+    left: &BTreeSet<u64>,
+) -> Option<&'a Element> {
+    let mut workers: BTreeMap<(&str, u32), usize> = BTreeMap::new();
+    let mut running: BTreeMap<(&str, u32), &Element> = BTreeMap::new();
+    for (worker, job) in jobs {
+        if job.steps.as_ref().is_none_or(|steps| steps.task != task) {
+            continue;
+        }
+        *workers.entry(job.key()).or_default() += usize::from(!left.contains(worker));
+        if job.raw.is_some() {
+            running.entry(job.key()).or_insert(job);
+        }
+    }
+    let has_room = |key: &(&str, u32), job: &&Element| {
+        job.steps.as_ref().is_some_and(|steps| workers[key] < steps.places)
+    };
+    running
+        .into_iter()
+        .find(|(key, job)| has_room(key, job))
+        .map(|(_, job)| job)
+}
+
+/// The jobs to cancel whole or by element, and the workers of jobs that
+/// stay (other workers of theirs stay) whose steps are cancelled alone.
+pub(crate) fn split_cancelled<'a>(
+    cancelled: &'a [Element],
+    staying: &[&Element],
+) -> (Vec<Element>, Vec<&'a Element>) {
+    let (alone, whole): (Vec<&Element>, Vec<&Element>) = cancelled.iter().partition(|job| {
+        job.steps.is_some() && staying.iter().any(|other| other.same_job(job))
+    });
+    (whole.into_iter().cloned().collect(), alone)
+}
+
+/// `squeue --steps` arguments listing the steps of `jobs` (raw ids) as
+/// `<step id>|<name>`.
+pub(crate) fn step_listing_args(jobs: &[String]) -> Vec<String> {
+    vec![
+        "--noheader".into(),
+        "--steps".into(),
+        format!("--jobs={}", jobs.join(",")),
+        "--format=%i|%j".into(),
+    ]
+}
+
+/// The step ids (`27.3`) of `workers` in a `squeue --steps` listing.
+pub(crate) fn step_ids(listing: &str, workers: &BTreeSet<u64>) -> Vec<String> {
+    listing
+        .lines()
+        .filter_map(|line| line.trim().split_once('|'))
+        .filter(|(_, name)| {
+            let worker = name.strip_prefix("daisy-w").and_then(|id| id.parse().ok());
+            worker.is_some_and(|worker| workers.contains(&worker))
+        })
+        .map(|(step, _)| step.to_owned())
+        .collect()
+}
+
+
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn worker_of(array: &str, index: u32, worker: u64, raw: Option<&str>) -> Element {
+        Element {
+            raw: raw.map(str::to_owned),
+            steps: Some(Steps {
+                task: "t".into(),
+                worker,
+                places: 2,
+            }),
+            ..Element::new(array, index)
+        }
+    }
+
+    #[test]
+    fn a_running_job_has_room_when_a_worker_left_it() {
+        let jobs: Jobs<Element> = [
+            (0, worker_of("24", 0, 0, Some("25"))),
+            (1, worker_of("24", 0, 1, Some("25"))),
+            (2, worker_of("24", 1, 2, None)),
+        ]
+        .into();
+        assert!(job_with_room("t", &jobs, &BTreeSet::new()).is_none());
+        let room = job_with_room("t", &jobs, &[1].into()).unwrap();
+        assert_eq!((room.index, room.raw.as_deref()), (0, Some("25")));
+        assert!(job_with_room("other", &jobs, &[1].into()).is_none());
+        // A job not yet seen running is never chosen: srun needs its id.
+        assert!(job_with_room("t", &[(2, jobs[&2].clone())].into(), &[].into()).is_none());
+    }
+
+    #[test]
+    fn a_worker_whose_job_stays_is_cancelled_by_its_step() {
+        let (a, b, c) = (
+            worker_of("24", 0, 0, Some("25")),
+            worker_of("24", 0, 1, Some("25")),
+            worker_of("24", 1, 2, Some("26")),
+        );
+        let cancelled = [a.clone(), c.clone()];
+        let (whole, alone) = split_cancelled(&cancelled, &[&b]);
+        assert_eq!(whole, [c]);
+        assert_eq!(alone, [&a]);
+    }
+
+    #[test]
+    fn steps_are_found_by_their_workers_names() {
+        let listing = "25.0|daisy-w0\n25.1|daisy-w1\n25.batch|batch\n26.0|daisy-w10\n";
+        assert_eq!(step_ids(listing, &[1, 10].into()), ["25.1", "26.0"]);
+    }
+}
