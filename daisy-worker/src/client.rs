@@ -101,10 +101,12 @@ pub fn job_id_from_env() -> Option<String> {
 
 fn job_id_in(var: impl Fn(&str) -> Option<String>) -> Option<String> {
     if let Some(job) = var("SLURM_JOB_ID") {
-        return Some(match var("SLURM_STEP_ID").filter(|step| step.parse::<u32>().is_ok()) {
-            Some(step) => format!("{job}.{step}"),
-            None => job,
-        });
+        return Some(
+            match var("SLURM_STEP_ID").filter(|step| step.parse::<u32>().is_ok()) {
+                Some(step) => format!("{job}.{step}"),
+                None => job,
+            },
+        );
     }
     var("LSB_JOBID")
 }

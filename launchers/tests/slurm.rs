@@ -264,7 +264,11 @@ fn five_workers_three_per_job_run_as_steps_of_two_jobs() {
     needs_slurm("five_workers_three_per_job...");
     let (run, mut cleanup, mut launcher) = (Run::new("steps"), JobCleanup::scancel(), launcher());
     let script = "echo \"$SLURM_JOB_ID $SLURM_STEP_ID\" > out-$DAISY_WORKER_ID.txt";
-    let jobs = start(&mut launcher, &run.requests(5, script, per_job(3)), &mut cleanup);
+    let jobs = start(
+        &mut launcher,
+        &run.requests(5, script, per_job(3)),
+        &mut cleanup,
+    );
     assert_eq!(jobs[0], jobs[2], "workers 0-2 share a job");
     assert_eq!(jobs[3], jobs[4], "workers 3-4 share a smaller one");
     assert_ne!(jobs[0], jobs[3]);
@@ -272,15 +276,29 @@ fn five_workers_three_per_job_run_as_steps_of_two_jobs() {
 
     let ended = ends(&mut launcher, 5);
     let workers: Vec<u64> = ended.iter().map(|(worker, _, _)| *worker).collect();
-    assert_eq!(workers, [0, 1, 2, 3, 4], "each worker ended once: {ended:?}");
-    assert!(ended.iter().all(|(_, _, end)| *end == JobEnd::Exited { code: 0 }));
-    let lines: Vec<String> = (0..5).map(|i| read(&run.path(&format!("out-{i}.txt")))).collect();
+    assert_eq!(
+        workers,
+        [0, 1, 2, 3, 4],
+        "each worker ended once: {ended:?}"
+    );
+    assert!(ended
+        .iter()
+        .all(|(_, _, end)| *end == JobEnd::Exited { code: 0 }));
+    let lines: Vec<String> = (0..5)
+        .map(|i| read(&run.path(&format!("out-{i}.txt"))))
+        .collect();
     let job_and_step = |line: &str| {
         let (job, step) = line.trim().split_once(' ').unwrap();
-        (job.to_owned(), step.parse::<u32>().expect("a numbered step"))
+        (
+            job.to_owned(),
+            step.parse::<u32>().expect("a numbered step"),
+        )
     };
     let steps: Vec<(String, u32)> = lines.iter().map(|line| job_and_step(line)).collect();
-    assert!(steps[..3].iter().all(|(job, _)| *job == steps[0].0), "{steps:?}");
+    assert!(
+        steps[..3].iter().all(|(job, _)| *job == steps[0].0),
+        "{steps:?}"
+    );
     let mut first_steps: Vec<u32> = steps[..3].iter().map(|(_, step)| *step).collect();
     first_steps.sort_unstable();
     assert_eq!(first_steps, [0, 1, 2], "one step per worker: {steps:?}");
@@ -304,7 +322,11 @@ fn a_worker_that_left_a_running_job_is_replaced_inside_it_and_one_cancelled_alon
     launcher.left(&[0]);
 
     let beside = start(&mut launcher, &requests[2..], &mut cleanup);
-    assert_eq!(beside, jobs[..1], "worker 2 started in the job worker 0 left");
+    assert_eq!(
+        beside,
+        jobs[..1],
+        "worker 2 started in the job worker 0 left"
+    );
     assert_eq!(launcher.calls().submissions, 1);
     wait_for("worker 2 to run", || run.path("out-2.txt").exists());
     assert_eq!(read(&run.path("out-2.txt")), read(&run.path("out-1.txt")));
@@ -316,5 +338,8 @@ fn a_worker_that_left_a_running_job_is_replaced_inside_it_and_one_cancelled_alon
         (1, jobs[0].clone(), JobEnd::Cancelled),
         (2, jobs[0].clone(), JobEnd::Exited { code: 0 }),
     ];
-    assert_eq!(ended, expected, "worker 1's step alone was cancelled, the job ran on");
+    assert_eq!(
+        ended, expected,
+        "worker 1's step alone was cancelled, the job ran on"
+    );
 }

@@ -473,3 +473,113 @@ fn tasks_on_local_sbatch_and_bsub_launchers_chain_in_one_run_and_leave_no_job() 
     );
     wait_until_gone(&[slurm, lsf].concat());
 }
+
+/// Several workers per job (`workers_per_job`), each a job step.
+mod workers_per_job {
+    use super::*;
+
+    /// One task of `blocks` blocks of `seconds` each, `max_workers`
+    /// workers, `per_job` per sbatch job.
+    pub(crate) fn stepped_pipeline(
+        name: &str,
+        blocks: u32,
+        seconds: f64,
+        max_workers: u32,
+        per_job: u32,
+    ) -> String {
+        format!(
+            r#"name = "{name}"
+[resources]
+cpu = 16
+[launcher]
+kind = "sbatch"
+time = "00:10:00"
+workers_per_job = {per_job}
+[[task]]
+id = "{name}"
+total_roi = {{ offset = [0], shape = [{blocks}] }}
+read_roi = {{ offset = [0], shape = [1] }}
+write_roi = {{ offset = [0], shape = [1] }}
+read_write_conflict = false
+max_workers = {max_workers}
+requires = {{ cpu = 1 }}
+block_command = ["sh", "-c", "sleep {seconds}; echo {{block_id}} $(hostname) >> ran.txt"]
+"#
+        )
+    }
+
+    /// Each block's id, as many times as it ran.
+    pub(crate) fn blocks_ran(dir: &TestDir) -> Vec<String> {
+        let mut blocks: Vec<String> = (dir.read("ran.txt").lines())
+            .filter_map(|line| line.split_whitespace().next().map(String::from))
+            .collect();
+        blocks.sort_by_key(|block| block.parse::<u64>().unwrap_or(u64::MAX));
+        blocks
+    }
+
+    #[test]
+    fn four_workers_two_per_job_run_as_steps_and_one_killed_is_replaced_inside_its_job() {
+        needs_slurm("workers_per_job");
+        let dir = TestDir::new();
+        dir.write("p.toml", &stepped_pipeline("steps", 60, 1.0, 4, 2));
+        let driver = ChildGuard::spawn(&mut cluster_driver(&dir, "p.toml"));
+        let run_dir = dir.join("daisy_run/steps");
+        let connected = |events: &[serde_json::Value]| -> Vec<serde_json::Value> {
+            (events.iter())
+                .filter(|e| e["event"] == "worker_connected")
+                .cloned()
+                .collect()
+        };
+        wait_until("four workers connect", || {
+            connected(&events(&run_dir)).len() == 4
+        });
+        let first = connected(&events(&run_dir)).remove(0);
+        let pid = nix::unistd::Pid::from_raw(first["pid"].as_i64().unwrap() as i32);
+        nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGKILL).unwrap();
+        let status = driver.wait_for_exit();
+        assert!(status.success(), "{status:?}");
+
+        let expected: Vec<String> = (0..60).map(|b| b.to_string()).collect();
+        assert_eq!(blocks_ran(&dir), expected, "every block ran once");
+        let events = events(&run_dir);
+        let submitted: Vec<(u64, String)> = (events.iter())
+            .filter(|e| e["event"] == "worker_submitted")
+            .map(|e| {
+                (
+                    e["worker_id"].as_u64().unwrap(),
+                    e["job"].as_str().unwrap().to_owned(),
+                )
+            })
+            .collect();
+        let jobs: BTreeSet<&str> = submitted.iter().map(|(_, job)| job.as_str()).collect();
+        assert_eq!(
+            jobs.len(),
+            2,
+            "4 workers in 2 jobs, the replacement in one of them: {submitted:?}"
+        );
+        assert!(
+            submitted.len() >= 5,
+            "the killed worker was replaced: {submitted:?}"
+        );
+        let steps: Vec<&str> = (events.iter())
+            .filter(|e| e["event"] == "worker_connected")
+            .map(|e| e["job"].as_str().unwrap())
+            .collect();
+        assert!(
+            steps.iter().all(|job| job
+                .split_once('.')
+                .is_some_and(|(_, step)| step.parse::<u32>().is_ok())),
+            "every worker says its job step: {steps:?}"
+        );
+        let status = run_ok(
+            dir.driver(&["status", "daisy_run/steps"])
+                .env("NO_COLOR", "1"),
+        );
+        let element_step = format!("{}.", submitted[0].1);
+        assert!(
+            status.contains(&element_step),
+            "status lists job steps:\n{status}"
+        );
+        wait_until_gone(&job_ids(&run_dir));
+    }
+}

@@ -299,7 +299,10 @@ fn a_job_step_is_named_by_its_job_and_step() {
     };
     let step = env(&[("SLURM_JOB_ID", "27"), ("SLURM_STEP_ID", "3")]);
     assert_eq!(job_id_in(step).as_deref(), Some("27.3"));
-    assert_eq!(job_id_in(env(&[("SLURM_JOB_ID", "27")])).as_deref(), Some("27"));
+    assert_eq!(
+        job_id_in(env(&[("SLURM_JOB_ID", "27")])).as_deref(),
+        Some("27")
+    );
     let batch = env(&[("SLURM_JOB_ID", "27"), ("SLURM_STEP_ID", "batch")]);
     assert_eq!(job_id_in(batch).as_deref(), Some("27"));
     assert_eq!(job_id_in(env(&[("LSB_JOBID", "9")])).as_deref(), Some("9"));

@@ -180,7 +180,8 @@ impl Queue for Sbatch {
         let gone = left_queue(jobs, &listing);
         if !gone.is_empty() {
             let resolved = self.resolve(jobs, gone);
-            self.steps.forget(resolved.iter().map(|(worker, _)| *worker));
+            self.steps
+                .forget(resolved.iter().map(|(worker, _)| *worker));
             ended.extend(resolved);
         }
         Ok(ended)
@@ -197,7 +198,9 @@ impl Queue for Sbatch {
         let (whole, alone) = steps::split_cancelled(jobs, staying);
         let mut ids = element::cancel_ids(&whole, staying);
         ids.extend(self.step_ids(&alone));
-        let workers = jobs.iter().filter_map(|job| Some(job.steps.as_ref()?.worker));
+        let workers = jobs
+            .iter()
+            .filter_map(|job| Some(job.steps.as_ref()?.worker));
         self.steps.forget(workers.collect::<Vec<_>>());
         if ids.is_empty() {
             return;
@@ -216,12 +219,26 @@ impl Queue for Sbatch {
         jobs: &Jobs<Element>,
         left: &BTreeSet<u64>,
     ) -> Option<Result<Element, LaunchError>> {
-        let srun = self.slurm.srun.as_ref()?;
-        self.steps.start_beside(srun, request, jobs, left)
+        let srun = self.slurm.srun.clone()?;
+        let job = steps::job_with_room(&request.task_id, jobs, left)?;
+        let raw = match &job.raw {
+            Some(raw) => raw.clone(),
+            None => self.running_as(job)?,
+        };
+        Some(self.steps.start_in(&srun, request, job, &raw))
     }
 }
 
 impl Sbatch {
+    /// The raw id of a job not yet seen running by a poll, if one squeue
+    /// call shows it running now (a worker in it just connected and left).
+    fn running_as(&mut self, job: &Element) -> Option<String> {
+        let listing = self.squeue(std::slice::from_ref(&job.array)).ok()?;
+        let listed = element::listed(&listing);
+        let record = listed.get(&job.key())?;
+        (record.state == "RUNNING").then(|| record.raw.clone())
+    }
+
     /// The step ids of workers cancelled alone, by one squeue call about
     /// their jobs; none when it fails (their jobs end with the run).
     fn step_ids(&mut self, alone: &[&Element]) -> Vec<String> {
@@ -229,7 +246,9 @@ impl Sbatch {
         if jobs.is_empty() {
             return Vec::new();
         }
-        let workers = alone.iter().filter_map(|job| Some(job.steps.as_ref()?.worker));
+        let workers = alone
+            .iter()
+            .filter_map(|job| Some(job.steps.as_ref()?.worker));
         let args = steps::step_listing_args(&jobs.into_iter().collect::<Vec<_>>());
         self.calls.squeue += 1;
         let invocation = Invocation::new(&self.slurm.squeue, args);

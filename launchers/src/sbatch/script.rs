@@ -179,7 +179,11 @@ fn worker_step_command(request: &WorkerRequest, cpus: Option<u64>) -> String {
 /// quoted), and for the sbatch backend, which runs srun with `--jobid` to
 /// start a worker inside a job that has room (plain values).
 pub(crate) fn srun_options(id: &str, log_dir: &str, cpus: Option<u64>) -> Vec<String> {
-    let mut options = vec!["--ntasks=1".to_owned(), "--nodes=1".into(), "--exact".into()];
+    let mut options = vec![
+        "--ntasks=1".to_owned(),
+        "--nodes=1".into(),
+        "--exact".into(),
+    ];
     options.extend(cpus.map(|n| format!("--cpus-per-task={n}")));
     options.extend([
         format!("--job-name=daisy-w{id}"),

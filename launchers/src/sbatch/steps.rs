@@ -17,7 +17,6 @@ use std::os::unix::process::CommandExt;
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
 
-
 use super::element::{Element, Steps};
 use super::script::srun_options;
 use crate::queue::Jobs;
@@ -31,29 +30,34 @@ pub(crate) struct StepProcesses {
 }
 
 impl StepProcesses {
-    /// Starts `request`'s worker in the first running job of its task
-    /// with room (see [`Queue::start_beside`](crate::queue::Queue)).
-    pub(crate) fn start_beside(
+    /// Starts `request`'s worker in `job` (a job of its task with room,
+    /// see [`job_with_room`]), running as `raw`.
+    pub(crate) fn start_in(
         &mut self,
         srun: &Path,
         request: &WorkerRequest,
-        jobs: &Jobs<Element>,
-        left: &BTreeSet<u64>,
-    ) -> Option<Result<Element, LaunchError>> {
-        let job = job_with_room(&request.task_id, jobs, left)?;
-        let raw = job.raw.clone()?;
-        let places = job.steps.as_ref()?.places;
-        Some(self.spawn(srun, request, &raw).map(|()| Element {
+        job: &Element,
+        raw: &str,
+    ) -> Result<Element, LaunchError> {
+        let places = job.steps.as_ref().map_or(1, |steps| steps.places);
+        self.spawn(srun, request, raw)?;
+        Ok(Element {
+            raw: Some(raw.to_owned()),
             steps: Some(Steps {
                 task: request.task_id.clone(),
                 worker: request.worker_id,
                 places,
             }),
             ..job.clone()
-        }))
+        })
     }
 
-    fn spawn(&mut self, srun: &Path, request: &WorkerRequest, job: &str) -> Result<(), LaunchError> {
+    fn spawn(
+        &mut self,
+        srun: &Path,
+        request: &WorkerRequest,
+        job: &str,
+    ) -> Result<(), LaunchError> {
         let id = request.worker_id.to_string();
         let log_dir = request.log_dir.display().to_string();
         let cpus = request.requires.get("cpu").copied().filter(|n| *n > 0);
@@ -97,18 +101,19 @@ impl StepProcesses {
     /// The workers whose srun exited since the last call, and how.
     pub(crate) fn ended(&mut self) -> Vec<(u64, JobEnd)> {
         let mut ended = Vec::new();
-        self.running.retain(|&worker, child| match child.try_wait() {
-            Ok(None) => true,
-            Ok(Some(status)) => {
-                ended.push((worker, crate::local::end_from_status(status)));
-                false
-            }
-            Err(error) => {
-                let reason = format!("cannot wait for its srun: {error}");
-                ended.push((worker, JobEnd::Failed { reason }));
-                false
-            }
-        });
+        self.running
+            .retain(|&worker, child| match child.try_wait() {
+                Ok(None) => true,
+                Ok(Some(status)) => {
+                    ended.push((worker, crate::local::end_from_status(status)));
+                    false
+                }
+                Err(error) => {
+                    let reason = format!("cannot wait for its srun: {error}");
+                    ended.push((worker, JobEnd::Failed { reason }));
+                    false
+                }
+            });
         ended
     }
 
@@ -137,31 +142,35 @@ impl Drop for StepProcesses {
     }
 }
 
-/// The first running job (its raw id known) of `task` whose workers, not
-/// counting those that `left`, are fewer than its places.
-fn job_with_room<'a>(
+/// The first job of `task` whose workers, not counting those that
+/// `left`, are fewer than its places (one whose raw id is known first).
+pub(crate) fn job_with_room<'a>(
     task: &str,
     jobs: &'a Jobs<Element>,
     left: &BTreeSet<u64>,
 ) -> Option<&'a Element> {
-    let mut workers: BTreeMap<(&str, u32), usize> = BTreeMap::new();
-    let mut running: BTreeMap<(&str, u32), &Element> = BTreeMap::new();
+    let mut workers: BTreeMap<(&str, u32), (usize, &Element)> = BTreeMap::new();
     for (worker, job) in jobs {
         if job.steps.as_ref().is_none_or(|steps| steps.task != task) {
             continue;
         }
-        *workers.entry(job.key()).or_default() += usize::from(!left.contains(worker));
-        if job.raw.is_some() {
-            running.entry(job.key()).or_insert(job);
+        let entry = workers.entry(job.key()).or_insert((0, job));
+        entry.0 += usize::from(!left.contains(worker));
+        if entry.1.raw.is_none() {
+            entry.1 = job;
         }
     }
-    let has_room = |key: &(&str, u32), job: &&Element| {
-        job.steps.as_ref().is_some_and(|steps| workers[key] < steps.places)
+    let has_room = |(count, job): &(usize, &Element)| {
+        job.steps
+            .as_ref()
+            .is_some_and(|steps| *count < steps.places)
     };
-    running
-        .into_iter()
-        .find(|(key, job)| has_room(key, job))
+    let mut with_room: Vec<&Element> = (workers.into_values())
+        .filter(has_room)
         .map(|(_, job)| job)
+        .collect();
+    with_room.sort_by_key(|job| job.raw.is_none());
+    with_room.into_iter().next()
 }
 
 /// The jobs to cancel whole or by element, and the workers of jobs that
@@ -170,9 +179,9 @@ pub(crate) fn split_cancelled<'a>(
     cancelled: &'a [Element],
     staying: &[&Element],
 ) -> (Vec<Element>, Vec<&'a Element>) {
-    let (alone, whole): (Vec<&Element>, Vec<&Element>) = cancelled.iter().partition(|job| {
-        job.steps.is_some() && staying.iter().any(|other| other.same_job(job))
-    });
+    let (alone, whole): (Vec<&Element>, Vec<&Element>) = cancelled
+        .iter()
+        .partition(|job| job.steps.is_some() && staying.iter().any(|other| other.same_job(job)));
     (whole.into_iter().cloned().collect(), alone)
 }
 
@@ -199,8 +208,6 @@ pub(crate) fn step_ids(listing: &str, workers: &BTreeSet<u64>) -> Vec<String> {
         .map(|(step, _)| step.to_owned())
         .collect()
 }
-
-
 
 #[cfg(test)]
 mod tests {
@@ -230,8 +237,8 @@ mod tests {
         let room = job_with_room("t", &jobs, &[1].into()).unwrap();
         assert_eq!((room.index, room.raw.as_deref()), (0, Some("25")));
         assert!(job_with_room("other", &jobs, &[1].into()).is_none());
-        // A job not yet seen running is never chosen: srun needs its id.
-        assert!(job_with_room("t", &[(2, jobs[&2].clone())].into(), &[].into()).is_none());
+        let not_seen_running = job_with_room("t", &jobs, &[1, 2].into()).unwrap();
+        assert_eq!(not_seen_running.index, 0, "one seen running comes first");
     }
 
     #[test]

@@ -266,7 +266,10 @@ fn a_job_of_several_workers_asks_per_task_and_runs_one_step_each() {
             "#SBATCH --mem-per-cpu=2500M",
         ]
     );
-    assert!(script.contains("first=$(( 6 + ${SLURM_ARRAY_TASK_ID:-0} * 4 ))"), "{script}");
+    assert!(
+        script.contains("first=$(( 6 + ${SLURM_ARRAY_TASK_ID:-0} * 4 ))"),
+        "{script}"
+    );
     assert!(script.contains("for place in $(seq 0 3); do"), "{script}");
     assert!(
         script.contains(
