@@ -231,6 +231,7 @@ mod tests {
             (0, worker_of("24", 0, 0, Some("25"))),
             (1, worker_of("24", 0, 1, Some("25"))),
             (2, worker_of("24", 1, 2, None)),
+            (3, worker_of("24", 1, 3, None)),
         ]
         .into();
         assert!(job_with_room("t", &jobs, &BTreeSet::new()).is_none());
