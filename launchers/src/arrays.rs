@@ -18,6 +18,15 @@ pub(crate) fn group_len(requests: &[WorkerRequest], in_use: impl Fn(u64) -> bool
     }
 }
 
+/// The requests a cluster launcher submits first, as one array, of
+/// `requests` (one submission of consecutive workers of one task).
+pub fn first_array(requests: &[WorkerRequest]) -> &[WorkerRequest] {
+    match requests.is_empty() {
+        true => requests,
+        false => &requests[..group_len(requests, |_| false)],
+    }
+}
+
 /// Workers per job in an array of `group` (from [`group_len`]): the
 /// task's `workers_per_job`, or all of them in a smaller last job.
 pub(crate) fn per_job(group: &[WorkerRequest]) -> usize {

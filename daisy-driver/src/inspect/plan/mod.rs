@@ -72,6 +72,8 @@ pub struct TaskPlan {
     pub requires: BTreeMap<String, u64>,
     /// The launcher that starts its workers.
     pub launcher: LauncherKind,
+    /// Workers one cluster job runs, each its own job step.
+    pub workers_per_job: u32,
     pub max_workers: u32,
     /// Workers the task may run at once when it has the budget to itself.
     pub workers: u32,
@@ -268,6 +270,10 @@ fn task_plan(pipeline: &Pipeline, graph: &DependencyGraph, task: TaskIdx, done: 
         remaining_blocks: blocks.saturating_sub(done + masked),
         requires: config.requires.clone(),
         launcher: config.launcher.kind,
+        workers_per_job: match config.launcher.kind {
+            LauncherKind::Local => 1,
+            _ => config.launcher.cluster.workers_per_job(),
+        },
         max_workers: config.max_workers,
         workers: workers_under_budget(config, &pipeline.resources)
             .min(u32::try_from(at_once).unwrap_or(u32::MAX)),

@@ -177,6 +177,21 @@ fn workers(first: u64, last: u64) -> String {
 }
 
 impl TaskPlan {
+    /// How its workers fill cluster jobs, when one job runs several:
+    /// ", 2 workers per job (job steps): 4 workers in 2 jobs".
+    fn jobs(&self) -> String {
+        let per_job = self.workers_per_job;
+        if per_job < 2 {
+            return String::new();
+        }
+        let jobs = self.workers.div_ceil(per_job);
+        format!(
+            ", {per_job} workers per job (job steps): {} in {}",
+            counted(self.workers, "worker"),
+            counted(jobs, "job")
+        )
+    }
+
     fn render(&self, out: &mut String) {
         let upstream = match self.upstream.is_empty() {
             true => "none".to_string(),
@@ -216,7 +231,7 @@ impl TaskPlan {
             "  done         {} done{masked}, {} to run",
             self.done_blocks, self.remaining_blocks
         );
-        let _ = writeln!(out, "  launcher     {}", kind_name(self.launcher));
+        let _ = writeln!(out, "  launcher     {}{}", kind_name(self.launcher), self.jobs());
         let _ = writeln!(
             out,
             "  workers      {} (max_workers {}, requires {})",

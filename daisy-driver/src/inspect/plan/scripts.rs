@@ -11,7 +11,7 @@ use super::allocation::Grant;
 use crate::pipeline::{LauncherKind, Pipeline};
 use crate::run::launching;
 use crate::run_dir::RunDir;
-use launchers::{JobScript, LaunchError, WorkerRequest};
+use launchers::{first_array, JobScript, LaunchError, WorkerRequest};
 use serde::Serialize;
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
@@ -105,9 +105,9 @@ fn submission(
             submission.commands = requests.iter().map(launchers::local_command_line).collect();
             return Ok(submission);
         }
-        LauncherKind::Sbatch => launchers::sbatch_job_script(requests)?,
-        LauncherKind::Bsub => launchers::bsub_job_script(requests)?,
-        LauncherKind::Slurmrestd => launchers::slurmrestd_job_script(requests)?,
+        LauncherKind::Sbatch => launchers::sbatch_job_script(first_array(requests))?,
+        LauncherKind::Bsub => launchers::bsub_job_script(first_array(requests))?,
+        LauncherKind::Slurmrestd => launchers::slurmrestd_job_script(first_array(requests))?,
     };
     let JobScript { path, text } = script;
     submission.script_path = Some(path);
