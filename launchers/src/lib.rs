@@ -32,11 +32,11 @@ mod slurmrestd;
 mod template;
 mod worker_program;
 
+pub use arrays::first_array;
 pub use bsub::{
     job_script as bsub_job_script, BsubLauncher, LsfCalls, BSUB_PLACEHOLDERS,
     BUILTIN_BSUB_TEMPLATE, LSF_COMMANDS,
 };
-pub use arrays::first_array;
 pub use cluster::{non_empty, ClusterOptions};
 pub use local::{command_line as local_command_line, ForkServer, LocalLauncher, DEFAULT_GRACE};
 pub use pacing::{Paced, Pacing, DEFAULT_POLL_INTERVAL, DEFAULT_RETRY_DELAYS, MAX_BACKOFF};

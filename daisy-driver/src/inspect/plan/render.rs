@@ -231,7 +231,12 @@ impl TaskPlan {
             "  done         {} done{masked}, {} to run",
             self.done_blocks, self.remaining_blocks
         );
-        let _ = writeln!(out, "  launcher     {}{}", kind_name(self.launcher), self.jobs());
+        let _ = writeln!(
+            out,
+            "  launcher     {}{}",
+            kind_name(self.launcher),
+            self.jobs()
+        );
         let _ = writeln!(
             out,
             "  workers      {} (max_workers {}, requires {})",
