@@ -169,6 +169,20 @@ pub(crate) fn directive_quote(value: &str) -> String {
     }
 }
 
+/// `bash -n`: a rendered job script parses (the backends' tests).
+#[cfg(test)]
+pub(crate) fn assert_bash_syntax(script: &str) {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("job.sh");
+    std::fs::write(&path, script).unwrap();
+    let status = std::process::Command::new("bash")
+        .arg("-n")
+        .arg(&path)
+        .status()
+        .unwrap();
+    assert!(status.success(), "bash -n failed on:\n{script}");
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

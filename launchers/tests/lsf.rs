@@ -420,3 +420,38 @@ fn fifty_workers_cost_one_submission_and_a_poll_one_status_call() {
         squeue_by_name(&job_name(&run)).is_empty()
     });
 }
+
+#[test]
+fn four_workers_two_per_job_are_started_by_blaunch_in_two_jobs() {
+    needs_lsf_standin("four_workers_two_per_job...");
+    let (run, mut cleanup, mut launcher) = (lsf_run("blaunch"), bkill(), launcher());
+    let options = ClusterOptions {
+        workers_per_job: Some(2),
+        ..ClusterOptions::default()
+    };
+    let script = "echo \"$LSB_JOBID $LSB_JOBINDEX\" > out-$DAISY_WORKER_ID.txt";
+    let jobs = start(
+        &mut launcher,
+        &run.requests(4, script, options),
+        &mut cleanup,
+    );
+    assert_eq!((&jobs[0], &jobs[2]), (&jobs[1], &jobs[3]), "{jobs:?}");
+    assert_ne!(jobs[0], jobs[2]);
+    let ended = ends(&mut launcher, 4);
+    let workers: Vec<u64> = ended.iter().map(|(worker, _, _)| *worker).collect();
+    assert_eq!(workers, [0, 1, 2, 3], "each worker ended once: {ended:?}");
+    assert!(
+        ended
+            .iter()
+            .all(|(_, _, end)| *end == JobEnd::Exited { code: 0 }),
+        "{ended:?}"
+    );
+    let element = |i: u32| read(&run.path(&format!("out-{i}.txt")));
+    assert_eq!(element(0), element(1), "workers 0 and 1 in one job");
+    assert!(element(0).trim_end().ends_with(" 1") && element(2).trim_end().ends_with(" 2"));
+    let kept = read(&run.log_dir().join("worker-0-3.bsub"));
+    assert!(
+        kept.contains("#BSUB -n 2") && kept.contains("blaunch -z"),
+        "{kept}"
+    );
+}

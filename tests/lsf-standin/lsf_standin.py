@@ -309,3 +309,22 @@ def killed_pending(lsf_id):
         return set(json.loads(path.read_text()))
     except (OSError, ValueError):
         return set()
+
+
+def mcpu_hosts(nodelist, tasks_per_node):
+    """LSB_MCPU_HOSTS ("node1 2 node2 2") of a SLURM job: its hosts from
+    `scontrol show hostnames`, its slots from SLURM_TASKS_PER_NODE
+    ("2(x2),1": two nodes of 2 tasks, one of 1)."""
+    hosts = run_slurm(["scontrol", "show", "hostnames", nodelist]).stdout.split()
+    slots = []
+    for part in tasks_per_node.split(","):
+        count, _, repeat = part.partition("(x")
+        slots += [int(count)] * int(repeat.rstrip(")") or 1)
+    return " ".join(f"{host} {count}" for host, count in zip(hosts, slots))
+
+
+if __name__ == "__main__":
+    if sys.argv[1:2] == ["mcpu-hosts"] and len(sys.argv) == 4:
+        print(mcpu_hosts(sys.argv[2], sys.argv[3]))
+    else:
+        sys.exit("usage: lsf_standin.py mcpu-hosts NODELIST TASKS_PER_NODE")

@@ -47,6 +47,7 @@ use std::io;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use crate::arrays;
 use crate::queue::{ClusterLauncher, Jobs, Queue, ScriptRenderer};
 use crate::retry::{self, CallError};
 use crate::{JobEnd, JobScript, LaunchError, WorkerRequest};
@@ -134,9 +135,12 @@ impl Queue for Bsub {
         delays: &[Duration],
     ) -> Result<Vec<Element>, LaunchError> {
         let job = self.bsub(&group[0], &script.path, delays)?;
-        Ok((1..=group.len() as u32)
-            .map(|index| Element { job, index })
-            .collect())
+        let per_job = arrays::per_job(group);
+        let element = |place: usize| Element {
+            job,
+            index: (place / per_job) as u32 + 1,
+        };
+        Ok((0..group.len()).map(element).collect())
     }
 
     /// One bjobs call about every tracked array.
@@ -168,10 +172,17 @@ impl Queue for Bsub {
 
     /// One bkill call for every element, retried while LSF is
     /// unreachable; jobs that already finished are no failure. LSF's
-    /// index lists make arrays cheap to name, so `staying` does not matter.
-    fn cancel(&mut self, jobs: &[Element], _staying: &[&Element], delays: &[Duration]) {
+    /// index lists make arrays cheap to name. An element that another
+    /// worker `staying` shares (a job of several workers) is left: LSF
+    /// cannot end one blaunch task alone, and the job ends with its last.
+    fn cancel(&mut self, jobs: &[Element], staying: &[&Element], delays: &[Duration]) {
+        let alone = |job: &&Element| !staying.contains(job);
+        let elements: BTreeSet<Element> = jobs.iter().filter(alone).copied().collect();
+        if elements.is_empty() {
+            return;
+        }
         let call = Invocation {
-            args: bjobs::job_arguments(&jobs.iter().copied().collect()),
+            args: bjobs::job_arguments(&elements),
             ..Invocation::default()
         };
         let (program, timeout) = (&self.lsf.bkill, self.command_timeout);

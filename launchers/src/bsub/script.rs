@@ -8,9 +8,16 @@
 //! `time` becomes `-W [hours:]minutes` (rounded up to a minute); `qos` has
 //! no LSF counterpart and is left out with a warning. Resources: `cpu` →
 //! `-n`, `gpu` → `-gpu "num=N"`, `mem` (megabytes) → `-R "rusage[mem=N]"`.
+//!
+//! A job of several workers (`workers_per_job` N) asks for N × `cpu`
+//! slots (`-n`; `mem` per slot, `gpu` per task), `ntasks_per_node` (or
+//! `nodes`) becomes `-R "span[ptile=...]"`, and the job starts each
+//! worker with `blaunch` on a host of `LSB_MCPU_HOSTS`, as many on each
+//! as its slots hold.
 
 use std::path::{Path, PathBuf};
 
+use crate::arrays;
 use crate::template::{self, JobScript, Values};
 use crate::{LaunchError, WorkerRequest};
 
@@ -36,6 +43,8 @@ pub const PLACEHOLDERS: &[&str] = &[
     "cpus",
     "gpus",
     "mem_mb",
+    "workers_per_job",
+    "ptile",
     "output",
     "error",
     "log_dir",
@@ -43,6 +52,7 @@ pub const PLACEHOLDERS: &[&str] = &[
     "directives",
     "setup",
     "worker_command",
+    "run_workers",
 ];
 
 /// What the bsub backend submits for a group of workers of one task
@@ -60,7 +70,16 @@ pub fn job_script(group: &[WorkerRequest]) -> Result<JobScript, LaunchError> {
 pub(crate) fn script_for(group: &[WorkerRequest]) -> Result<String, LaunchError> {
     let values = values_for(group)?;
     let custom = group[0].cluster.template.as_deref();
-    template::render_template(custom, BUILTIN_TEMPLATE, BUILTIN_NAME, &values)
+    let script = template::render_template(custom, BUILTIN_TEMPLATE, BUILTIN_NAME, &values)?;
+    let per_job = arrays::per_job(group);
+    if per_job > 1 && !script.contains("DAISY_WORKER_ID=$id") {
+        return Err(LaunchError::TemplateLacks {
+            template: custom.map_or_else(|| BUILTIN_NAME.into(), Path::to_path_buf),
+            name: "run_workers",
+            because: format!("workers_per_job = {per_job} starts its workers with blaunch"),
+        });
+    }
+    Ok(script)
 }
 
 /// The placeholder values of a group of workers; refused only for a
@@ -72,16 +91,36 @@ pub(crate) fn values_for(group: &[WorkerRequest]) -> Result<Values, LaunchError>
         tracing::warn!(%qos, task = %first.task_id, "LSF has no qos; the launcher's qos is ignored");
     }
     let walltime = options.time.as_deref().map(walltime_option).transpose()?;
-    let resource = |key: &str| {
-        first
-            .requires
-            .get(key)
-            .filter(|n| **n > 0)
-            .map(u64::to_string)
+    let per_job = arrays::per_job(group) as u64;
+    let resource = |key: &str| first.requires.get(key).copied().filter(|n| *n > 0);
+    let cpus = resource("cpu");
+    let slots_per_worker = cpus.unwrap_or(1);
+    let (slots, gpus, mem_mb, ptile, run_workers) = match per_job {
+        1 => {
+            let run = format!("exec {}", template::worker_command(first));
+            (
+                cpus,
+                resource("gpu").map(|n| n.to_string()),
+                resource("mem"),
+                None,
+                run,
+            )
+        }
+        n => (
+            Some(n * slots_per_worker),
+            resource("gpu").map(|n| format!("{n}/task")),
+            resource("mem").map(|mem| mem.div_ceil(slots_per_worker)),
+            ptile(options, n).map(|workers| workers * slots_per_worker),
+            blaunch_block(first, n, slots_per_worker),
+        ),
     };
     let quoted = |path: &Path| Some(template::directive_quote(&path.display().to_string()));
+    let text = |n: Option<u64>| n.map(|n| n.to_string());
     Ok(Values::from([
-        ("job_array", Some(job_array(first, group.len()))),
+        (
+            "job_array",
+            Some(job_array(first, group.len() / per_job as usize)),
+        ),
         ("job_name", Some(template::job_name(&first.task_id))),
         ("task_id", Some(first.task_id.clone())),
         ("first_worker_id", Some(first.worker_id.to_string())),
@@ -90,9 +129,11 @@ pub(crate) fn values_for(group: &[WorkerRequest]) -> Result<Values, LaunchError>
         ("queue", options.partition.clone()),
         ("project", options.account.clone()),
         ("walltime", walltime.flatten()),
-        ("cpus", resource("cpu")),
-        ("gpus", resource("gpu")),
-        ("mem_mb", resource("mem")),
+        ("cpus", text(slots)),
+        ("gpus", gpus),
+        ("mem_mb", text(mem_mb)),
+        ("workers_per_job", text(Some(per_job).filter(|n| *n > 1))),
+        ("ptile", text(ptile)),
         ("output", quoted(&log_file(&first.log_dir, "out"))),
         ("error", quoted(&log_file(&first.log_dir, "err"))),
         (
@@ -106,7 +147,48 @@ pub(crate) fn values_for(group: &[WorkerRequest]) -> Result<Values, LaunchError>
         ),
         ("setup", template::joined_lines(&options.setup)),
         ("worker_command", Some(template::worker_command(first))),
+        ("run_workers", Some(run_workers)),
     ]))
+}
+
+/// Workers on each host of a job of `per_job`: `ntasks_per_node`, or
+/// spread evenly over `nodes`.
+fn ptile(options: &crate::ClusterOptions, per_job: u64) -> Option<u64> {
+    let per_node = options.ntasks_per_node.map(u64::from);
+    per_node.or_else(|| {
+        options
+            .nodes
+            .map(|nodes| per_job.div_ceil(u64::from(nodes)))
+    })
+}
+
+/// How a job of `per_job` workers starts them: one `blaunch` each on the
+/// job's hosts (`LSB_MCPU_HOSTS`: "hostA 8 hostB 8"), as many on a host
+/// as its slots hold `slots_per_worker`, with ids counted on from the
+/// array element's first; then it waits for them all.
+fn blaunch_block(first: &WorkerRequest, per_job: u64, slots_per_worker: u64) -> String {
+    let dir = template::shell_quote(&first.log_dir.display().to_string());
+    let command = template::worker_command(first);
+    [
+        format!("# {per_job} workers in this job, each started by blaunch on a host of the job."),
+        format!(
+            "first=$(( {} + (${{LSB_JOBINDEX:-1}} - 1) * {per_job} ))",
+            first.worker_id
+        ),
+        "place=0".into(),
+        "set -- $LSB_MCPU_HOSTS".into(),
+        format!("while [ $# -ge 2 ] && [ $place -lt {per_job} ]; do"),
+        format!("  host=$1 workers=$(( $2 / {slots_per_worker} )); shift 2"),
+        format!("  while [ $workers -gt 0 ] && [ $place -lt {per_job} ]; do"),
+        "    id=$(( first + place )); place=$(( place + 1 )); workers=$(( workers - 1 ))".into(),
+        format!(
+            "    DAISY_WORKER_ID=$id blaunch -z \"$host\" {command} \\\n      >> {dir}/worker-$id.out 2>> {dir}/worker-$id.err &"
+        ),
+        "  done".into(),
+        "done".into(),
+        "wait".into(),
+    ]
+    .join("\n")
 }
 
 /// `daisy-<task>[1-N]`, or `daisy-<task>[1-N]%cap` with a cap: LSF's

@@ -1,6 +1,7 @@
 use std::collections::BTreeMap;
 
 use super::*;
+use crate::template::assert_bash_syntax;
 use crate::{ClusterOptions, TemplateProblem};
 
 fn request(worker_id: u64) -> WorkerRequest {
@@ -198,4 +199,31 @@ fn the_builtin_template_keeps_its_directive_prefix_out_of_comments() {
 fn scripts_are_kept_beside_the_logs() {
     let path = script_path(Path::new("/logs/predict"), 4, 6);
     assert_eq!(path, Path::new("/logs/predict/worker-4-6.bsub"));
+}
+
+#[test]
+fn a_job_of_several_workers_asks_for_their_slots_and_blaunches_each() {
+    let script = script_for(&group(0, 8, |r| {
+        r.cluster.workers_per_job = Some(4);
+        r.cluster.ntasks_per_node = Some(2);
+        r.requires = BTreeMap::from([("cpu".into(), 2), ("gpu".into(), 1), ("mem".into(), 8000)]);
+    }))
+    .unwrap();
+    for line in [
+        "#BSUB -J \"daisy-predict[1-2]\"",
+        "#BSUB -n 8",
+        "#BSUB -R \"rusage[mem=4000]\"",
+        "#BSUB -R \"span[ptile=4]\"",
+        "#BSUB -gpu \"num=1/task\"",
+        "first=$(( 0 + (${LSB_JOBINDEX:-1} - 1) * 4 ))",
+        "  host=$1 workers=$(( $2 / 2 )); shift 2",
+    ] {
+        assert!(script.contains(&format!("{line}\n")), "{line}:\n{script}");
+    }
+    assert!(
+        script.contains("DAISY_WORKER_ID=$id blaunch -z \"$host\" "),
+        "{script}"
+    );
+    assert!(!script.contains("\nexec "), "{script}");
+    assert_bash_syntax(&script);
 }

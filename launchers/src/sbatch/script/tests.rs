@@ -1,5 +1,5 @@
 use super::*;
-use crate::template::{render, shell_quote};
+use crate::template::{assert_bash_syntax, render, shell_quote};
 use crate::{ClusterOptions, TemplateProblem};
 use std::collections::BTreeMap;
 use std::process::Command;
@@ -38,15 +38,6 @@ fn sbatch_lines(script: &str) -> Vec<&str> {
         .lines()
         .filter(|l| l.starts_with("#SBATCH"))
         .collect()
-}
-
-/// `bash -n`: the script parses.
-fn assert_bash_syntax(script: &str) {
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("job.sbatch");
-    std::fs::write(&path, script).unwrap();
-    let status = Command::new("bash").arg("-n").arg(&path).status().unwrap();
-    assert!(status.success(), "bash -n failed on:\n{script}");
 }
 
 #[test]
