@@ -77,6 +77,18 @@ def test_a_python_task_runs_as_sbatch_job_arrays(workdir, slurm):
     wait_until_no_job_left(jobs)
 
 
+def test_a_python_task_runs_two_workers_per_sbatch_job_as_job_steps(workdir, slurm):
+    launcher = {"kind": "sbatch", "time": "00:10:00", "workers_per_job": 2}
+    assert daisy.run_blockwise(chained("pysteps"), resources={"cpu": 4}, run_dir="run", launcher=launcher)
+    assert_every_block_ran_once("pysteps")
+    connected = [e for e in events("run") if e.get("event") == "worker_connected"]
+    steps = [e["job"] for e in connected]
+    assert steps and all("." in step for step in steps), f"each worker is a job step: {steps}"
+    jobs = job_ids("run")
+    assert len(set(jobs)) * 2 == len(jobs), f"two workers per job: {jobs}"
+    wait_until_no_job_left(jobs)
+
+
 def test_a_python_task_runs_through_the_lsf_stand_in(workdir, slurm, monkeypatch):
     monkeypatch.setenv("PATH", f"{STANDIN}:{os.environ['PATH']}")
     monkeypatch.setenv("LSF_STANDIN_DIR", str(workdir / "lsf-state"))
