@@ -428,12 +428,7 @@ mod tests {
 
     #[test]
     fn a_worker_of_a_job_of_several_has_its_own_id() {
-        let env = |pairs: &'static [(&str, &str)]| {
-            move |asked: &str| {
-                let found = pairs.iter().find(|(name, _)| *name == asked);
-                found.map(|(_, value)| value.to_string())
-            }
-        };
+        let env = crate::test_env::env_of;
         let step = env(&[("SLURM_ARRAY_TASK_ID", "1"), ("DAISY_WORKER_ID", "13")]);
         assert_eq!(worker_id(10, step), 13);
         assert_eq!(worker_id(10, env(&[("SLURM_ARRAY_TASK_ID", "1")])), 11);

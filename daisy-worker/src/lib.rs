@@ -60,6 +60,8 @@ pub use client::{Acquired, Client, ClientError, ConnectError, ConnectOpts};
 pub use pinning::PIN_ENV;
 pub use runtime::{run, RunConfig, RunError, Stopped};
 
+#[cfg(test)]
+mod test_env;
 /// The fake driver of the tests, shared with tests/cli.rs.
 #[cfg(test)]
 #[path = "../tests/peer/mod.rs"]

@@ -291,12 +291,7 @@ async fn a_driver_that_leaves_writes_unread_is_lost_though_it_talks() {
 
 #[test]
 fn a_job_step_is_named_by_its_job_and_step() {
-    let env = |pairs: &'static [(&str, &str)]| {
-        move |asked: &str| {
-            let found = pairs.iter().find(|(name, _)| *name == asked);
-            found.map(|(_, value)| value.to_string())
-        }
-    };
+    let env = crate::test_env::env_of;
     let step = env(&[("SLURM_JOB_ID", "27"), ("SLURM_STEP_ID", "3")]);
     assert_eq!(job_id_in(step).as_deref(), Some("27.3"));
     assert_eq!(
