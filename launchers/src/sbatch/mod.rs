@@ -219,6 +219,9 @@ impl Queue for Sbatch {
         jobs: &Jobs<Element>,
         left: &BTreeSet<u64>,
     ) -> Option<Result<Element, LaunchError>> {
+        if request.cluster.workers_per_job() < 2 {
+            return None;
+        }
         let srun = self.slurm.srun.clone()?;
         let job = steps::job_with_room(&request.task_id, jobs, left)?;
         let raw = match &job.raw {
