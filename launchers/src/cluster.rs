@@ -56,6 +56,11 @@ pub struct ClusterOptions {
     /// `--array=0-N%cap`); the others wait in the queue.
     #[serde(deserialize_with = "at_least_one")]
     pub max_array_parallel: Option<u32>,
+    /// At most this many of the task's jobs queued or running at once
+    /// (an array element is one job, as in SLURM's accounting); the
+    /// launcher holds the rest back until one ends (see `site_limits`).
+    #[serde(deserialize_with = "at_least_one")]
+    pub max_jobs: Option<u32>,
 }
 
 /// A string option that names something (a partition, a path): empty, it
@@ -131,6 +136,7 @@ mod tests {
             (r#"{"partition": ""}"#, "must not be empty"),
             (r#"{"time": "4h"}"#, "is not a walltime like"),
             (r#"{"max_array_parallel": 0}"#, "must be at least 1"),
+            (r#"{"max_jobs": 0}"#, "must be at least 1"),
         ] {
             let error = read(json).unwrap_err().to_string();
             assert!(error.starts_with(why), "{json}: {error}");

@@ -67,6 +67,7 @@ fn full_example_resolves_every_field() {
             directives: vec!["--constraint=a100".into()],
             setup: vec!["module load cuda".into()],
             max_array_parallel: Some(10),
+            max_jobs: None,
         },
     };
     assert_eq!(pipeline.launcher, launcher);

@@ -58,6 +58,7 @@ use std::time::Duration;
 
 use crate::queue::{ClusterLauncher, Jobs, Queue, QueueJob, ScriptRenderer};
 use crate::retry::{self, CallError};
+use crate::site_limits;
 use crate::{JobEnd, JobScript, LaunchError, WorkerRequest};
 use commands::{Failure, Invocation, SlurmCommands};
 use element::Element;
@@ -105,6 +106,10 @@ pub struct Sbatch {
     /// Where finished jobs are looked up first; learnt from sacct's errors.
     accounting: Accounting,
     calls: SchedulerCalls,
+    /// `MaxArraySize` from `scontrol show config`, read at the first
+    /// submission (and again after an array was refused for its size):
+    /// `Some(None)` when scontrol did not say.
+    max_array_size: Option<Option<usize>>,
 }
 
 /// What `sacct` can tell on this cluster.
@@ -132,12 +137,21 @@ impl SbatchLauncher {
             command_timeout: DEFAULT_COMMAND_TIMEOUT,
             accounting: Accounting::Database,
             calls: SchedulerCalls::default(),
+            max_array_size: None,
         }))
     }
 
     /// Kills a SLURM command running longer than `timeout`.
     pub fn with_command_timeout(mut self, timeout: Duration) -> Self {
         self.queue.command_timeout = timeout;
+        self
+    }
+
+    /// Takes `MaxArraySize` as given instead of asking scontrol, so the
+    /// tests' scripted scontrol answers are not shifted by one.
+    #[cfg(test)]
+    pub(crate) fn with_max_array_size(mut self, size: Option<usize>) -> Self {
+        self.queue.max_array_size = Some(size);
         self
     }
 
@@ -196,6 +210,42 @@ impl Queue for Sbatch {
             tracing::error!(?ids, %failure, "scancel failed; these jobs may still run");
         }
     }
+
+    /// `MaxArraySize` from one `scontrol show config`, read once.
+    fn max_array_size(&mut self) -> Option<usize> {
+        if self.max_array_size.is_none() {
+            let size = read_max_array_size(&self.slurm.scontrol, self.command_timeout);
+            tracing::info!(?size, "SLURM's MaxArraySize");
+            self.max_array_size = Some(size);
+        }
+        self.max_array_size.flatten()
+    }
+
+    fn array_size_refused(&mut self) {
+        self.max_array_size = None;
+    }
+}
+
+/// `MaxArraySize` as `scontrol show config` says it, or `None` when it
+/// cannot be asked (the launcher then lets sbatch refuse too large an
+/// array, which is a limit too, and halves it).
+pub(crate) fn read_max_array_size(scontrol: &Path, timeout: Duration) -> Option<usize> {
+    let invocation = Invocation::new(scontrol, ["show", "config"]);
+    match commands::run(&invocation, timeout) {
+        Ok(stdout) => parse_max_array_size(&stdout),
+        Err(failure) => {
+            tracing::warn!(%failure, "scontrol show config failed; MaxArraySize unknown");
+            None
+        }
+    }
+}
+
+/// The `MaxArraySize = N` line of `scontrol show config`.
+pub(crate) fn parse_max_array_size(config: &str) -> Option<usize> {
+    config.lines().find_map(|line| {
+        let (name, value) = line.split_once('=')?;
+        (name.trim() == "MaxArraySize").then(|| value.trim().parse().ok())?
+    })
 }
 
 impl Sbatch {
@@ -455,6 +505,11 @@ fn submit_error(
             working_dir: request.working_dir.clone(),
             source,
         },
+        CallError::Permanent(failure) if site_limits::slurm_limit(&failure.message()).is_some() => {
+            let message = failure.message();
+            let limit = site_limits::slurm_limit(&message).expect("matched above");
+            LaunchError::Waiting { limit, message }
+        }
         failure => LaunchError::Submit {
             permanent: matches!(failure, CallError::Permanent(_)),
             stderr: failure.to_string(),
@@ -464,3 +519,17 @@ fn submit_error(
 
 #[cfg(test)]
 mod tests;
+
+#[cfg(test)]
+mod config_tests {
+    #[test]
+    fn max_array_size_is_read_from_scontrol_show_config() {
+        // Lines of SLURM 22.05's `scontrol show config`.
+        let config = "Configuration data as of 2026-12-05T17:20:01\n\
+                      MailProg                = /bin/mail\n\
+                      MaxArraySize            = 8\n\
+                      MaxJobCount             = 10000\n";
+        assert_eq!(super::parse_max_array_size(config), Some(8));
+        assert_eq!(super::parse_max_array_size("MaxJobCount = 10000"), None);
+    }
+}

@@ -82,6 +82,7 @@ fn every_option_and_resource_becomes_its_directive() {
             setup: vec!["module load cuda".into(), "source venv/bin/activate".into()],
             max_array_parallel: Some(4),
             template: None,
+            max_jobs: None,
         };
         r.requires = BTreeMap::from([
             ("cpu".into(), 8),
