@@ -150,6 +150,10 @@ impl WorkerStatus {
             host: life.host.clone(),
             pid: life.pid,
             by_hand: life.by_hand,
+            waiting_for: life
+                .waiting_for
+                .clone()
+                .filter(|_| end == WorkerEnd::Queued),
             end,
             why: why.map(str::to_string),
         }

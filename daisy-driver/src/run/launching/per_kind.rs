@@ -125,6 +125,20 @@ impl Launcher for TaskLaunchers {
         ended
     }
 
+    /// Every backend's: held submissions are tried at its polls, so
+    /// their outcomes wait for the next call at the latest.
+    fn poll_started(&mut self) -> Vec<(u64, Result<JobId, LaunchError>)> {
+        let started: Vec<_> = (self.backends.iter_mut())
+            .flat_map(|b| b.launcher.poll_started())
+            .collect();
+        for (worker_id, result) in &started {
+            if result.is_err() && !matches!(result, Err(LaunchError::Waiting { .. })) {
+                self.owner.remove(worker_id);
+            }
+        }
+        started
+    }
+
     fn cancel(&mut self, worker_ids: &[u64]) {
         for (index, backend) in self.backends.iter_mut().enumerate() {
             let own: Vec<u64> = (worker_ids.iter().copied())
