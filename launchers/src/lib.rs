@@ -41,8 +41,8 @@ pub use cluster::{non_empty, ClusterOptions};
 pub use local::{command_line as local_command_line, ForkServer, LocalLauncher, DEFAULT_GRACE};
 pub use pacing::{Paced, Pacing, DEFAULT_POLL_INTERVAL, DEFAULT_RETRY_DELAYS, MAX_BACKOFF};
 pub use sbatch::{
-    job_script as sbatch_job_script, SbatchLauncher, SchedulerCalls, BUILTIN_WORKER_TEMPLATE,
-    DEFAULT_COMMAND_TIMEOUT, PLACEHOLDERS, SLURM_COMMANDS,
+    job_script as sbatch_job_script, sbatch_test_only, SbatchLauncher, SchedulerCalls, TestOnly,
+    BUILTIN_WORKER_TEMPLATE, DEFAULT_COMMAND_TIMEOUT, PLACEHOLDERS, SLURM_COMMANDS,
 };
 pub use site_limits::{MAX_JOBS, SITE_LIMIT_FIRST_PAUSE};
 pub use slurmrestd::{

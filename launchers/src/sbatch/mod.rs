@@ -226,6 +226,64 @@ impl Queue for Sbatch {
     }
 }
 
+/// What `sbatch --test-only` said of a job script: SLURM's own words,
+/// and whether it would accept the job.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TestOnly {
+    pub accepted: bool,
+    /// SLURM's words ("sbatch: Job 12 to start at ... in partition debug",
+    /// "sbatch: error: invalid partition specified: nosuch"), or why
+    /// sbatch could not be asked.
+    pub says: String,
+}
+
+/// Asks `sbatch --test-only` about `script` (a job script file) submitted
+/// as an array of `workers` elements (cut to `MaxArraySize`, as a run
+/// splits it) with `cap` running at once, from `working_dir`: the
+/// submission a run makes, without submitting. sbatch is looked up on
+/// `path` (a PATH value).
+pub fn sbatch_test_only(
+    path: Option<OsString>,
+    script: &Path,
+    workers: usize,
+    cap: Option<u32>,
+    working_dir: &Path,
+) -> TestOnly {
+    let cwd = std::env::current_dir().unwrap_or_else(|_| "/".into());
+    let Ok(sbatch) = which::which_in("sbatch", path.as_ref(), &cwd) else {
+        let says = "sbatch is not on PATH; nothing was checked".to_owned();
+        return TestOnly {
+            accepted: false,
+            says,
+        };
+    };
+    let max_array = which::which_in("scontrol", path.as_ref(), &cwd)
+        .ok()
+        .and_then(|scontrol| read_max_array_size(&scontrol, DEFAULT_COMMAND_TIMEOUT));
+    let size = arrays_split_len(workers, max_array);
+    let mut args = sbatch_args(size, cap, script);
+    args[0] = "--test-only".into();
+    let invocation = Invocation {
+        cwd: Some(working_dir),
+        ..Invocation::new(&sbatch, args)
+    };
+    match commands::run_keeping_stderr(&invocation, DEFAULT_COMMAND_TIMEOUT) {
+        // sbatch --test-only answers on stderr, also when it accepts.
+        Ok((_, stderr)) => TestOnly {
+            accepted: true,
+            says: stderr.trim().to_owned(),
+        },
+        Err(failure) => TestOnly {
+            accepted: false,
+            says: failure.message(),
+        },
+    }
+}
+
+fn arrays_split_len(workers: usize, max_array: Option<usize>) -> usize {
+    crate::arrays::split_len(workers, None, max_array, usize::MAX)
+}
+
 /// `MaxArraySize` as `scontrol show config` says it, or `None` when it
 /// cannot be asked (the launcher then lets sbatch refuse too large an
 /// array, which is a limit too, and halves it).
