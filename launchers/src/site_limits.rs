@@ -173,6 +173,11 @@ mod tests {
             Some("accounting/QOS policy (job submit limit)"),
             "without a reason line (slurmrestd)"
         );
+        // slurmrestd 22.05's answer to the same refusal (error 2050,
+        // ESLURM_ACCOUNTING_POLICY), as the launcher words it.
+        let rest = "Job violates accounting/QOS policy (job submit limit, user's size and/or \
+                    time limits) (SLURM error 2050)";
+        assert!(slurm_limit(rest).is_some(), "{rest}");
         let array = "sbatch: error: Batch job submission failed: Invalid job array specification";
         assert_eq!(slurm_limit(array).as_deref(), Some(MAX_ARRAY_SIZE));
     }

@@ -101,7 +101,12 @@ impl Launcher for TaskLaunchers {
         for request in requests {
             self.owner.insert(request.worker_id, index);
         }
-        self.backends[index].launcher.start_many(requests)
+        let backend = &mut self.backends[index];
+        let results = backend.launcher.start_many(requests);
+        // Submissions a limit held back may be due before the next poll.
+        let due = Instant::now() + backend.launcher.poll_interval();
+        backend.next_poll = backend.next_poll.min(due);
+        results
     }
 
     fn poll_interval(&self) -> Duration {
