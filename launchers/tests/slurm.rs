@@ -252,3 +252,74 @@ fn fifty_workers_cost_one_submission_and_a_poll_one_status_call() {
         jobs.iter().all(|job| squeue(&array_of(job)).is_empty())
     });
 }
+
+/// Needs the QOS `daisy-two-jobs` (MaxSubmitJobsPerUser=2, account
+/// `daisy`) that `ci/slurm/start-local-slurm.sh` creates with accounting.
+fn needs_two_jobs_qos(test: &str) {
+    needs_slurm(test);
+    let qos = Command::new("sacctmgr")
+        .args([
+            "-n",
+            "-P",
+            "show",
+            "qos",
+            "daisy-two-jobs",
+            "format=maxsubmitjobsperuser",
+        ])
+        .output()
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
+        .unwrap_or_default();
+    if qos != "2" {
+        missing(
+            test,
+            "SLURM has no QOS daisy-two-jobs with MaxSubmitJobsPerUser=2",
+            "start SLURM with DAISY_SLURM_ACCOUNTING=1 bash ci/slurm/start-local-slurm.sh",
+        );
+    }
+}
+
+#[test]
+fn a_submission_over_the_qos_limit_waits_and_is_submitted_once_a_job_leaves() {
+    needs_two_jobs_qos("a_submission_over_the_qos_limit...");
+    let (run, mut cleanup, mut launcher) = (Run::new("qos"), JobCleanup::scancel(), launcher());
+    let cluster = ClusterOptions {
+        account: Some("daisy".into()),
+        qos: Some("daisy-two-jobs".into()),
+        ..held()
+    };
+    let requests = run.requests(3, "true", cluster);
+    let results = launcher.start_many(&requests);
+    let submitted: Vec<JobId> = results
+        .iter()
+        .filter_map(|r| r.as_ref().ok().cloned())
+        .collect();
+    submitted.iter().for_each(|job| cleanup.add(job));
+    assert_eq!(submitted.len(), 2, "two fit under the limit: {results:?}");
+    match &results[2] {
+        Err(LaunchError::Waiting { limit, message }) => {
+            assert_eq!(limit, "QOSMaxSubmitJobPerUserLimit");
+            assert!(
+                message.contains("Job violates accounting/QOS policy"),
+                "{message}"
+            );
+        }
+        other => panic!("the third waits for the limit: {other:?}"),
+    }
+    assert!(launcher.poll_started().is_empty(), "nothing tried yet");
+    launcher.cancel(&[requests[0].worker_id]);
+    let third = requests[2].worker_id;
+    let mut started = Vec::new();
+    wait_for("the waiting worker to be submitted", || {
+        launcher.poll_ended();
+        started.extend(launcher.poll_started());
+        started
+            .iter()
+            .any(|(worker, result)| *worker == third && result.is_ok())
+    });
+    for (_, result) in &started {
+        if let Ok(job) = result {
+            cleanup.add(job);
+        }
+    }
+    launcher.cancel_all();
+}
