@@ -116,6 +116,11 @@ pub struct ClusterLauncher<Q: Queue> {
     /// The largest array to try: halved when a site limit refused one,
     /// doubled again after each accepted submission.
     array_window: usize,
+    /// A site limit that refused a single job in the current attempt
+    /// (limit, message): the attempt's other groups wait for it too,
+    /// without asking the scheduler again (such limits are per user,
+    /// account or QOS, not per array).
+    refused_in_attempt: Option<(String, String)>,
 }
 
 /// What became of one request of a submission attempt.
@@ -141,6 +146,7 @@ impl<Q: Queue> ClusterLauncher<Q> {
             held: Held::default(),
             started: Vec::new(),
             array_window: usize::MAX,
+            refused_in_attempt: None,
         }
     }
 
@@ -148,6 +154,7 @@ impl<Q: Queue> ClusterLauncher<Q> {
     /// id still tracked is refused on its own; requests a limit holds
     /// back are `Waiting` (and held).
     fn start_in_arrays(&mut self, requests: &[WorkerRequest]) -> Vec<Result<JobId, LaunchError>> {
+        self.refused_in_attempt = None;
         let mut results = Vec::with_capacity(requests.len());
         let mut rest = requests;
         while let Some(first) = rest.first() {
@@ -191,6 +198,10 @@ impl<Q: Queue> ClusterLauncher<Q> {
                 self.hold_all(rest, site_limits::MAX_JOBS, &message, &mut outcomes);
                 break;
             }
+            if let Some((limit, message)) = self.refused_in_attempt.clone() {
+                self.hold_all(rest, &limit, &message, &mut outcomes);
+                break;
+            }
             let max_array = self.queue.max_array_size();
             let len = arrays::split_len(
                 rest.len(),
@@ -214,6 +225,7 @@ impl<Q: Queue> ClusterLauncher<Q> {
                         continue;
                     }
                     self.hold_all(rest, &limit, &message, &mut outcomes);
+                    self.refused_in_attempt = Some((limit, message));
                     break;
                 }
                 Err(error) => {
@@ -262,8 +274,10 @@ impl<Q: Queue> ClusterLauncher<Q> {
                 message: message.to_owned(),
             });
         }
+        // Debug only: held requests are held again at every poll; the
+        // driver logs (and records) when a worker starts waiting.
         let task = &requests[0].task_id;
-        tracing::info!(launcher = Q::NAME, %task, workers = requests.len(), limit, message, "submission waits for a limit");
+        tracing::debug!(launcher = Q::NAME, %task, workers = requests.len(), limit, message, "submission waits for a limit");
     }
 
     /// One array: its job ids, tracked from now, or the group's error.
@@ -296,14 +310,15 @@ impl<Q: Queue> ClusterLauncher<Q> {
         if !self.held.due(now) {
             return;
         }
+        self.refused_in_attempt = None;
         let held = self.held.take_all();
+        let requests: Vec<WorkerRequest> = held.iter().map(|(r, _)| r.clone()).collect();
         let mut site_limit_refused = false;
-        let mut rest = &held[..];
-        while !rest.is_empty() {
-            let requests: Vec<WorkerRequest> = rest.iter().map(|(r, _)| r.clone()).collect();
-            let len = arrays::group_len(&requests, |_| false);
-            let outcomes = self.submit_or_hold(&requests[..len]);
-            for ((request, before), outcome) in rest[..len].iter().zip(outcomes) {
+        let mut start = 0;
+        while start < requests.len() {
+            let len = arrays::group_len(&requests[start..], |_| false);
+            let outcomes = self.submit_or_hold(&requests[start..start + len]);
+            for ((request, before), outcome) in held[start..start + len].iter().zip(outcomes) {
                 let report = match outcome {
                     Outcome::Submitted(job) => Some(Ok(job)),
                     Outcome::Waits { limit, message } => {
@@ -316,7 +331,7 @@ impl<Q: Queue> ClusterLauncher<Q> {
                     self.started.push((request.worker_id, report));
                 }
             }
-            rest = &rest[len..];
+            start += len;
         }
         match site_limit_refused {
             true => self.held.refused_at(now),

@@ -143,6 +143,14 @@ impl WorkerStatus {
             },
             state => state,
         };
+        let never_submitted = life
+            .waiting_for
+            .as_ref()
+            .map(|limit| format!("never submitted: it waited for {limit} until the run ended"));
+        let why = match (end, &never_submitted) {
+            (WorkerEnd::Unrecorded, Some(never)) => Some(never.as_str()),
+            _ => why,
+        };
         WorkerStatus {
             task: task.to_string(),
             worker_id,
