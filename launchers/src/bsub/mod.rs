@@ -202,6 +202,8 @@ impl Bsub {
         // bsub retries a pending-job threshold by itself, forever, unless
         // LSB_NTRIES says otherwise: one try, so the launcher waits
         // instead of blocking its thread (a user's own setting stays).
+        // It also makes bsub give up at once on an mbatchd that does not
+        // answer; that failure is transient, retried after the delays.
         let mut env = first.env.clone();
         if std::env::var_os("LSB_NTRIES").is_none() && !env.iter().any(|(n, _)| n == "LSB_NTRIES") {
             env.push(("LSB_NTRIES".into(), "1".into()));
