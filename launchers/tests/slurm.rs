@@ -323,3 +323,44 @@ fn a_submission_over_the_qos_limit_waits_and_is_submitted_once_a_job_leaves() {
     }
     launcher.cancel_all();
 }
+
+#[test]
+fn a_waiting_worker_cancelled_is_reported_once_and_never_submitted() {
+    needs_two_jobs_qos("a_waiting_worker_cancelled...");
+    let (run, mut cleanup, mut launcher) =
+        (Run::new("qos-cancel"), JobCleanup::scancel(), launcher());
+    let cluster = ClusterOptions {
+        account: Some("daisy".into()),
+        qos: Some("daisy-two-jobs".into()),
+        ..held()
+    };
+    let requests = run.requests(3, "true", cluster);
+    let results = launcher.start_many(&requests);
+    for job in results.iter().filter_map(|r| r.as_ref().ok()) {
+        cleanup.add(job);
+    }
+    let third = requests[2].worker_id;
+    assert!(
+        matches!(results[2], Err(LaunchError::Waiting { .. })),
+        "{results:?}"
+    );
+    launcher.cancel(&[third, requests[0].worker_id]);
+    let ended = launcher.poll_ended();
+    let never = ended.iter().find(|(worker, ..)| *worker == third);
+    assert_eq!(
+        never.map(|(_, job, end)| (job.0.as_str(), end)),
+        Some(("not submitted", &JobEnd::Cancelled)),
+        "{ended:?}"
+    );
+    // Past the first pause, with room under the limit again: still
+    // nothing is submitted for the cancelled worker.
+    let submissions = launcher.calls().submissions;
+    std::thread::sleep(launchers::SITE_LIMIT_FIRST_PAUSE + Duration::from_secs(1));
+    assert!(launcher
+        .poll_ended()
+        .iter()
+        .all(|(worker, ..)| *worker != third));
+    assert!(launcher.poll_started().is_empty());
+    assert_eq!(launcher.calls().submissions, submissions);
+    launcher.cancel_all();
+}
