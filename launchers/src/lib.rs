@@ -255,7 +255,7 @@ pub enum LaunchError {
     /// job ends for `max_jobs`), reporting the outcome through
     /// [`Launcher::poll_started`]; the driver keeps the worker's slot.
     /// `limit` names the limit, `message` is the scheduler's words.
-    #[error("submission waits for a site limit ({limit}): {message}")]
+    #[error("submission waits for a limit ({limit}): {message}")]
     Waiting { limit: String, message: String },
     /// Scheduler commands a backend needs are not on PATH.
     #[error(
