@@ -253,31 +253,6 @@ fn fifty_workers_cost_one_submission_and_a_poll_one_status_call() {
     });
 }
 
-/// Needs the QOS `daisy-two-jobs` (MaxSubmitJobsPerUser=2, account
-/// `daisy`) that `ci/slurm/start-local-slurm.sh` creates with accounting.
-fn needs_two_jobs_qos(test: &str) {
-    needs_slurm(test);
-    let qos = Command::new("sacctmgr")
-        .args([
-            "-n",
-            "-P",
-            "show",
-            "qos",
-            "daisy-two-jobs",
-            "format=maxsubmitjobsperuser",
-        ])
-        .output()
-        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
-        .unwrap_or_default();
-    if qos != "2" {
-        missing(
-            test,
-            "SLURM has no QOS daisy-two-jobs with MaxSubmitJobsPerUser=2",
-            "start SLURM with DAISY_SLURM_ACCOUNTING=1 bash ci/slurm/start-local-slurm.sh",
-        );
-    }
-}
-
 #[test]
 fn a_submission_over_the_qos_limit_waits_and_is_submitted_once_a_job_leaves() {
     needs_two_jobs_qos("a_submission_over_the_qos_limit...");

@@ -217,3 +217,29 @@ pub fn slurm_max_array_size() -> usize {
         })
         .unwrap_or(1001)
 }
+
+/// Needs the QOS `daisy-two-jobs` (MaxSubmitJobsPerUser=2, account
+/// `daisy`) that `ci/slurm/start-local-slurm.sh` creates with accounting.
+#[allow(dead_code)] // not every test binary uses it
+pub fn needs_two_jobs_qos(test: &str) {
+    needs_slurm(test);
+    let qos = Command::new("sacctmgr")
+        .args([
+            "-n",
+            "-P",
+            "show",
+            "qos",
+            "daisy-two-jobs",
+            "format=maxsubmitjobsperuser",
+        ])
+        .output()
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
+        .unwrap_or_default();
+    if qos != "2" {
+        missing(
+            test,
+            "SLURM has no QOS daisy-two-jobs with MaxSubmitJobsPerUser=2",
+            "start SLURM with DAISY_SLURM_ACCOUNTING=1 bash ci/slurm/start-local-slurm.sh",
+        );
+    }
+}
