@@ -25,19 +25,25 @@
 # Requirements and where they come from:
 #   SLURM         `sinfo -h` answers (and python3, for the LSF stand-in)
 #   slurmrestd    SLURMRESTD_URL (default http://127.0.0.1:6820) accepts connections
+#   SlurmQos      SLURM enforces limits and has the QOS daisy-two-jobs
+#                 (MaxSubmitJobsPerUser=2, account daisy)
+#   SlurmArrays   SLURM's MaxArraySize is at most 14 (a test submits more
+#                 workers than that)
 #   Chromium      DAISY_CHROMIUM, else `chromium` on PATH
 #   daisy2        DAISY2_PYTHON: a Python in which `import daisy` is 2.0.0
 #   netns         root, and `ip netns` (iproute2)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-REQUIREMENTS=(SLURM slurmrestd Chromium daisy2 netns)
+REQUIREMENTS=(SLURM slurmrestd SlurmQos SlurmArrays Chromium daisy2 netns)
 # The tests of each requirement, as nextest filtersets (by test binary or
 # module: a new test in one of these modules is covered without a change).
 E2E='binary_id(daisy-driver::e2e)'
 declare -A TESTS=(
   [SLURM]="binary_id(launchers::slurm) | binary_id(launchers::lsf) | ($E2E & test(/^((cluster|plan_cluster|preemption::slurm)::|programs::cluster_|resource_slots::cluster_)/))"
   [slurmrestd]="binary_id(launchers::slurmrestd) | ($E2E & test(/^cluster::slurmrestd::/))"
+  [SlurmQos]="((binary_id(launchers::slurm) | binary_id(launchers::slurmrestd)) & test(/qos_limit|waiting_worker_cancelled/)) | ($E2E & test(/^cluster::site_limits::a_task_over_its_qos/))"
+  [SlurmArrays]="$E2E & test(/^cluster::site_limits::an_array_larger/)"
   [Chromium]="$E2E & test(/^(report::chromium|browser|dashboard::chromium)::/)"
   [daisy2]="$E2E & test(/^daisy2_compat::/)"
   [netns]="$E2E & test(/^netns::/)"
@@ -45,6 +51,8 @@ declare -A TESTS=(
 declare -A HOW=(
   [SLURM]="start one as root: DAISY_SLURM_RESTD=1 bash ci/slurm/start-local-slurm.sh; source /tmp/daisy-slurm/env.sh"
   [slurmrestd]="start SLURM with DAISY_SLURM_RESTD=1 (above), or set SLURMRESTD_URL"
+  [SlurmQos]="start SLURM with accounting: DAISY_SLURM_ACCOUNTING=1 DAISY_SLURM_RESTD=1 bash ci/slurm/start-local-slurm.sh"
+  [SlurmArrays]="start SLURM with small arrays: DAISY_SLURM_MAX_ARRAY_SIZE=8 (and the variables above) bash ci/slurm/start-local-slurm.sh"
   [Chromium]="apt-get install chromium, or set DAISY_CHROMIUM"
   [daisy2]="set DAISY2_PYTHON to a Python with daisy==2.0.0 from PyPI installed"
   [netns]="run as root with iproute2 installed"
@@ -59,6 +67,17 @@ have_slurmrestd() {
   address=${address#http://}
   address=${address%%/*}
   timeout 2 bash -c "exec 3<>/dev/tcp/${address%:*}/${address##*:}" 2>/dev/null
+}
+
+have_slurmqos() {
+  have_slurm || return 1
+  [ "$(sacctmgr -n -P show qos daisy-two-jobs format=maxsubmitjobsperuser 2>/dev/null)" = 2 ] &&
+    scontrol show config 2>/dev/null | grep -q '^AccountingStorageEnforce *=.*limits'
+}
+
+have_slurmarrays() {
+  have_slurm || return 1
+  [ "$(scontrol show config 2>/dev/null | awk '$1 == "MaxArraySize" {print $3}')" -le 14 ] 2>/dev/null
 }
 
 have_chromium() {

@@ -95,6 +95,12 @@ pub struct PlanOpts {
     /// started from the same directory submits.
     #[arg(long)]
     pub scripts: bool,
+    /// Ask the scheduler whether it would take each task's first
+    /// submission, without submitting (`sbatch --test-only`; slurmrestd
+    /// through sbatch when it is on PATH; LSF has no such test), and show
+    /// its own words; a refusal is a problem (exit 2).
+    #[arg(long)]
+    pub check: bool,
     /// The daisy-worker binary launched workers would run, as for `run`
     /// [default: beside daisy-driver, else on PATH].
     #[arg(long, env = "DAISY_WORKER_BIN")]
@@ -334,7 +340,10 @@ fn command_plan(opts: PlanOpts) -> anyhow::Result<u8> {
         path: &program,
         args: &program_args,
     };
-    let plan = plan(&pipeline, &run_dir, worker);
+    let mut plan = plan(&pipeline, &run_dir, worker);
+    if opts.check {
+        plan.check_submissions();
+    }
     if opts.json {
         crate::run::output::stdout::print_line(format_args!(
             "{}",

@@ -46,6 +46,23 @@ fn consecutive_len(requests: &[WorkerRequest], in_use: impl Fn(u64) -> bool) -> 
     len
 }
 
+/// How many of `wanted` workers go into the next array: no more than the
+/// task's room under `max_jobs`, the scheduler's largest array and the
+/// launcher's window (halved after a limit refused an array), and at
+/// least one.
+pub(crate) fn split_len(
+    wanted: usize,
+    room: Option<usize>,
+    max_array: Option<usize>,
+    window: usize,
+) -> usize {
+    let most = [room, max_array]
+        .into_iter()
+        .flatten()
+        .fold(window, usize::min);
+    wanted.min(most.max(1))
+}
+
 /// One result per worker of a group whose submission failed: the error,
 /// then copies of it.
 pub(crate) fn failed_together<T>(
@@ -64,6 +81,10 @@ fn copy_error(error: &LaunchError) -> LaunchError {
         LaunchError::Submit { stderr, permanent } => LaunchError::Submit {
             stderr: stderr.clone(),
             permanent: *permanent,
+        },
+        LaunchError::Waiting { limit, message } => LaunchError::Waiting {
+            limit: limit.clone(),
+            message: message.clone(),
         },
         LaunchError::Spawn {
             program,
@@ -99,5 +120,24 @@ fn copy_error(error: &LaunchError) -> LaunchError {
             stderr: other.to_string(),
             permanent: true,
         },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn arrays_are_split_to_the_smallest_cap() {
+        // 20 workers, MaxArraySize 8 (indices 0-7): 8, 8, then 4.
+        assert_eq!(split_len(20, None, Some(8), usize::MAX), 8);
+        assert_eq!(split_len(4, None, Some(8), usize::MAX), 4);
+        assert_eq!(
+            split_len(20, Some(3), Some(8), usize::MAX),
+            3,
+            "max_jobs room"
+        );
+        assert_eq!(split_len(20, None, None, 2), 2, "halved window");
+        assert_eq!(split_len(20, None, Some(0), usize::MAX), 1, "never none");
     }
 }

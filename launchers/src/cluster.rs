@@ -68,6 +68,11 @@ pub struct ClusterOptions {
     /// Workers of one such job on each of its nodes (`--ntasks-per-node`).
     #[serde(deserialize_with = "at_least_one")]
     pub ntasks_per_node: Option<u32>,
+    /// At most this many of the task's jobs queued or running at once
+    /// (an array element is one job, as in SLURM's accounting); the
+    /// launcher holds the rest back until one ends (see `site_limits`).
+    #[serde(deserialize_with = "at_least_one")]
+    pub max_jobs: Option<u32>,
 }
 
 impl ClusterOptions {
@@ -150,6 +155,7 @@ mod tests {
             (r#"{"partition": ""}"#, "must not be empty"),
             (r#"{"time": "4h"}"#, "is not a walltime like"),
             (r#"{"max_array_parallel": 0}"#, "must be at least 1"),
+            (r#"{"max_jobs": 0}"#, "must be at least 1"),
         ] {
             let error = read(json).unwrap_err().to_string();
             assert!(error.starts_with(why), "{json}: {error}");

@@ -28,6 +28,7 @@ mod pacing;
 mod queue;
 mod retry;
 mod sbatch;
+mod site_limits;
 mod slurmrestd;
 mod template;
 mod worker_program;
@@ -41,9 +42,10 @@ pub use cluster::{non_empty, ClusterOptions};
 pub use local::{command_line as local_command_line, ForkServer, LocalLauncher, DEFAULT_GRACE};
 pub use pacing::{Paced, Pacing, DEFAULT_POLL_INTERVAL, DEFAULT_RETRY_DELAYS, MAX_BACKOFF};
 pub use sbatch::{
-    job_script as sbatch_job_script, SbatchLauncher, SchedulerCalls, BUILTIN_WORKER_TEMPLATE,
-    DEFAULT_COMMAND_TIMEOUT, PLACEHOLDERS, SLURM_COMMANDS,
+    job_script as sbatch_job_script, sbatch_test_only, SbatchLauncher, SchedulerCalls, TestOnly,
+    BUILTIN_WORKER_TEMPLATE, DEFAULT_COMMAND_TIMEOUT, PLACEHOLDERS, SLURM_COMMANDS,
 };
+pub use site_limits::{MAX_JOBS, SITE_LIMIT_FIRST_PAUSE};
 pub use slurmrestd::{
     job_script as slurmrestd_job_script, SlurmrestdCalls, SlurmrestdConfigError,
     SlurmrestdLauncher, DEFAULT_SLURMRESTD_URL, FORWARDED_ENV, SLURMRESTD_REQUEST_TIMEOUT,
@@ -173,6 +175,15 @@ pub trait Launcher: Send {
         requests.iter().map(|r| self.start(r)).collect()
     }
 
+    /// Outcomes of submissions that waited ([`LaunchError::Waiting`]) and
+    /// were tried again since the last call: a job id once submitted, a
+    /// new `Waiting` when the limit waited for changed, another error when
+    /// the scheduler now refuses for good. Each worker's outcome once; the
+    /// default has none, for backends that never wait.
+    fn poll_started(&mut self) -> Vec<(u64, Result<JobId, LaunchError>)> {
+        Vec::new()
+    }
+
     /// How often `poll_ended` is worth calling: a local check is cheap, a
     /// cluster scheduler should be asked every few tens of seconds.
     fn poll_interval(&self) -> std::time::Duration {
@@ -244,6 +255,16 @@ pub enum LaunchError {
     /// so the driver should stop submitting for the task.
     #[error("job submission {}: {stderr}", if *permanent { "refused" } else { "failed (transient, retries exhausted)" })]
     Submit { stderr: String, permanent: bool },
+    /// The submission waits: a site limit refused it (SLURM's
+    /// `QOSMaxSubmitJobPerUserLimit`, an array beyond `MaxArraySize`,
+    /// LSF's pending-job threshold), or the task's `max_jobs` jobs are
+    /// queued or running. Not a failure: the launcher keeps the request
+    /// and submits it again later (with backoff for a site limit, when a
+    /// job ends for `max_jobs`), reporting the outcome through
+    /// [`Launcher::poll_started`]; the driver keeps the worker's slot.
+    /// `limit` names the limit, `message` is the scheduler's words.
+    #[error("submission waits for a limit ({limit}): {message}")]
+    Waiting { limit: String, message: String },
     /// Scheduler commands a backend needs are not on PATH.
     #[error(
         "cannot find {} on PATH ({}); install the scheduler's client commands or fix PATH",

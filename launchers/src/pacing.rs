@@ -75,15 +75,30 @@ pub(crate) struct Backoff {
 
 impl Backoff {
     pub(crate) fn waiting(&self) -> bool {
-        self.resume_at.is_some_and(|at| Instant::now() < at)
+        self.waiting_at(Instant::now())
+    }
+
+    /// Whether the pause after the last failure lasts past `now`.
+    pub(crate) fn waiting_at(&self, now: Instant) -> bool {
+        self.resume_at.is_some_and(|at| now < at)
+    }
+
+    /// When the next attempt is due, if a failure made one wait.
+    pub(crate) fn resume_at(&self) -> Option<Instant> {
+        self.resume_at
     }
 
     /// After the n-th failure in a row, waits `interval * 2^(n-1)` (capped
     /// at [`MAX_BACKOFF`]) before the next attempt.
     pub(crate) fn failed(&mut self, interval: Duration) {
+        self.failed_at(Instant::now(), interval);
+    }
+
+    /// [`Backoff::failed`] at a given time, so that tests need no sleep.
+    pub(crate) fn failed_at(&mut self, now: Instant, interval: Duration) {
         self.failures += 1;
         let factor = 1u32 << (self.failures - 1).min(16);
         let pause = interval.saturating_mul(factor).min(MAX_BACKOFF);
-        self.resume_at = Some(Instant::now() + pause);
+        self.resume_at = Some(now + pause);
     }
 }

@@ -11,12 +11,21 @@
 //! every job on drop. A queue says only what differs: how it submits one
 //! array, what one batched status call says, how it cancels a list of
 //! jobs, and how its job ids read.
+//!
+//! It also owns waiting for limits ([`crate::site_limits`]): at most
+//! `max_jobs` of a task's jobs queued or running, arrays no larger than
+//! the queue's `max_array_size`, and requests a site limit refused held
+//! back and submitted again at later polls. An array a limit refused is
+//! halved and tried again at once, down to one job, because a limit of 2
+//! refuses an array of 6 whole; only a single job refused makes the
+//! rest wait.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use crate::arrays;
 use crate::pacing::{Backoff, Paced, Pacing};
+use crate::site_limits::{self, Held};
 use crate::{JobEnd, JobId, JobScript, LaunchError, Launcher, WorkerRequest};
 
 /// One kind of cluster scheduler, as the launcher needs it. Methods may
@@ -73,6 +82,16 @@ pub trait Queue: Send {
         let _ = (request, jobs, left);
         None
     }
+
+    /// The most elements one array may have (SLURM: `MaxArraySize`, as
+    /// indices must be below it), or `None` when the queue sets none.
+    fn max_array_size(&mut self) -> Option<usize> {
+        None
+    }
+
+    /// The scheduler refused an array for its size: what
+    /// [`Queue::max_array_size`] said is to be asked again.
+    fn array_size_refused(&mut self) {}
 }
 
 /// A job as a [`Queue`] tracks it, and its name both ways.
@@ -88,6 +107,10 @@ pub trait QueueJob: Clone + Send + Sized {
 /// Renders the job script of a group of workers.
 pub type ScriptRenderer = fn(&[WorkerRequest]) -> Result<JobScript, LaunchError>;
 
+/// The job id reported for a held worker cancelled before it was ever
+/// submitted.
+pub const NOT_SUBMITTED: &str = "not submitted";
+
 /// Submitted workers not yet reported ended: worker id → job.
 pub type Jobs<J> = BTreeMap<u64, J>;
 
@@ -102,6 +125,31 @@ pub struct ClusterLauncher<Q: Queue> {
     ended: Vec<(u64, JobId, JobEnd)>,
     pacing: Pacing,
     backoff: Backoff,
+    /// The task of each tracked job's worker, to count `max_jobs`.
+    task_of: BTreeMap<u64, String>,
+    /// Requests a limit holds back, submitted again at later polls.
+    held: Held,
+    /// Outcomes of held requests tried again, for `poll_started`.
+    started: Vec<(u64, Result<JobId, LaunchError>)>,
+    /// The largest array to try: halved when a site limit refused one,
+    /// doubled again after each accepted submission.
+    array_window: usize,
+    /// A site limit that refused a single job in the current attempt
+    /// (limit, message): the attempt's other groups wait for it too,
+    /// without asking the scheduler again (such limits are per user,
+    /// account or QOS, not per array).
+    refused_in_attempt: Option<(String, String)>,
+}
+
+/// What became of one request of a submission attempt.
+enum Outcome {
+    Submitted(JobId),
+    /// Held back for this limit, in the scheduler's words.
+    Waits {
+        limit: String,
+        message: String,
+    },
+    Failed(LaunchError),
 }
 
 impl<Q: Queue> ClusterLauncher<Q> {
@@ -113,16 +161,23 @@ impl<Q: Queue> ClusterLauncher<Q> {
             ended: Vec::new(),
             pacing: Pacing::default(),
             backoff: Backoff::default(),
+            task_of: BTreeMap::new(),
+            held: Held::default(),
+            started: Vec::new(),
+            array_window: usize::MAX,
+            refused_in_attempt: None,
         }
     }
 
     /// One array per run of consecutive worker ids of one task; a worker
-    /// id still tracked is refused on its own.
+    /// id still tracked is refused on its own; requests a limit holds
+    /// back are `Waiting` (and held).
     fn start_in_arrays(&mut self, requests: &[WorkerRequest]) -> Vec<Result<JobId, LaunchError>> {
+        self.refused_in_attempt = None;
         let mut results = Vec::with_capacity(requests.len());
         let mut rest = requests;
         while let Some(first) = rest.first() {
-            if self.jobs.contains_key(&first.worker_id) {
+            if self.is_tracked(first.worker_id) {
                 results.push(Err(LaunchError::WorkerIdInUse {
                     task_id: first.task_id.clone(),
                     worker_id: first.worker_id,
@@ -139,15 +194,131 @@ impl<Q: Queue> ClusterLauncher<Q> {
                 rest = &rest[1..];
                 continue;
             }
-            let len = arrays::group_len(rest, |worker| self.jobs.contains_key(&worker));
-            results.extend(self.submit_array(&rest[..len]));
+            let len = arrays::group_len(rest, |worker| self.is_tracked(worker));
+            let outcomes = self.submit_or_hold(&rest[..len]);
+            results.extend(outcomes.into_iter().map(|outcome| match outcome {
+                Outcome::Submitted(job) => Ok(job),
+                Outcome::Waits { limit, message } => Err(LaunchError::Waiting { limit, message }),
+                Outcome::Failed(error) => Err(error),
+            }));
             rest = &rest[len..];
+        }
+        let site_limit = |r: &Result<JobId, LaunchError>| matches!(r, Err(LaunchError::Waiting { limit, .. }) if limit != site_limits::MAX_JOBS);
+        if results.iter().any(site_limit) {
+            self.held.refused_at(Instant::now());
         }
         results
     }
 
-    /// One result per request of a group: its job id, or the group's error.
-    fn submit_array(&mut self, group: &[WorkerRequest]) -> Vec<Result<JobId, LaunchError>> {
+    fn is_tracked(&self, worker: u64) -> bool {
+        self.jobs.contains_key(&worker)
+    }
+
+    /// Submits `group` (consecutive worker ids of one task) in arrays as
+    /// large as `max_jobs`, the queue's array size and the window allow;
+    /// what a limit holds back is held. One outcome per request, in order.
+    fn submit_or_hold(&mut self, group: &[WorkerRequest]) -> Vec<Outcome> {
+        let mut outcomes = Vec::with_capacity(group.len());
+        let mut rest = group;
+        while !rest.is_empty() {
+            let room = self.max_jobs_room(&rest[0]);
+            if let Err(message) = room {
+                self.hold_all(rest, site_limits::MAX_JOBS, &message, &mut outcomes);
+                break;
+            }
+            if let Some((limit, message)) = self.refused_in_attempt.clone() {
+                self.hold_all(rest, &limit, &message, &mut outcomes);
+                break;
+            }
+            let max_array = self.queue.max_array_size();
+            // Arrays, rooms and windows count jobs, each of `per_job`
+            // workers (the group is whole jobs, see `arrays::group_len`).
+            let per_job = arrays::per_job(rest);
+            let jobs = arrays::split_len(
+                rest.len().div_ceil(per_job),
+                room.ok().flatten(),
+                max_array,
+                self.array_window,
+            );
+            let len = (jobs * per_job).min(rest.len());
+            match self.submit_array(&rest[..len]) {
+                Ok(ids) => {
+                    self.array_window = self.array_window.saturating_mul(2);
+                    outcomes.extend(ids.into_iter().map(Outcome::Submitted));
+                    rest = &rest[len..];
+                }
+                Err(LaunchError::Waiting { limit, message }) => {
+                    if limit == site_limits::MAX_ARRAY_SIZE {
+                        self.queue.array_size_refused();
+                    }
+                    if jobs > 1 {
+                        // Smaller arrays may fit under the limit now.
+                        self.array_window = jobs / 2;
+                        continue;
+                    }
+                    self.hold_all(rest, &limit, &message, &mut outcomes);
+                    self.refused_in_attempt = Some((limit, message));
+                    break;
+                }
+                Err(error) => {
+                    let failed = arrays::failed_together::<JobId>(error, rest.len());
+                    outcomes.extend(
+                        failed
+                            .into_iter()
+                            .filter_map(|r| r.err())
+                            .map(Outcome::Failed),
+                    );
+                    break;
+                }
+            }
+        }
+        outcomes
+    }
+
+    /// How many more jobs `request`'s task may have (`None`: no
+    /// `max_jobs`), or why it may have none now.
+    fn max_jobs_room(&self, request: &WorkerRequest) -> Result<Option<usize>, String> {
+        let Some(max_jobs) = request.cluster.max_jobs else {
+            return Ok(None);
+        };
+        let task = &request.task_id;
+        // Workers of one job (`workers_per_job`) count once.
+        let live = (self.task_of.iter())
+            .filter(|(_, t)| *t == task)
+            .filter_map(|(worker, _)| self.jobs.get(worker).map(QueueJob::job_id))
+            .collect::<BTreeSet<JobId>>()
+            .len();
+        match (max_jobs as usize).checked_sub(live) {
+            Some(room) if room > 0 => Ok(Some(room)),
+            _ => Err(format!(
+                "{live} jobs of task {task:?} are queued or running and its launcher's \
+                 max_jobs = {max_jobs}; the next is submitted when one ends"
+            )),
+        }
+    }
+
+    fn hold_all(
+        &mut self,
+        requests: &[WorkerRequest],
+        limit: &str,
+        message: &str,
+        outcomes: &mut Vec<Outcome>,
+    ) {
+        for request in requests {
+            self.held.hold(request.clone(), limit.to_owned());
+            outcomes.push(Outcome::Waits {
+                limit: limit.to_owned(),
+                message: message.to_owned(),
+            });
+        }
+        // Debug only: held requests are held again at every poll; the
+        // driver logs (and records) when a worker starts waiting.
+        let task = &requests[0].task_id;
+        tracing::debug!(launcher = Q::NAME, %task, workers = requests.len(), limit, message, "submission waits for a limit");
+    }
+
+    /// One array: its job ids, tracked from now, or the group's error.
+    fn submit_array(&mut self, group: &[WorkerRequest]) -> Result<Vec<JobId>, LaunchError> {
         let first = &group[0];
         match self.submit(group) {
             Ok(jobs) => {
@@ -155,19 +326,66 @@ impl<Q: Queue> ClusterLauncher<Q> {
                 let (task, workers, job) = (&first.task_id, group.len(), &ids[0]);
                 tracing::info!(launcher = Q::NAME, %task, first = first.worker_id, workers, %job, "submitted worker array");
                 let workers = group.iter().map(|request| request.worker_id);
+                for worker in workers.clone() {
+                    self.task_of.insert(worker, first.task_id.clone());
+                }
                 self.jobs.extend(workers.zip(jobs));
-                ids.into_iter().map(Ok).collect()
+                Ok(ids)
             }
+            Err(error @ LaunchError::Waiting { .. }) => Err(error),
             Err(error) => {
                 tracing::warn!(launcher = Q::NAME, task = %first.task_id, %error, "cannot submit workers");
-                arrays::failed_together(error, group.len())
+                Err(error)
             }
+        }
+    }
+
+    /// Tries the held requests again when due: those submitted, refused
+    /// for good, or now waiting for another limit are reported through
+    /// `poll_started`; those waiting for the same limit stay quiet.
+    fn submit_held(&mut self, now: Instant) {
+        if !self.held.due(now) {
+            return;
+        }
+        self.refused_in_attempt = None;
+        let held = self.held.take_all();
+        let requests: Vec<WorkerRequest> = held.iter().map(|(r, _)| r.clone()).collect();
+        let mut site_limit_refused = false;
+        let mut start = 0;
+        while start < requests.len() {
+            let len = arrays::group_len(&requests[start..], |_| false);
+            let outcomes = self.submit_or_hold(&requests[start..start + len]);
+            for ((request, before), outcome) in held[start..start + len].iter().zip(outcomes) {
+                let report = match outcome {
+                    Outcome::Submitted(job) => Some(Ok(job)),
+                    Outcome::Waits { limit, message } => {
+                        site_limit_refused |= limit != site_limits::MAX_JOBS;
+                        (limit != *before).then_some(Err(LaunchError::Waiting { limit, message }))
+                    }
+                    Outcome::Failed(error) => Some(Err(error)),
+                };
+                if let Some(report) = report {
+                    self.started.push((request.worker_id, report));
+                }
+            }
+            start += len;
+        }
+        match site_limit_refused {
+            true => self.held.refused_at(now),
+            false => self.held.site_limits_passed(),
         }
     }
 
     /// `Launcher::cancel`: one cancellation for all, each worker reported
     /// `Cancelled` at the next poll.
     fn cancel_workers(&mut self, worker_ids: &[u64]) {
+        for worker in worker_ids {
+            if self.held.release(*worker) {
+                // Never submitted: nothing to cancel, and never will be.
+                let never = JobId(NOT_SUBMITTED.to_owned());
+                self.ended.push((*worker, never, JobEnd::Cancelled));
+            }
+        }
         let cancelled: Vec<(u64, Q::Job)> = worker_ids
             .iter()
             .filter_map(|worker| Some((*worker, self.jobs.remove(worker)?)))
@@ -181,12 +399,14 @@ impl<Q: Queue> ClusterLauncher<Q> {
         self.queue
             .cancel(&jobs, &staying, &self.pacing.retry_delays);
         for (worker, job) in cancelled {
+            self.task_of.remove(&worker);
             self.ended.push((worker, job.job_id(), JobEnd::Cancelled));
         }
     }
 
     fn cancel_every_job(&mut self) {
-        let workers: Vec<u64> = self.jobs.keys().copied().collect();
+        let mut workers: Vec<u64> = self.jobs.keys().copied().collect();
+        workers.extend(self.held.workers());
         self.cancel_workers(&workers);
     }
 
@@ -203,6 +423,7 @@ impl<Q: Queue> ClusterLauncher<Q> {
             .into_iter()
             .filter_map(|(worker, end)| {
                 let job = self.jobs.remove(&worker)?;
+                self.task_of.remove(&worker);
                 Some((worker, job.job_id(), end))
             })
             .collect();
@@ -231,27 +452,38 @@ impl<Q: Queue> Launcher for ClusterLauncher<Q> {
         self.start_in_arrays(requests)
     }
 
+    /// The poll interval, or sooner when held requests are due earlier.
     fn poll_interval(&self) -> Duration {
-        self.pacing.poll_interval
+        let until_held =
+            (self.held.next_attempt()).map(|at| at.saturating_duration_since(Instant::now()));
+        until_held.map_or(self.pacing.poll_interval, |until| {
+            until.min(self.pacing.poll_interval)
+        })
     }
 
+    /// Job states first (ended jobs make room under `max_jobs`), then the
+    /// held requests that are due.
     fn poll_ended(&mut self) -> Vec<(u64, JobId, JobEnd)> {
         let mut ended = std::mem::take(&mut self.ended);
-        if self.jobs.is_empty() || self.backoff.waiting() {
-            return ended;
-        }
-        match self.queue.ended(&mut self.jobs) {
-            Ok(ends) => {
-                self.backoff = Backoff::default();
-                ended.extend(self.take_ended(ends));
+        if !self.jobs.is_empty() && !self.backoff.waiting() {
+            match self.queue.ended(&mut self.jobs) {
+                Ok(ends) => {
+                    self.backoff = Backoff::default();
+                    ended.extend(self.take_ended(ends));
+                }
+                Err(message) => {
+                    self.backoff.failed(self.pacing.poll_interval);
+                    let failures = self.backoff.failures;
+                    tracing::warn!(launcher = Q::NAME, %message, failures, "no job states; no job is declared ended, backing off");
+                }
             }
-            Err(message) => {
-                self.backoff.failed(self.pacing.poll_interval);
-                let failures = self.backoff.failures;
-                tracing::warn!(launcher = Q::NAME, %message, failures, "no job states; no job is declared ended, backing off");
-            }
         }
+        self.submit_held(Instant::now());
         ended
+    }
+
+    fn poll_started(&mut self) -> Vec<(u64, Result<JobId, LaunchError>)> {
+        std::mem::take(&mut self.started)
     }
 
     fn cancel(&mut self, worker_ids: &[u64]) {

@@ -229,7 +229,9 @@ fn fifty_workers_cost_one_submission_and_a_poll_one_status_call() {
         &mut cleanup,
     );
     assert_eq!(jobs.len(), 50);
-    assert_eq!(launcher.calls().submissions, 1);
+    // One array, or one per MaxArraySize workers where SLURM caps arrays.
+    let arrays = 50usize.div_ceil(slurm_max_array_size()) as u64;
+    assert_eq!(launcher.calls().submissions, arrays);
     assert!(launcher.poll_ended().is_empty());
     assert!(launcher.poll_ended().is_empty());
     let calls = launcher.calls();
@@ -246,8 +248,8 @@ fn fifty_workers_cost_one_submission_and_a_poll_one_status_call() {
     let _ = std::io::Write::write_all(&mut std::io::stdout(), report.as_bytes());
     launcher.cancel_all();
     assert_eq!(launcher.calls().cancels, 1);
-    wait_for("the array to leave the queue", || {
-        squeue(&array_of(&jobs[0])).is_empty()
+    wait_for("the arrays to leave the queue", || {
+        jobs.iter().all(|job| squeue(&array_of(job)).is_empty())
     });
 }
 
@@ -342,4 +344,91 @@ fn a_worker_that_left_a_running_job_is_replaced_inside_it_and_one_cancelled_alon
         ended, expected,
         "worker 1's step alone was cancelled, the job ran on"
     );
+}
+
+#[test]
+fn a_submission_over_the_qos_limit_waits_and_is_submitted_once_a_job_leaves() {
+    needs_two_jobs_qos("a_submission_over_the_qos_limit...");
+    let (run, mut cleanup, mut launcher) = (Run::new("qos"), JobCleanup::scancel(), launcher());
+    let cluster = ClusterOptions {
+        account: Some("daisy".into()),
+        qos: Some("daisy-two-jobs".into()),
+        ..held()
+    };
+    let requests = run.requests(3, "true", cluster);
+    let results = launcher.start_many(&requests);
+    let submitted: Vec<JobId> = results
+        .iter()
+        .filter_map(|r| r.as_ref().ok().cloned())
+        .collect();
+    submitted.iter().for_each(|job| cleanup.add(job));
+    assert_eq!(submitted.len(), 2, "two fit under the limit: {results:?}");
+    match &results[2] {
+        Err(LaunchError::Waiting { limit, message }) => {
+            assert_eq!(limit, "QOSMaxSubmitJobPerUserLimit");
+            assert!(
+                message.contains("Job violates accounting/QOS policy"),
+                "{message}"
+            );
+        }
+        other => panic!("the third waits for the limit: {other:?}"),
+    }
+    assert!(launcher.poll_started().is_empty(), "nothing tried yet");
+    launcher.cancel(&[requests[0].worker_id]);
+    let third = requests[2].worker_id;
+    let mut started = Vec::new();
+    wait_for("the waiting worker to be submitted", || {
+        launcher.poll_ended();
+        started.extend(launcher.poll_started());
+        started
+            .iter()
+            .any(|(worker, result)| *worker == third && result.is_ok())
+    });
+    for (_, result) in &started {
+        if let Ok(job) = result {
+            cleanup.add(job);
+        }
+    }
+    launcher.cancel_all();
+}
+
+#[test]
+fn a_waiting_worker_cancelled_is_reported_once_and_never_submitted() {
+    needs_two_jobs_qos("a_waiting_worker_cancelled...");
+    let (run, mut cleanup, mut launcher) =
+        (Run::new("qos-cancel"), JobCleanup::scancel(), launcher());
+    let cluster = ClusterOptions {
+        account: Some("daisy".into()),
+        qos: Some("daisy-two-jobs".into()),
+        ..held()
+    };
+    let requests = run.requests(3, "true", cluster);
+    let results = launcher.start_many(&requests);
+    for job in results.iter().filter_map(|r| r.as_ref().ok()) {
+        cleanup.add(job);
+    }
+    let third = requests[2].worker_id;
+    assert!(
+        matches!(results[2], Err(LaunchError::Waiting { .. })),
+        "{results:?}"
+    );
+    launcher.cancel(&[third, requests[0].worker_id]);
+    let ended = launcher.poll_ended();
+    let never = ended.iter().find(|(worker, ..)| *worker == third);
+    assert_eq!(
+        never.map(|(_, job, end)| (job.0.as_str(), end)),
+        Some(("not submitted", &JobEnd::Cancelled)),
+        "{ended:?}"
+    );
+    // Past the first pause, with room under the limit again: still
+    // nothing is submitted for the cancelled worker.
+    let submissions = launcher.calls().submissions;
+    std::thread::sleep(launchers::SITE_LIMIT_FIRST_PAUSE + Duration::from_secs(1));
+    assert!(launcher
+        .poll_ended()
+        .iter()
+        .all(|(worker, ..)| *worker != third));
+    assert!(launcher.poll_started().is_empty());
+    assert_eq!(launcher.calls().submissions, submissions);
+    launcher.cancel_all();
 }

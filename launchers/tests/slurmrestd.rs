@@ -297,7 +297,10 @@ fn fifty_workers_cost_one_submission_and_a_poll_one_request() {
     assert!(launcher.poll_ended().is_empty());
     assert!(launcher.poll_ended().is_empty());
     let calls = launcher.calls();
-    assert_eq!((calls.submissions, calls.polls), (1, 2));
+    // One array, or one per MaxArraySize workers where SLURM caps arrays
+    // (read through scontrol, which is on PATH here).
+    let arrays = 50usize.div_ceil(slurm_max_array_size()) as u64;
+    assert_eq!((calls.submissions, calls.polls), (arrays, 2));
     let report = format!(
         "slurmrestd requests for a task with 50 workers: {} submission, {} listing per poll \
          ({calls:?})\n",
@@ -308,11 +311,11 @@ fn fifty_workers_cost_one_submission_and_a_poll_one_request() {
     launcher.cancel_all();
     assert_eq!(
         launcher.calls().cancels,
-        1,
-        "one DELETE for the whole array"
+        arrays,
+        "one DELETE for each whole array"
     );
     wait_for("the queue to forget them", || {
-        squeue(&array_of(&jobs[0])).is_empty()
+        jobs.iter().all(|job| squeue(&array_of(job)).is_empty())
     });
 }
 
@@ -335,4 +338,50 @@ fn a_new_launcher_cancels_the_jobs_an_earlier_one_left_queued() {
     wait_for("the queue to forget them", || squeue(&array).is_empty());
     let unknown = [JobId("not-a-job".into())];
     assert!(later.cancel_earlier_jobs(&unknown).is_empty());
+}
+
+#[test]
+fn a_submission_over_the_qos_limit_waits_and_is_submitted_once_a_job_leaves() {
+    needs_slurmrestd("slurmrestd qos limit");
+    needs_two_jobs_qos("slurmrestd qos limit");
+    let (run, mut cleanup, mut launcher) = (Run::new("qos"), JobCleanup::scancel(), launcher());
+    let cluster = ClusterOptions {
+        account: Some("daisy".into()),
+        qos: Some("daisy-two-jobs".into()),
+        ..held()
+    };
+    let requests = run.requests(3, "true", cluster);
+    let results = launcher.start_many(&requests);
+    let submitted: Vec<JobId> = results
+        .iter()
+        .filter_map(|r| r.as_ref().ok().cloned())
+        .collect();
+    submitted.iter().for_each(|job| cleanup.add(job));
+    assert_eq!(submitted.len(), 2, "two fit under the limit: {results:?}");
+    match &results[2] {
+        // slurmrestd gives no reason, only error 2050 and its words.
+        Err(LaunchError::Waiting { message, .. }) => {
+            assert!(
+                message.contains("Job violates accounting/QOS policy"),
+                "{message}"
+            );
+        }
+        other => panic!("the third waits for the limit: {other:?}"),
+    }
+    launcher.cancel(&[requests[0].worker_id]);
+    let third = requests[2].worker_id;
+    let mut started = Vec::new();
+    wait_for("the waiting worker to be submitted", || {
+        launcher.poll_ended();
+        started.extend(launcher.poll_started());
+        started
+            .iter()
+            .any(|(worker, result)| *worker == third && result.is_ok())
+    });
+    for (_, result) in &started {
+        if let Ok(job) = result {
+            cleanup.add(job);
+        }
+    }
+    launcher.cancel_all();
 }

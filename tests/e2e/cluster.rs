@@ -309,6 +309,8 @@ fn a_worker_job_killed_while_running_loses_no_block() {
 }
 
 /// Through slurmrestd, which `ci/test.sh` checks for apart from SLURM.
+mod site_limits;
+
 mod slurmrestd {
     use super::*;
 

@@ -50,6 +50,7 @@ use std::time::Duration;
 use crate::arrays;
 use crate::queue::{ClusterLauncher, Jobs, Queue, ScriptRenderer};
 use crate::retry::{self, CallError};
+use crate::site_limits;
 use crate::{JobEnd, JobScript, LaunchError, WorkerRequest};
 use bjobs::{Element, ElementState, StatesReport};
 use commands::{Invocation, LsfCommands, Output};
@@ -209,9 +210,18 @@ impl Bsub {
         script: &Path,
         delays: &[Duration],
     ) -> Result<u64, LaunchError> {
+        // bsub retries a pending-job threshold by itself, forever, unless
+        // LSB_NTRIES says otherwise: one try, so the launcher waits
+        // instead of blocking its thread (a user's own setting stays).
+        // It also makes bsub give up at once on an mbatchd that does not
+        // answer; that failure is transient, retried after the delays.
+        let mut env = first.env.clone();
+        if std::env::var_os("LSB_NTRIES").is_none() && !env.iter().any(|(n, _)| n == "LSB_NTRIES") {
+            env.push(("LSB_NTRIES".into(), "1".into()));
+        }
         let call = Invocation {
             stdin: Some(script),
-            env: &first.env,
+            env: &env,
             working_dir: Some(&first.working_dir),
             ..Invocation::default()
         };
@@ -273,9 +283,15 @@ fn submit_error(failure: CallError<Refusal>, bsub: &Path, first: &WorkerRequest)
             command: "bsub",
             output,
         },
-        CallError::Permanent(Refusal::Lsf(stderr)) => LaunchError::Submit {
-            stderr,
-            permanent: true,
+        CallError::Permanent(Refusal::Lsf(stderr)) => match site_limits::lsf_limit(&stderr) {
+            Some(limit) => LaunchError::Waiting {
+                limit,
+                message: stderr,
+            },
+            None => LaunchError::Submit {
+                stderr,
+                permanent: true,
+            },
         },
         CallError::Transient(stderr) => LaunchError::Submit {
             stderr,

@@ -158,6 +158,15 @@ pub fn is_transient(stderr: &str) -> bool {
 
 /// Runs `invocation` and returns its stdout, after `timeout` at the latest.
 pub fn run(invocation: &Invocation, timeout: Duration) -> Result<String, Failure> {
+    run_keeping_stderr(invocation, timeout).map(|(stdout, _)| stdout)
+}
+
+/// [`run`], with stderr also on success (where `sbatch --test-only`
+/// answers).
+pub fn run_keeping_stderr(
+    invocation: &Invocation,
+    timeout: Duration,
+) -> Result<(String, String), Failure> {
     let mut child = spawn(invocation).map_err(Failure::Spawn)?;
     let stdout = read_in_background(child.stdout.take());
     let stderr = read_in_background(child.stderr.take());
@@ -165,7 +174,7 @@ pub fn run(invocation: &Invocation, timeout: Duration) -> Result<String, Failure
     let (stdout, stderr) = (joined(stdout), joined(stderr));
     match status {
         None => Err(Failure::TimedOut(timeout)),
-        Some(status) if status.success() => Ok(stdout),
+        Some(status) if status.success() => Ok((stdout, stderr)),
         Some(status) => Err(Failure::Exited {
             code: status.code(),
             stderr,

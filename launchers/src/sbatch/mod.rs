@@ -60,6 +60,7 @@ use std::time::Duration;
 use crate::arrays;
 use crate::queue::{ClusterLauncher, Jobs, Queue, QueueJob, ScriptRenderer};
 use crate::retry::{self, CallError};
+use crate::site_limits;
 use crate::{JobEnd, JobScript, LaunchError, WorkerRequest};
 use commands::{Failure, Invocation, SlurmCommands};
 use element::Element;
@@ -110,6 +111,10 @@ pub struct Sbatch {
     calls: SchedulerCalls,
     /// Workers started inside running jobs of several workers.
     steps: StepProcesses,
+    /// `MaxArraySize` from `scontrol show config`, read at the first
+    /// submission (and again after an array was refused for its size):
+    /// `Some(None)` when scontrol did not say.
+    max_array_size: Option<Option<usize>>,
 }
 
 /// What `sacct` can tell on this cluster.
@@ -138,12 +143,21 @@ impl SbatchLauncher {
             accounting: Accounting::Database,
             calls: SchedulerCalls::default(),
             steps: StepProcesses::default(),
+            max_array_size: None,
         }))
     }
 
     /// Kills a SLURM command running longer than `timeout`.
     pub fn with_command_timeout(mut self, timeout: Duration) -> Self {
         self.queue.command_timeout = timeout;
+        self
+    }
+
+    /// Takes `MaxArraySize` as given instead of asking scontrol, so the
+    /// tests' scripted scontrol answers are not shifted by one.
+    #[cfg(test)]
+    pub(crate) fn with_max_array_size(mut self, size: Option<usize>) -> Self {
+        self.queue.max_array_size = Some(size);
         self
     }
 
@@ -230,6 +244,100 @@ impl Queue for Sbatch {
         };
         Some(self.steps.start_in(&srun, request, job, &raw))
     }
+
+    /// `MaxArraySize` from one `scontrol show config`, read once.
+    fn max_array_size(&mut self) -> Option<usize> {
+        if self.max_array_size.is_none() {
+            let size = read_max_array_size(&self.slurm.scontrol, self.command_timeout);
+            tracing::info!(?size, "SLURM's MaxArraySize");
+            self.max_array_size = Some(size);
+        }
+        self.max_array_size.flatten()
+    }
+
+    fn array_size_refused(&mut self) {
+        self.max_array_size = None;
+    }
+}
+
+/// What `sbatch --test-only` said of a job script: SLURM's own words,
+/// and whether it would accept the job.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TestOnly {
+    pub accepted: bool,
+    /// SLURM's words ("sbatch: Job 12 to start at ... in partition debug",
+    /// "sbatch: error: invalid partition specified: nosuch"), or why
+    /// sbatch could not be asked.
+    pub says: String,
+}
+
+/// Asks `sbatch --test-only` about `script` (a job script file) submitted
+/// as an array of `workers` elements (cut to `MaxArraySize`, as a run
+/// splits it) with `cap` running at once, from `working_dir`: the
+/// submission a run makes, without submitting. sbatch is looked up on
+/// `path` (a PATH value).
+pub fn sbatch_test_only(
+    path: Option<OsString>,
+    script: &Path,
+    workers: usize,
+    cap: Option<u32>,
+    working_dir: &Path,
+) -> TestOnly {
+    let cwd = std::env::current_dir().unwrap_or_else(|_| "/".into());
+    let Ok(sbatch) = which::which_in("sbatch", path.as_ref(), &cwd) else {
+        let says = "sbatch is not on PATH; nothing was checked".to_owned();
+        return TestOnly {
+            accepted: false,
+            says,
+        };
+    };
+    let max_array = which::which_in("scontrol", path.as_ref(), &cwd)
+        .ok()
+        .and_then(|scontrol| read_max_array_size(&scontrol, DEFAULT_COMMAND_TIMEOUT));
+    let size = arrays_split_len(workers, max_array);
+    let mut args = sbatch_args(size, cap, script);
+    args[0] = "--test-only".into();
+    let invocation = Invocation {
+        cwd: Some(working_dir),
+        ..Invocation::new(&sbatch, args)
+    };
+    match commands::run_keeping_stderr(&invocation, DEFAULT_COMMAND_TIMEOUT) {
+        // sbatch --test-only answers on stderr, also when it accepts.
+        Ok((_, stderr)) => TestOnly {
+            accepted: true,
+            says: stderr.trim().to_owned(),
+        },
+        Err(failure) => TestOnly {
+            accepted: false,
+            says: failure.message(),
+        },
+    }
+}
+
+fn arrays_split_len(workers: usize, max_array: Option<usize>) -> usize {
+    crate::arrays::split_len(workers, None, max_array, usize::MAX)
+}
+
+/// `MaxArraySize` as `scontrol show config` says it, or `None` when it
+/// cannot be asked (the launcher then lets sbatch refuse too large an
+/// array, which is a limit too, and halves it).
+pub(crate) fn read_max_array_size(scontrol: &Path, timeout: Duration) -> Option<usize> {
+    let invocation = Invocation::new(scontrol, ["show", "config"]);
+    match commands::run(&invocation, timeout) {
+        Ok(stdout) => parse_max_array_size(&stdout),
+        Err(failure) => {
+            tracing::warn!(%failure, "scontrol show config failed; MaxArraySize unknown");
+            None
+        }
+    }
+}
+
+/// The `MaxArraySize = N` line of `scontrol show config`.
+pub(crate) fn parse_max_array_size(config: &str) -> Option<usize> {
+    config.lines().find_map(|line| {
+        let (name, value) = line.split_once('=')?;
+        (name.trim() == "MaxArraySize").then(|| value.trim().parse().ok())?
+    })
 }
 
 impl Sbatch {
@@ -521,6 +629,11 @@ fn submit_error(
             working_dir: request.working_dir.clone(),
             source,
         },
+        CallError::Permanent(failure) if site_limits::slurm_limit(&failure.message()).is_some() => {
+            let message = failure.message();
+            let limit = site_limits::slurm_limit(&message).expect("matched above");
+            LaunchError::Waiting { limit, message }
+        }
         failure => LaunchError::Submit {
             permanent: matches!(failure, CallError::Permanent(_)),
             stderr: failure.to_string(),
@@ -530,3 +643,17 @@ fn submit_error(
 
 #[cfg(test)]
 mod tests;
+
+#[cfg(test)]
+mod config_tests {
+    #[test]
+    fn max_array_size_is_read_from_scontrol_show_config() {
+        // Lines of SLURM 22.05's `scontrol show config`.
+        let config = "Configuration data as of 2026-12-05T17:20:01\n\
+                      MailProg                = /bin/mail\n\
+                      MaxArraySize            = 8\n\
+                      MaxJobCount             = 10000\n";
+        assert_eq!(super::parse_max_array_size(config), Some(8));
+        assert_eq!(super::parse_max_array_size("MaxJobCount = 10000"), None);
+    }
+}

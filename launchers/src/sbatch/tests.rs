@@ -67,6 +67,7 @@ impl Fake {
             .with_retry_delays(vec![Duration::ZERO; 3])
             .with_poll_interval(Duration::from_secs(60))
             .with_cancel_on_drop(false)
+            .with_max_array_size(None)
     }
 
     fn requests(&self, first: u64, count: u64) -> Vec<WorkerRequest> {

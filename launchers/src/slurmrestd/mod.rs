@@ -75,6 +75,7 @@ use crate::queue::{ClusterLauncher, Jobs, Queue, QueueJob, ScriptRenderer};
 use crate::retry::{self, CallError};
 use crate::sbatch::element::{self, Element};
 use crate::sbatch::{script, squeue};
+use crate::site_limits;
 use crate::template::JobScript;
 use crate::{JobEnd, LaunchError, WorkerRequest};
 use api::{errno, JobProperties, JobSubmission};
@@ -150,6 +151,10 @@ pub struct Slurmrestd {
     /// Every job's environment, before the request's own.
     base_env: Vec<(String, String)>,
     calls: SlurmrestdCalls,
+    /// `MaxArraySize`, read once from `scontrol show config` when scontrol
+    /// is on PATH (v0.0.38 has no endpoint that shows slurm.conf);
+    /// `Some(None)` when it could not be read.
+    max_array_size: Option<Option<usize>>,
 }
 
 impl SlurmrestdLauncher {
@@ -161,6 +166,7 @@ impl SlurmrestdLauncher {
             client: RestClient::new(base_url, user, token, SLURMRESTD_REQUEST_TIMEOUT)?,
             base_env: forwarded_env(|name| std::env::var(name).ok()),
             calls: SlurmrestdCalls::default(),
+            max_array_size: None,
         }))
     }
 
@@ -236,6 +242,19 @@ impl Queue for Slurmrestd {
         for id in element::cancel_ids(jobs, staying) {
             self.delete(&id, delays);
         }
+    }
+
+    /// From scontrol, if it is on PATH; else unknown, and an array too
+    /// large is refused, held as a limit and halved.
+    fn max_array_size(&mut self) -> Option<usize> {
+        *self.max_array_size.get_or_insert_with(|| {
+            let scontrol = which::which("scontrol").ok()?;
+            crate::sbatch::read_max_array_size(&scontrol, crate::DEFAULT_COMMAND_TIMEOUT)
+        })
+    }
+
+    fn array_size_refused(&mut self) {
+        self.max_array_size = None;
     }
 }
 
@@ -352,6 +371,15 @@ fn submit_error(failure: Failure) -> LaunchError {
             command: "slurmrestd POST /job/submit",
             output,
         },
+        CallError::Permanent(Refusal::Refused { message, .. })
+            if site_limits::slurm_limit(&message).is_some() =>
+        {
+            let limit = site_limits::slurm_limit(&message).expect("matched above");
+            LaunchError::Waiting {
+                limit,
+                message: format!("slurmrestd: {message}"),
+            }
+        }
         failure => LaunchError::Submit {
             permanent: matches!(failure, CallError::Permanent(_)),
             stderr: format!("slurmrestd: {failure}"),

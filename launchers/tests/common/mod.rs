@@ -201,3 +201,45 @@ pub fn wait_for(what: &str, mut done: impl FnMut() -> bool) {
 pub fn read(path: &Path) -> String {
     std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
 }
+
+/// SLURM's `MaxArraySize` (`scontrol show config`; 1001 when it does not
+/// say): the cluster launchers split arrays to fit it, so a task's
+/// workers cost one submission per this many.
+#[allow(dead_code)] // not every test binary uses it
+pub fn slurm_max_array_size() -> usize {
+    let output = Command::new("scontrol").args(["show", "config"]).output();
+    let text = output.map(|o| String::from_utf8_lossy(&o.stdout).into_owned());
+    text.unwrap_or_default()
+        .lines()
+        .find_map(|line| {
+            let (name, value) = line.split_once('=')?;
+            (name.trim() == "MaxArraySize").then(|| value.trim().parse().ok())?
+        })
+        .unwrap_or(1001)
+}
+
+/// Needs the QOS `daisy-two-jobs` (MaxSubmitJobsPerUser=2, account
+/// `daisy`) that `ci/slurm/start-local-slurm.sh` creates with accounting.
+#[allow(dead_code)] // not every test binary uses it
+pub fn needs_two_jobs_qos(test: &str) {
+    needs_slurm(test);
+    let qos = Command::new("sacctmgr")
+        .args([
+            "-n",
+            "-P",
+            "show",
+            "qos",
+            "daisy-two-jobs",
+            "format=maxsubmitjobsperuser",
+        ])
+        .output()
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
+        .unwrap_or_default();
+    if qos != "2" {
+        missing(
+            test,
+            "SLURM has no QOS daisy-two-jobs with MaxSubmitJobsPerUser=2",
+            "start SLURM with DAISY_SLURM_ACCOUNTING=1 bash ci/slurm/start-local-slurm.sh",
+        );
+    }
+}

@@ -8,6 +8,7 @@
 //! [`render`] turns the plan into text; `--json` prints it as it is.
 
 pub mod allocation;
+mod check;
 mod render;
 pub mod scripts;
 
@@ -48,6 +49,9 @@ pub struct Plan {
     /// What may go wrong but need not: a program not found here that may
     /// exist on the compute nodes.
     pub warnings: Vec<String>,
+    /// What the scheduler said of each first submission (`--check`).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub checks: Vec<check::SubmissionCheck>,
 }
 
 /// The plan of one task.
@@ -167,6 +171,7 @@ pub fn plan(pipeline: &Pipeline, run_dir: &RunDir, worker: WorkerProgram) -> Pla
         submissions,
         problems,
         warnings: programs.warnings,
+        checks: Vec::new(),
     }
 }
 

@@ -37,6 +37,21 @@ impl Plan {
                 self.render_script(&mut out, submission);
             }
         }
+        for check in &self.checks {
+            let verdict = match check.accepted {
+                Some(true) => "accepted",
+                Some(false) => "refused",
+                None => "not checked",
+            };
+            let _ = writeln!(
+                out,
+                "\ncheck: task {:?}, {}: {verdict}",
+                check.task, check.how
+            );
+            for line in check.says.lines() {
+                let _ = writeln!(out, "  {line}");
+            }
+        }
         for warning in &self.warnings {
             let _ = writeln!(out, "\nwarning: {warning}");
         }

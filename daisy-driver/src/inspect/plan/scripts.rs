@@ -40,6 +40,10 @@ pub struct Submission {
     /// The job script, as submitted (cluster launchers).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub script: Option<String>,
+    /// At most this many of its array's workers run at once
+    /// (`max_array_parallel`), as the submission asks.
+    #[serde(skip)]
+    pub max_array_parallel: Option<u32>,
     /// One command line per worker (local launcher); each runs in the
     /// driver's working directory with `DAISY_CONTEXT` added.
     #[serde(skip_serializing_if = "Vec::is_empty")]
@@ -98,6 +102,7 @@ fn submission(
         last_worker: grant.workers.last,
         script_path: None,
         script: None,
+        max_array_parallel: requests[0].cluster.max_array_parallel,
         commands: Vec::new(),
     };
     let script = match kind {

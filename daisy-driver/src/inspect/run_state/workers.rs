@@ -76,6 +76,9 @@ pub struct WorkerLife {
     pub drained: Option<(f64, String)>,
     /// Blocks it handed back unrun while draining.
     pub returned: u64,
+    /// The limit its submission waits for (`worker_submit_waiting`),
+    /// until it is submitted or ends.
+    pub waiting_for: Option<String>,
 }
 
 /// The task and worker id a worker event is about; `None` for any other
@@ -89,6 +92,9 @@ pub(super) fn worker_of<'e>(kind: &'e Event) -> Option<(&'e str, u64)> {
             task, worker_id, ..
         }
         | Event::WorkerStartFailed {
+            task, worker_id, ..
+        }
+        | Event::WorkerSubmitWaiting {
             task, worker_id, ..
         }
         | Event::WorkerGone {
@@ -111,6 +117,10 @@ impl WorkerLife {
             Event::WorkerSubmitted { job, .. } => {
                 self.submitted = Some(time);
                 self.job = Some(job.to_string());
+                self.waiting_for = None;
+            }
+            Event::WorkerSubmitWaiting { limit, .. } => {
+                self.waiting_for = Some(limit.to_string());
             }
             Event::WorkerConnected {
                 host,
@@ -146,6 +156,7 @@ impl WorkerLife {
 
     fn end(&mut self, time: f64, how: WorkerEnd, why: &str) {
         let why = why.to_string();
+        self.waiting_for = None;
         self.ended = Some(Ending { time, how, why });
         self.back = false;
     }
@@ -169,7 +180,10 @@ impl WorkerLife {
     /// Whether its submission, connection or end was recorded, rather
     /// than only a drain (the rest of its lines damaged).
     pub fn recorded(&self) -> bool {
-        self.submitted.is_some() || self.connected.is_some() || self.ended.is_some()
+        self.submitted.is_some()
+            || self.connected.is_some()
+            || self.ended.is_some()
+            || self.waiting_for.is_some()
     }
 }
 

@@ -140,6 +140,11 @@ pub struct WorkerStatus {
     pub end: WorkerEnd,
     /// Why it ended (lost, failed start), as recorded.
     pub why: Option<String>,
+    /// The limit its submission waits for while it is queued without a
+    /// job (a site limit such as `QOSMaxSubmitJobPerUserLimit`, or
+    /// `max_jobs`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub waiting_for: Option<String>,
 }
 
 /// What the running driver said.

@@ -143,6 +143,14 @@ impl WorkerStatus {
             },
             state => state,
         };
+        let never_submitted = life
+            .waiting_for
+            .as_ref()
+            .map(|limit| format!("never submitted: it waited for {limit} until the run ended"));
+        let why = match (end, &never_submitted) {
+            (WorkerEnd::Unrecorded, Some(never)) => Some(never.as_str()),
+            _ => why,
+        };
         WorkerStatus {
             task: task.to_string(),
             worker_id,
@@ -150,6 +158,10 @@ impl WorkerStatus {
             host: life.host.clone(),
             pid: life.pid,
             by_hand: life.by_hand,
+            waiting_for: life
+                .waiting_for
+                .clone()
+                .filter(|_| end == WorkerEnd::Queued),
             end,
             why: why.map(str::to_string),
         }

@@ -25,6 +25,9 @@ pub(super) fn render(status: &RunStatus) -> String {
     }
     out.push('\n');
     tasks_table(&mut out, &status.tasks);
+    if let Some(run) = &status.last_run {
+        waiting(&mut out, &run.workers);
+    }
     for task in &status.tasks {
         failed_blocks(&mut out, task);
     }
@@ -183,6 +186,27 @@ fn more(out: &mut String, len: usize) {
             out,
             "  ... and {} more (--json lists all)",
             len - LIST_LIMIT
+        );
+    }
+}
+
+/// One line per task and limit whose workers' submissions wait: the run
+/// is not stuck, the launcher submits them when the limit allows.
+fn waiting(out: &mut String, workers: &[WorkerStatus]) {
+    let mut waiting: std::collections::BTreeMap<(&str, &str), usize> = Default::default();
+    for worker in workers {
+        if let Some(limit) = &worker.waiting_for {
+            *waiting.entry((&worker.task, limit)).or_default() += 1;
+        }
+    }
+    for ((task, limit), count) in waiting {
+        let whose = match limit {
+            launchers::MAX_JOBS => "the task's max_jobs".to_string(),
+            site => format!("a site limit ({site})"),
+        };
+        let _ = writeln!(
+            out,
+            "task {task:?}: {count} worker(s) wait for {whose}; they are submitted when it allows"
         );
     }
 }

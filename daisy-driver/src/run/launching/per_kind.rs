@@ -114,7 +114,12 @@ impl Launcher for TaskLaunchers {
         for request in requests {
             self.owner.insert(request.worker_id, index);
         }
-        self.backends[index].launcher.start_many(requests)
+        let backend = &mut self.backends[index];
+        let results = backend.launcher.start_many(requests);
+        // Submissions a limit held back may be due before the next poll.
+        let due = Instant::now() + backend.launcher.poll_interval();
+        backend.next_poll = backend.next_poll.min(due);
+        results
     }
 
     fn poll_interval(&self) -> Duration {
@@ -136,6 +141,20 @@ impl Launcher for TaskLaunchers {
             self.owner.remove(worker_id);
         }
         ended
+    }
+
+    /// Every backend's: held submissions are tried at its polls, so
+    /// their outcomes wait for the next call at the latest.
+    fn poll_started(&mut self) -> Vec<(u64, Result<JobId, LaunchError>)> {
+        let started: Vec<_> = (self.backends.iter_mut())
+            .flat_map(|b| b.launcher.poll_started())
+            .collect();
+        for (worker_id, result) in &started {
+            if result.is_err() && !matches!(result, Err(LaunchError::Waiting { .. })) {
+                self.owner.remove(worker_id);
+            }
+        }
+        started
     }
 
     fn cancel(&mut self, worker_ids: &[u64]) {

@@ -129,10 +129,18 @@ fn start(
     let _ = events.send(LauncherEvent::Started(started));
 }
 
+/// Submissions that waited for a limit and were tried again, then job
+/// ends.
 fn poll(launcher: &mut dyn Launcher, events: &UnboundedSender<LauncherEvent>) {
     let ended: Vec<_> = (launcher.poll_ended().into_iter())
         .map(|(id, job, end)| (SlotId(id), job, end))
         .collect();
+    let started: Vec<_> = (launcher.poll_started().into_iter())
+        .map(|(id, result)| (SlotId(id), result))
+        .collect();
+    if !started.is_empty() {
+        let _ = events.send(LauncherEvent::Started(started));
+    }
     if !ended.is_empty() {
         let _ = events.send(LauncherEvent::Ended(ended));
     }

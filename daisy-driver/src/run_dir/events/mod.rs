@@ -120,6 +120,20 @@ pub enum Event<'a> {
         worker_id: u64,
         error: Text<'a>,
     },
+    /// The worker's submission waits for a limit: a site limit refused
+    /// it (`limit` is SLURM's reason, such as
+    /// `QOSMaxSubmitJobPerUserLimit`, `MaxArraySize`, or LSF's
+    /// `MAX_PEND_JOBS`) or the task's `max_jobs` jobs are queued or
+    /// running (`limit` is `max_jobs`). Its slot stays pending; the
+    /// launcher submits it later (then `worker_submitted`). Recorded
+    /// again only when the limit it waits for changes.
+    WorkerSubmitWaiting {
+        task: Text<'a>,
+        worker_id: u64,
+        limit: Text<'a>,
+        /// The scheduler's words, or why `max_jobs` holds it back.
+        message: Text<'a>,
+    },
     WorkerConnected {
         task: Text<'a>,
         worker_id: u64,

@@ -149,6 +149,15 @@ fn every_kind() -> Vec<(Event<'static>, &'static str)> {
             r#"{"time":1764403200.5,"event":"worker_start_failed","task":"t","worker_id":1,"error":"no"}"#,
         ),
         (
+            Event::WorkerSubmitWaiting {
+                task: "t".into(),
+                worker_id: 3,
+                limit: "max_jobs".into(),
+                message: "2 jobs queued".into(),
+            },
+            r#"{"time":1764403200.5,"event":"worker_submit_waiting","task":"t","worker_id":3,"limit":"max_jobs","message":"2 jobs queued"}"#,
+        ),
+        (
             Event::WorkerConnected {
                 task: "t".into(),
                 worker_id: 1,

@@ -102,6 +102,18 @@ impl Core {
                     resources: Cow::Owned(share),
                 });
             }
+            Err(LaunchError::Waiting { limit, message }) => {
+                // Not a failure: the slot stays pending (it counts
+                // against max_workers like a queued job) until the
+                // launcher submits it.
+                tracing::info!(task = task_id, worker_id = slot.0, %limit, "submission waits: {message}");
+                return self.record(Event::WorkerSubmitWaiting {
+                    task: task_id.into(),
+                    worker_id: slot.0,
+                    limit: limit.into(),
+                    message: message.into(),
+                });
+            }
             Err(error) => error,
         };
         let permanent = matches!(

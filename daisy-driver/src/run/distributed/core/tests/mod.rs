@@ -550,6 +550,48 @@ fn a_permanent_submit_error_abandons_the_task_at_once() {
 }
 
 #[test]
+fn a_submission_waiting_for_a_limit_keeps_its_slot_and_is_recorded() {
+    let mut run = Run::new("", &[task("t", 4, "max_workers = 2")]);
+    let slots = started(&run.tick());
+    assert_eq!(slots.len(), 2);
+    let waiting = LaunchError::Waiting {
+        limit: "QOSMaxSubmitJobPerUserLimit".into(),
+        message: "Job violates accounting/QOS policy".into(),
+    };
+    let held = run.input(Input::Launcher(LauncherEvent::Started(vec![
+        (slots[0], Ok(JobId("7_0".into()))),
+        (slots[1], Err(waiting)),
+    ])));
+    let recorded: Vec<_> = events(&held)
+        .into_iter()
+        .filter_map(|e| match e {
+            Event::WorkerSubmitWaiting {
+                worker_id, limit, ..
+            } => Some((*worker_id, limit.to_string())),
+            Event::WorkerStartFailed { .. } | Event::TaskAbandoned { .. } => {
+                panic!("a limit is no failure: {e:?}")
+            }
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        recorded,
+        [(slots[1].0, "QOSMaxSubmitJobPerUserLimit".to_string())]
+    );
+    assert!(
+        started(&run.tick()).is_empty(),
+        "the waiting slot still counts against max_workers"
+    );
+    let submitted = run.input(Input::Launcher(LauncherEvent::Started(vec![(
+        slots[1],
+        Ok(JobId("8_0".into())),
+    )])));
+    assert!(events(&submitted)
+        .iter()
+        .any(|e| matches!(e, Event::WorkerSubmitted { job, .. } if job == "8_0")));
+}
+
+#[test]
 fn a_worker_that_cannot_serve_stops_further_starts_for_its_task() {
     let mut run = Run::new("", &[task("t", 4, "max_workers = 2")]);
     let [a, b] = run.start_workers()[..] else {
