@@ -7,6 +7,7 @@ use crate::inspect::plan::scripts::WorkerProgram;
 use crate::inspect::report::{self, ReportFormat};
 use crate::pipeline::Pipeline;
 use crate::run::distributed::RunOptions;
+use crate::run::embedding::python_for_workers;
 use crate::run::launching::per_kind::TaskLaunchers;
 use crate::run::launching::LaunchSettings;
 use crate::run::output::summary::ReRun;
@@ -322,7 +323,7 @@ pub fn main_stopped_by(cli: Cli, stop: StopSignal) -> anyhow::Result<u8> {
 }
 
 fn load(opts: &PipelineOpts) -> anyhow::Result<(Pipeline, RunDir)> {
-    let pipeline = Pipeline::load(&opts.pipeline)?;
+    let pipeline = Pipeline::load(&opts.pipeline, &python_for_workers())?;
     let run_dir = RunDir::new(opts.run_dir.as_deref(), &pipeline.name);
     Ok((pipeline, run_dir))
 }

@@ -105,7 +105,11 @@ fn usage_exit(usage: clap::Error) -> i32 {
 #[pyfunction]
 pub fn pipeline_problems(text: &str, path: &str) -> Vec<String> {
     use daisy_driver::pipeline::{Pipeline, PipelineError};
-    match Pipeline::from_str(text, std::path::Path::new(path)) {
+    match Pipeline::from_str(
+        text,
+        std::path::Path::new(path),
+        &daisy_driver::run::embedding::python_for_workers(),
+    ) {
         Ok(_) => Vec::new(),
         Err(PipelineError::Invalid { problems, .. }) => {
             problems.iter().map(ToString::to_string).collect()

@@ -410,7 +410,7 @@ pub fn stored_costs(
 /// blocks, from the pipeline the run recorded.
 fn open_marker(run_dir: &Path, task: &str) -> (Option<DoneMarker>, Vec<Block>) {
     let pipeline = RunDir::new(Some(run_dir), "")
-        .load_recorded_pipeline()
+        .load_recorded_pipeline(daisy_driver::pipeline::python_worker::PYTHON_ON_PATH)
         .unwrap_or_else(|e| panic!("{e:#}"));
     let graph = pipeline.graph();
     let index = graph.task_index(task).expect("a task of the pipeline");

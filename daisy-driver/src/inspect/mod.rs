@@ -1,12 +1,14 @@
 //! Looking at a run without changing it: `plan` (what a run would do),
 //! `status` (where a run stands), `report` (a run drawn) and the live
 //! `dashboard` (`run --dashboard`: status and report, served), with the
-//! model of a run directory they share (`run_state`, which `run
-//! --retry-failed` also asks) and the cost figures.
+//! cost figures and the numbers for people ([`human`]) they share. The
+//! model of a run directory all of them read is
+//! [`crate::run_dir::run_state`], a layer down, because `run
+//! --retry-failed` asks it too.
 
 pub(crate) mod cost_summary;
 pub(crate) mod dashboard;
+pub(crate) mod human;
 pub(crate) mod plan;
 pub mod report;
-pub(crate) mod run_state;
 pub mod status;

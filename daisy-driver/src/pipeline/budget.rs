@@ -14,6 +14,11 @@
 use super::schema::{Amounts, Pool};
 use std::collections::BTreeMap;
 
+/// Per budget key, the ids one worker holds, in the order the budget
+/// lists them (handed out by `crate::run::budget`, recorded in the
+/// events of a worker's start).
+pub type Share = BTreeMap<String, Vec<String>>;
+
 /// The variable naming the GPUs a process may use.
 pub const VISIBLE_GPUS: &str = "CUDA_VISIBLE_DEVICES";
 

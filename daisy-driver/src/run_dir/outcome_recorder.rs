@@ -262,7 +262,12 @@ mod tests {
 
     impl Run {
         fn open(mode: &str) -> Self {
-            let pipeline = Pipeline::from_str(PIPELINE, Path::new("p.toml")).unwrap();
+            let pipeline = Pipeline::from_str(
+                PIPELINE,
+                Path::new("p.toml"),
+                crate::pipeline::python_worker::PYTHON_ON_PATH,
+            )
+            .unwrap();
             let dir = tempfile::tempdir().unwrap();
             let run_dir = RunDir::new(Some(dir.path()), "p");
             let recorder = OutcomeRecorder::open(&pipeline, &run_dir, mode, false).unwrap();

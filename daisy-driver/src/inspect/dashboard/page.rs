@@ -2,7 +2,8 @@
 //! the status (the report's views below it come from
 //! [`crate::inspect::report::body`]).
 
-use crate::inspect::report::{human_seconds, Escaped};
+use crate::inspect::human::human_seconds;
+use crate::inspect::report::Escaped;
 use crate::inspect::status::{RunStatus, TaskStatus, WorkerEnd, WorkerStatus};
 use std::fmt::Write as _;
 

@@ -2,7 +2,7 @@
 //! directory alone, and live from its driver when one is running.
 //!
 //! The terms (done, failed, orphaned, remaining, the last run) are those
-//! of [`crate::inspect::run_state`], whose model this shows.
+//! of [`crate::run_dir::run_state`], whose model this shows.
 //!
 //! - [`offline`]: the numbers from done markers and events.
 //! - [`live`]: a snapshot from the running driver (found through
@@ -15,11 +15,12 @@ mod offline;
 mod render;
 mod watch;
 
-pub use crate::inspect::run_state::{RunEnding, WorkerEnd};
+pub use crate::run_dir::run_state::{RunEnding, WorkerEnd};
 pub use watch::watch;
 
-use crate::inspect::run_state::RunEvents;
 use crate::pipeline::Pipeline;
+use crate::run::embedding::python_for_workers;
+use crate::run_dir::run_state::RunEvents;
 use crate::run_dir::RunDir;
 use anyhow::Context as _;
 use daisy_core::printable::printable;
@@ -159,10 +160,12 @@ pub struct LiveStatus {
 /// last run recorded in the run directory.
 pub fn load_pipeline(run_dir: &RunDir, file: Option<&Path>) -> anyhow::Result<Pipeline> {
     match file {
-        Some(file) => Ok(Pipeline::load(file)?),
-        None => run_dir.load_recorded_pipeline().context(
-            "runs before pipeline.json existed need the pipeline file: pass --pipeline FILE",
-        ),
+        Some(file) => Ok(Pipeline::load(file, &python_for_workers())?),
+        None => run_dir
+            .load_recorded_pipeline(&python_for_workers())
+            .context(
+                "runs before pipeline.json existed need the pipeline file: pass --pipeline FILE",
+            ),
     }
 }
 

@@ -1,12 +1,12 @@
 //! Status from the run directory alone: the numbers of
-//! [`crate::inspect::run_state`] (done markers read against the last run's
+//! [`crate::run_dir::run_state`] (done markers read against the last run's
 //! events) as `status` shows them, per task and per worker, with where
 //! each failed block's log is.
 
 use super::{FailedBlock, LastRun, TaskStatus, WorkerStatus};
 use crate::inspect::cost_summary::{self, TaskCosts};
-use crate::inspect::run_state::{block_by_id, BlockStates, RunEvents, WorkerEnd, WorkerLife};
 use crate::pipeline::Pipeline;
+use crate::run_dir::run_state::{block_by_id, BlockStates, RunEvents, WorkerEnd, WorkerLife};
 use crate::run_dir::user_logs;
 use crate::run_dir::RunDir;
 use daisy_core::protocol::WireRoi;

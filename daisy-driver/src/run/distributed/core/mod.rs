@@ -27,16 +27,17 @@ mod workers;
 #[cfg(test)]
 mod tests;
 
+use crate::pipeline::budget::Share;
 use crate::pipeline::{Pipeline, TaskConfig};
-use crate::run::budget::{Budget, Share};
+use crate::run::budget::Budget;
 use crate::run::distributed::connection::{ConnId, PeerEvent};
 use crate::run::launching::thread::LauncherEvent;
 use crate::run::output::summary::RunEnd;
 use crate::run::recent_rate::RecentRate;
 use crate::run::slots::{SlotId, Slots};
-use crate::run::throttle::Throttle;
 use crate::run_dir::events::Event;
 use crate::run_dir::outcome_recorder::Attempt;
+use crate::throttle::Throttle;
 use daisy_core::id_hash::IdMap;
 use daisy_core::protocol::{FromDriver, Hello, ToDriver, Welcome};
 use daisy_core::scheduler::Released;

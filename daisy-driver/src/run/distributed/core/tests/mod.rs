@@ -46,7 +46,12 @@ fn conn(n: u64) -> ConnId {
 impl Run {
     fn new(header: &str, tasks: &[String]) -> Self {
         let text = format!("name = \"core\"\n{header}\n{}", tasks.concat());
-        let pipeline = Pipeline::from_str(&text, Path::new("core.toml")).unwrap();
+        let pipeline = Pipeline::from_str(
+            &text,
+            Path::new("core.toml"),
+            crate::pipeline::python_worker::PYTHON_ON_PATH,
+        )
+        .unwrap();
         let scheduler = Scheduler::new(Arc::new(pipeline.graph()));
         let settings = CoreSettings {
             heartbeat_interval: Duration::from_secs(1),
