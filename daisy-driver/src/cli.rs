@@ -534,7 +534,7 @@ fn watch_interval(text: &str) -> Result<Duration, String> {
 const MIN_WATCH_INTERVAL: Duration = Duration::from_millis(100);
 
 fn command_status(opts: StatusOpts) -> anyhow::Result<u8> {
-    let run_dir = RunDir::new(Some(&opts.run_dir), "");
+    let run_dir = RunDir::at(&opts.run_dir);
     if opts.watch {
         let pipeline = opts.pipeline.as_deref();
         return crate::inspect::status::watch(&run_dir, pipeline, opts.every, opts.json);
@@ -560,7 +560,7 @@ fn command_reset(opts: ResetOpts) -> anyhow::Result<u8> {
         crate::run_dir::reset::delete(&markers)?;
         crate::run_dir::reset::announce_deleted(&markers);
     }
-    Ok(0)
+    Ok(crate::exit::SUCCESS)
 }
 
 /// What launched workers run: the given program, else the Python worker
@@ -585,7 +585,7 @@ fn worker_program(given: Option<&std::path::Path>) -> anyhow::Result<(PathBuf, V
 }
 
 fn command_report(opts: ReportOpts) -> anyhow::Result<u8> {
-    let run_dir = RunDir::new(Some(&opts.run_dir), "");
+    let run_dir = RunDir::at(&opts.run_dir);
     let output = opts.output.unwrap_or_else(|| {
         run_dir
             .path()
@@ -597,7 +597,7 @@ fn command_report(opts: ReportOpts) -> anyhow::Result<u8> {
         eprintln!("daisy-driver: warning: {warning}");
     }
     crate::run::output::stdout::print_line(format_args!("{}", written.path.display()));
-    Ok(0)
+    Ok(crate::exit::SUCCESS)
 }
 
 fn command_worker(args: Vec<String>) -> u8 {

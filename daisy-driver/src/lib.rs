@@ -24,6 +24,7 @@
 //! - [`cli`]: the command line, one function per subcommand.
 pub mod cli;
 pub(crate) mod counted;
+pub mod exit;
 pub mod inspect;
 pub mod pipeline;
 pub mod run;

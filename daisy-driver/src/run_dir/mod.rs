@@ -27,10 +27,16 @@ pub struct RunDir {
 impl RunDir {
     /// `explicit` if given, else `./daisy_run/<pipeline name>`.
     pub fn new(explicit: Option<&Path>, pipeline_name: &str) -> Self {
-        let path = match explicit {
-            Some(path) => path.to_path_buf(),
-            None => Path::new("daisy_run").join(pipeline_name),
-        };
+        match explicit {
+            Some(path) => Self::at(path),
+            None => Self::at(&Path::new("daisy_run").join(pipeline_name)),
+        }
+    }
+
+    /// The run directory at `path`, whatever pipeline ran there (as
+    /// `status` and `report` are given it).
+    pub fn at(path: &Path) -> Self {
+        let path = path.to_path_buf();
         Self { path }
     }
 
@@ -137,7 +143,7 @@ mod tests {
             write_roi = { offset = [0], shape = [5] }
         "#;
         std::fs::write(&file, text).unwrap();
-        let run_dir = RunDir::new(Some(&dir.path().join("run")), "p");
+        let run_dir = RunDir::at(&dir.path().join("run"));
         run_dir.record_pipeline(&file).unwrap();
         std::fs::remove_file(&file).unwrap();
         let pipeline = run_dir
@@ -150,7 +156,7 @@ mod tests {
     #[test]
     fn a_directory_without_a_record_is_named_in_the_error() {
         let dir = tempfile::tempdir().unwrap();
-        let run_dir = RunDir::new(Some(dir.path()), "p");
+        let run_dir = RunDir::at(dir.path());
         let error = format!(
             "{:#}",
             run_dir

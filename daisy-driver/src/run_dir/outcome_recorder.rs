@@ -269,7 +269,7 @@ mod tests {
             )
             .unwrap();
             let dir = tempfile::tempdir().unwrap();
-            let run_dir = RunDir::new(Some(dir.path()), "p");
+            let run_dir = RunDir::at(dir.path());
             let recorder = OutcomeRecorder::open(&pipeline, &run_dir, mode, false).unwrap();
             let scheduler = Scheduler::new(Arc::new(pipeline.graph()));
             Self {

@@ -424,7 +424,7 @@ mod tests {
             run,
             ..RunModel::default()
         };
-        let run_dir = RunDir::new(Some(Path::new("run")), "p");
+        let run_dir = RunDir::at(Path::new("run"));
         let only = run_choice::RunChoice {
             number: 1,
             runs: 1,

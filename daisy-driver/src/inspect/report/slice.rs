@@ -416,7 +416,7 @@ mod tests {
         )
         .unwrap();
         let dir = tempfile::tempdir().unwrap();
-        let run_dir = RunDir::new(Some(dir.path()), "p");
+        let run_dir = RunDir::at(dir.path());
         let events = format!(
             "{{\"time\": 1, \"event\": \"run_started\", \"pipeline\": \"p\", \"mode\": \"distributed\"}}\n\
              {{\"time\": 2, \"event\": \"block_failed\", \"task\": \"{task}\", \"block_id\": {block_id}, \

@@ -62,9 +62,9 @@ pub enum RunState {
 impl RunState {
     pub fn exit_code(self) -> u8 {
         match self {
-            RunState::Finished => 0,
-            RunState::Failed => 1,
-            RunState::Incomplete => 3,
+            RunState::Finished => crate::exit::SUCCESS,
+            RunState::Failed => crate::exit::FAILED,
+            RunState::Incomplete => crate::exit::INCOMPLETE,
         }
     }
 }

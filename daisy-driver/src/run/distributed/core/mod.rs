@@ -232,12 +232,9 @@ impl Core {
             Input::Peer(PeerEvent::Message { conn, message }) => {
                 self.on_message(conn, message, done_before)
             }
-            Input::Peer(PeerEvent::Closed {
-                conn,
-                clean,
-                peer_left,
-                why,
-            }) => self.on_closed(conn, (clean, peer_left), &why, done_before),
+            Input::Peer(PeerEvent::Closed { conn, ending, why }) => {
+                self.on_closed(conn, ending, &why, done_before)
+            }
             Input::Peer(PeerEvent::Refused { peer, reason }) => self.on_refused(peer, &reason),
             Input::Launcher(event) => self.on_launcher_event(event, done_before),
             Input::Tick => self.on_tick(done_before),

@@ -3,6 +3,7 @@
 //! block's id is its position.
 
 use super::*;
+use crate::run::distributed::connection::Ending;
 use crate::run_dir::events::Event;
 use daisy_core::protocol::{BlockResult, Role, PROTOCOL_VERSION};
 use launchers::{JobEnd, JobId, LaunchError};
@@ -148,8 +149,10 @@ impl Run {
     fn close(&mut self, conn_n: u64, clean: bool) -> Vec<Command> {
         self.input(Input::Peer(PeerEvent::Closed {
             conn: conn(conn_n),
-            clean,
-            peer_left: !clean,
+            ending: match clean {
+                true => Ending::Goodbye,
+                false => Ending::PeerLeft,
+            },
             why: "connection closed".into(),
         }))
     }
@@ -158,8 +161,7 @@ impl Run {
     fn cut_off(&mut self, conn_n: u64) -> Vec<Command> {
         self.input(Input::Peer(PeerEvent::Closed {
             conn: conn(conn_n),
-            clean: false,
-            peer_left: false,
+            ending: Ending::CutOff,
             why: "no message for 3.0 s".into(),
         }))
     }
