@@ -21,7 +21,7 @@ const LAYERS: &[&[&str]] = &[
     &["run"],
     &["run_dir"],
     &["pipeline"],
-    &["counted", "throttle"],
+    &["counted", "exit", "throttle"],
 ];
 
 /// One `crate::` path written in a file, resolved to module segments.
