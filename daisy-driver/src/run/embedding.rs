@@ -41,7 +41,5 @@ pub fn python_for_workers() -> String {
 /// `python -m daisy_rs.worker` of the embedding interpreter, as a program
 /// and its first arguments.
 pub fn python_worker() -> Option<(PathBuf, Vec<String>)> {
-    let mut command = python_worker::command(&python()?.display().to_string());
-    let python = command.remove(0);
-    Some((PathBuf::from(python), command))
+    python().map(|python| (python.to_path_buf(), python_worker::args()))
 }
