@@ -249,9 +249,9 @@ fn expand_group(code: &str) -> Vec<String> {
         .collect()
 }
 
-/// The module paths a line of code names: `crate::…`, `super::…`, and
-/// `child::…` where `child` is a submodule of the file's own module.
-/// `use crate::a::{b, c}` counts as `crate::a`: the layer is in the head.
+/// The module paths a line of code names: `crate::…`, `self::…`,
+/// `super::…`, and `child::…` where `child` is a submodule of the file's
+/// own module (other paths lead out of the crate).
 fn paths_in(code: &str, module: &[String], files: &BTreeSet<PathBuf>) -> Vec<Vec<String>> {
     let is_path_char = |c: char| c.is_alphanumeric() || c == '_' || c == ':';
     let mut paths = Vec::new();
@@ -269,37 +269,28 @@ fn paths_in(code: &str, module: &[String], files: &BTreeSet<PathBuf>) -> Vec<Vec
             .split("::")
             .filter(|s| !s.is_empty())
             .collect();
-        let path = match segments.first() {
-            Some(&"crate") | Some(&"super") => resolve(&segments, module),
-            Some(child) if is_module(&[module, &[child.to_string()]].concat(), files) => [
-                module,
-                &segments.iter().map(|s| s.to_string()).collect::<Vec<_>>(),
-            ]
-            .concat(),
-            _ => continue,
-        };
-        paths.push(path);
+        paths.extend(resolve(&segments, module, files));
     }
     paths
 }
 
-/// An absolute module path for `crate::…` or `super::…` written in
-/// `module` (a `mod.rs` is its folder's module, so its `super` is the
-/// folder's parent, as for any other file).
-fn resolve(segments: &[&str], module: &[String]) -> Vec<String> {
-    let mut rest = segments.iter().peekable();
-    let mut base: Vec<String> = if rest.peek() == Some(&&"crate") {
-        rest.next();
-        Vec::new()
-    } else {
-        module.to_vec()
+/// The absolute module path of `segments` written in `module` (a
+/// `mod.rs` is its folder's module, so its `super` is the folder's
+/// parent, as for any other file); `None` for a path out of the crate.
+fn resolve(segments: &[&str], module: &[String], files: &BTreeSet<PathBuf>) -> Option<Vec<String>> {
+    let (mut base, rest) = match *segments.first()? {
+        "crate" => (Vec::new(), &segments[1..]),
+        "self" => (module.to_vec(), &segments[1..]),
+        "super" => (module.to_vec(), segments),
+        child if is_module(&[module, &[child.to_string()]].concat(), files) => {
+            (module.to_vec(), segments)
+        }
+        _ => return None,
     };
-    while rest.peek() == Some(&&"super") {
-        rest.next();
-        base.pop();
-    }
-    base.extend(rest.map(|s| s.to_string()));
-    base
+    let supers = rest.iter().take_while(|s| **s == "super").count();
+    base.truncate(base.len().saturating_sub(supers));
+    base.extend(rest[supers..].iter().map(|s| s.to_string()));
+    Some(base)
 }
 
 /// Tarjan's strongly connected components of a file graph.
