@@ -37,7 +37,7 @@ mod timeline;
 pub use png::{headless_args, PngError};
 pub use svg::Escaped;
 
-use crate::inspect::status::TaskStatus;
+use crate::inspect::task_status::TaskStatus;
 use crate::pipeline::Pipeline;
 use crate::run::embedding::python_for_workers;
 use crate::run_dir::events::history::{Following, HistoryError, RunHistory};

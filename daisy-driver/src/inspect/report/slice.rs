@@ -10,7 +10,7 @@
 //! so the SVG stays small for any number of blocks.
 
 use super::svg::{self, Chart, Rect, Svg};
-use crate::inspect::status::TaskStatus;
+use crate::inspect::task_status::TaskStatus;
 use crate::run_dir::run_state::{BlockState, BlockStates};
 use daisy_core::geometry::BlockGrid;
 use daisy_core::{Block, Coordinate, DependencyGraph, TaskIdx};

@@ -5,7 +5,7 @@
 
 use super::model::RunModel;
 use super::svg::Escaped;
-use crate::inspect::status::TaskStatus;
+use crate::inspect::task_status::TaskStatus;
 use crate::run_dir::run_state::TaskEvents;
 use std::fmt::Write as _;
 

@@ -15,6 +15,7 @@ mod offline;
 mod render;
 mod watch;
 
+pub use crate::inspect::task_status::{FailedBlock, TaskStatus};
 pub use crate::run_dir::run_state::{RunEnding, WorkerEnd};
 pub use watch::watch;
 
@@ -67,47 +68,6 @@ impl RunState {
             RunState::Incomplete => crate::exit::INCOMPLETE,
         }
     }
-}
-
-/// One task, from its done marker and the last run's events.
-#[derive(Debug, Serialize)]
-pub struct TaskStatus {
-    pub id: String,
-    pub total: u64,
-    pub done: u64,
-    /// Blocks its `skip_mask` removes: never run, not failed.
-    pub skipped: u64,
-    pub failed: u64,
-    pub orphaned: u64,
-    pub remaining: u64,
-    /// Why the last run abandoned the task, if it did.
-    pub abandoned: Option<String>,
-    /// The failed blocks, by block id.
-    pub failed_blocks: Vec<FailedBlock>,
-    /// What its blocks cost, if it tracked resources (`resource_tracking`).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub costs: Option<crate::inspect::cost_summary::TaskCosts>,
-}
-
-/// A block that failed for good in the last run.
-#[derive(Debug, Serialize)]
-pub struct FailedBlock {
-    pub block_id: u64,
-    /// The region the block writes, if the pipeline still has it.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub write_roi: Option<daisy_core::protocol::WireRoi>,
-    /// Failed attempts in the last run.
-    pub attempts: u32,
-    /// The error of the last attempt.
-    pub error: String,
-    /// The worker of the last attempt (none in a `--serial` run).
-    pub worker_id: Option<u64>,
-    /// Where that attempt's user code wrote its stderr, if the file exists.
-    pub log: Option<PathBuf>,
-    /// The line of `log` where the last run's part starts (logs gather
-    /// every run's; see `run_dir::user_logs`), if it is marked.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub log_line: Option<usize>,
 }
 
 /// The last run as events.jsonl tells it.
