@@ -7,6 +7,7 @@ use crate::inspect::plan::scripts::WorkerProgram;
 use crate::inspect::report::{self, ReportFormat};
 use crate::pipeline::Pipeline;
 use crate::run::distributed::RunOptions;
+use crate::run::embedding::python_for_workers;
 use crate::run::launching::per_kind::TaskLaunchers;
 use crate::run::launching::LaunchSettings;
 use crate::run::output::summary::ReRun;
@@ -328,7 +329,7 @@ pub fn main_stopped_by(cli: Cli, stop: StopSignal) -> anyhow::Result<u8> {
 }
 
 fn load(opts: &PipelineOpts) -> anyhow::Result<(Pipeline, RunDir)> {
-    let pipeline = Pipeline::load(&opts.pipeline)?;
+    let pipeline = Pipeline::load(&opts.pipeline, &python_for_workers())?;
     let run_dir = RunDir::new(opts.run_dir.as_deref(), &pipeline.name);
     Ok((pipeline, run_dir))
 }
@@ -542,7 +543,7 @@ fn watch_interval(text: &str) -> Result<Duration, String> {
 const MIN_WATCH_INTERVAL: Duration = Duration::from_millis(100);
 
 fn command_status(opts: StatusOpts) -> anyhow::Result<u8> {
-    let run_dir = RunDir::new(Some(&opts.run_dir), "");
+    let run_dir = RunDir::at(&opts.run_dir);
     if opts.watch {
         let pipeline = opts.pipeline.as_deref();
         return crate::inspect::status::watch(&run_dir, pipeline, opts.every, opts.json);
@@ -568,7 +569,7 @@ fn command_reset(opts: ResetOpts) -> anyhow::Result<u8> {
         crate::run_dir::reset::delete(&markers)?;
         crate::run_dir::reset::announce_deleted(&markers);
     }
-    Ok(0)
+    Ok(crate::exit::SUCCESS)
 }
 
 /// What launched workers run: the given program, else the Python worker
@@ -593,7 +594,7 @@ fn worker_program(given: Option<&std::path::Path>) -> anyhow::Result<(PathBuf, V
 }
 
 fn command_report(opts: ReportOpts) -> anyhow::Result<u8> {
-    let run_dir = RunDir::new(Some(&opts.run_dir), "");
+    let run_dir = RunDir::at(&opts.run_dir);
     let output = opts.output.unwrap_or_else(|| {
         run_dir
             .path()
@@ -605,7 +606,7 @@ fn command_report(opts: ReportOpts) -> anyhow::Result<u8> {
         eprintln!("daisy-driver: warning: {warning}");
     }
     crate::run::output::stdout::print_line(format_args!("{}", written.path.display()));
-    Ok(0)
+    Ok(crate::exit::SUCCESS)
 }
 
 fn command_worker(args: Vec<String>) -> u8 {

@@ -10,11 +10,5 @@ fn main() -> ExitCode {
         Command::Worker { .. } => daisy_worker::DEFAULT_LOG,
         _ => daisy_worker::DRIVER_LOG,
     });
-    match daisy_driver::cli::main(cli) {
-        Ok(code) => ExitCode::from(code),
-        Err(error) => {
-            eprintln!("daisy-driver: error: {error:#}");
-            ExitCode::from(2)
-        }
-    }
+    ExitCode::from(daisy_driver::exit::status_of(daisy_driver::cli::main(cli)))
 }

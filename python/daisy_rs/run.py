@@ -47,16 +47,6 @@ from daisy_rs.task import Pipeline, seconds
 #: How often a wait for the driver lets Python look at its signals.
 _SIGNAL_CHECK_S = 0.1
 
-#: The exit status of a driver that panicked.
-_PANICKED = 101
-
-#: daisy-driver's exit status for a run stopped by Ctrl-C or SIGTERM.
-_INTERRUPTED = 130
-
-#: daisy-driver's exit status for an error before or outside the run (a
-#: run directory another driver holds, a port in use, a launcher missing).
-_ERROR = 2
-
 
 class RunError(RuntimeError):
     """The driver did not run the pipeline; its message is on stderr."""
@@ -363,15 +353,15 @@ def _run(pipeline, name, run_dir, top, host, multiprocessing, options, reserved=
         status = _run_driver(args, _forked_tasks(pipeline, top), reserved)
     else:
         status = _native.driver_main(args + ["--serial"])
-    if status == _INTERRUPTED:
+    if status == _native.EXIT_INTERRUPTED:
         raise KeyboardInterrupt
-    if status == _PANICKED:
+    if status == _native.EXIT_PANICKED:
         raise RunError(f"the driver crashed running the pipeline in {run_dir}: its message is above")
-    if status == _ERROR and not _took_lock(run_dir, lock_before):
+    if status == _native.EXIT_ERROR and not _took_lock(run_dir, lock_before):
         _remove(written, new_dirs)
-    if status == _ERROR:
+    if status == _native.EXIT_ERROR:
         raise RunError(
-            f"the driver did not run the pipeline in {run_dir} (exit status 2): "
+            f"the driver did not run the pipeline in {run_dir} (exit status {status}): "
             "its message is above"
         )
     return status

@@ -10,14 +10,12 @@
 
 use crate::reserved::ReservedRun;
 use clap::Parser;
+use daisy_driver::exit;
 use pyo3::exceptions::PyRuntimeError;
 use pyo3::prelude::*;
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::Duration;
 use tokio::sync::Notify;
-
-/// The exit status of a driver that panicked (Rust's, for a process).
-const PANICKED: i32 = 101;
 
 /// A driver running on its own thread.
 #[pyclass(module = "daisy_rs._native")]
@@ -58,14 +56,7 @@ pub fn start_driver(
             let ran = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
                 daisy_driver::cli::main_stopped_by(cli, stop_signal)
             }));
-            let code = match ran {
-                Ok(Ok(code)) => i32::from(code),
-                Ok(Err(error)) => {
-                    eprintln!("daisy-driver: error: {error:#}");
-                    2
-                }
-                Err(_) => PANICKED,
-            };
+            let code = i32::from(ran.map_or(exit::PANICKED, exit::status_of));
             let (lock, ended_now) = &*ended;
             *lock.lock().unwrap_or_else(|e| e.into_inner()) = Some(code);
             ended_now.notify_all();

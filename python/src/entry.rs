@@ -12,8 +12,27 @@
 //! `daisy_rs.run`).
 
 use clap::Parser;
+use daisy_driver::exit;
 use daisy_worker::cli::StopSignals;
 use pyo3::prelude::*;
+
+/// The driver's exit statuses as `EXIT_<NAME>` attributes of the module
+/// (`daisy_driver::exit`), so Python compares with them instead of
+/// declaring them again.
+pub fn add_exit_statuses(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    let statuses = [
+        ("EXIT_SUCCESS", exit::SUCCESS),
+        ("EXIT_FAILED", exit::FAILED),
+        ("EXIT_ERROR", exit::ERROR),
+        ("EXIT_INCOMPLETE", exit::INCOMPLETE),
+        ("EXIT_EVENTS_LOST", exit::EVENTS_LOST),
+        ("EXIT_PANICKED", exit::PANICKED),
+        ("EXIT_INTERRUPTED", exit::INTERRUPTED),
+    ];
+    statuses
+        .into_iter()
+        .try_for_each(|(name, status)| m.add(name, status))
+}
 
 /// `daisy-driver ARGS…`; returns the exit status.
 #[pyfunction]
@@ -25,13 +44,7 @@ pub fn driver_main(py: Python<'_>, args: Vec<String>) -> i32 {
         Ok(cli) => cli,
         Err(usage) => return usage_exit(usage),
     };
-    let status = py.detach(|| match daisy_driver::cli::main(cli) {
-        Ok(code) => i32::from(code),
-        Err(error) => {
-            eprintln!("daisy-driver: error: {error:#}");
-            2
-        }
-    });
+    let status = py.detach(|| i32::from(exit::status_of(daisy_driver::cli::main(cli))));
     forget_signals_handled(py);
     status
 }
@@ -105,7 +118,11 @@ fn usage_exit(usage: clap::Error) -> i32 {
 #[pyfunction]
 pub fn pipeline_problems(text: &str, path: &str) -> Vec<String> {
     use daisy_driver::pipeline::{Pipeline, PipelineError};
-    match Pipeline::from_str(text, std::path::Path::new(path)) {
+    match Pipeline::from_str(
+        text,
+        std::path::Path::new(path),
+        &daisy_driver::run::embedding::python_for_workers(),
+    ) {
         Ok(_) => Vec::new(),
         Err(PipelineError::Invalid { problems, .. }) => {
             problems.iter().map(ToString::to_string).collect()
@@ -117,7 +134,7 @@ pub fn pipeline_problems(text: &str, path: &str) -> Vec<String> {
 /// `daisy-driver status --json RUN_DIR`, as a string, without a process.
 #[pyfunction]
 pub fn status_json(py: Python<'_>, run_dir: std::path::PathBuf) -> PyResult<String> {
-    let run_dir = daisy_driver::run_dir::RunDir::new(Some(&run_dir), "");
+    let run_dir = daisy_driver::run_dir::RunDir::at(&run_dir);
     let status = py.detach(|| daisy_driver::inspect::status::status(&run_dir, None));
     let status = status.map_err(|e| pyo3::exceptions::PyRuntimeError::new_err(format!("{e:#}")))?;
     serde_json::to_string(&status)

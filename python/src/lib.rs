@@ -44,6 +44,7 @@ use pyo3::prelude::*;
 #[pymodule]
 fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     functions::register_factory();
+    entry::add_exit_statuses(m)?;
     m.add_function(wrap_pyfunction!(entry::driver_main, m)?)?;
     m.add_function(wrap_pyfunction!(driver_thread::start_driver, m)?)?;
     m.add_class::<driver_thread::DriverRun>()?;

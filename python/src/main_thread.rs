@@ -86,7 +86,8 @@ pub fn lend(
         .name("daisy-worker-runtime".into())
         .spawn(move || {
             on_runtime_thread();
-            let status = catch_unwind(AssertUnwindSafe(runtime)).unwrap_or(101);
+            let status = catch_unwind(AssertUnwindSafe(runtime))
+                .unwrap_or(i32::from(daisy_driver::exit::PANICKED));
             hand_over(status, &to_main);
         });
     let status = match spawned {

@@ -409,8 +409,8 @@ pub fn stored_costs(
 /// The done marker of `task` in `run_dir` (read-only) and the task's
 /// blocks, from the pipeline the run recorded.
 fn open_marker(run_dir: &Path, task: &str) -> (Option<DoneMarker>, Vec<Block>) {
-    let pipeline = RunDir::new(Some(run_dir), "")
-        .load_recorded_pipeline()
+    let pipeline = RunDir::at(run_dir)
+        .load_recorded_pipeline(daisy_driver::pipeline::python_worker::PYTHON_ON_PATH)
         .unwrap_or_else(|e| panic!("{e:#}"));
     let graph = pipeline.graph();
     let index = graph.task_index(task).expect("a task of the pipeline");

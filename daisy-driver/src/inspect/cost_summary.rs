@@ -4,8 +4,8 @@
 //! measured blocks, and the slowest blocks by wall time, with their ids.
 //! GPU measures appear only if some block was measured on a GPU.
 
-use crate::run_dir::done_marker::costs::{CostTable, StoredCost};
-use crate::run_dir::done_marker::DoneMarker;
+use crate::inspect::human::{human_bytes, human_seconds};
+use crate::run_dir::done_marker::costs::StoredCost;
 use serde::Serialize;
 
 /// The slowest blocks listed per task.
@@ -47,25 +47,10 @@ impl Unit {
     /// `value` for people: `1.5 s`, `52.4 MB`, `87 %`.
     pub fn show(self, value: f64) -> String {
         match self {
-            Unit::Seconds => crate::inspect::report::human_seconds(value),
+            Unit::Seconds => human_seconds(value),
             Unit::Bytes => human_bytes(value),
             Unit::Percent => format!("{value:.0} %"),
         }
-    }
-}
-
-/// `52.4 MB` (powers of 1000, as `ls -h --si` and most job reports).
-pub fn human_bytes(bytes: f64) -> String {
-    const UNITS: [&str; 6] = ["B", "kB", "MB", "GB", "TB", "PB"];
-    let mut value = bytes;
-    let mut unit = 0;
-    while value.abs() >= 1000.0 && unit + 1 < UNITS.len() {
-        value /= 1000.0;
-        unit += 1;
-    }
-    match unit {
-        0 => format!("{value:.0} B"),
-        _ => format!("{value:.1} {}", UNITS[unit]),
     }
 }
 
@@ -116,13 +101,6 @@ pub const MEASURES: [Measure; 7] = [
 
 const fn measure(name: &'static str, unit: Unit, value: fn(&StoredCost) -> Option<f64>) -> Measure {
     Measure { name, unit, value }
-}
-
-/// The measured blocks of `table`, by block id.
-pub fn measured_blocks(marker: &DoneMarker, table: &CostTable) -> Vec<(u64, StoredCost)> {
-    (0..table.cells())
-        .filter_map(|cell| Some((marker.block_id_of(cell), table.get(cell)?)))
-        .collect()
 }
 
 /// The summary of a task's stored costs; `None` if no block was measured.
@@ -237,9 +215,8 @@ mod tests {
     }
 
     #[test]
-    fn bytes_read_as_people_write_them() {
-        assert_eq!(human_bytes(512.0), "512 B");
-        assert_eq!(human_bytes(52_400_000.0), "52.4 MB");
+    fn units_read_as_people_write_them() {
+        assert_eq!(Unit::Bytes.show(52_400_000.0), "52.4 MB");
         assert_eq!(Unit::Percent.show(87.4), "87 %");
     }
 }

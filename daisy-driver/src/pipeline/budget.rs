@@ -14,6 +14,11 @@
 use super::schema::{Amounts, Pool};
 use std::collections::BTreeMap;
 
+/// Per budget key, the ids one worker holds, in the order the budget
+/// lists them: what a run's budget hands a worker, and what the event
+/// of its start records.
+pub type Share = BTreeMap<String, Vec<String>>;
+
 /// The variable naming the GPUs a process may use.
 pub const VISIBLE_GPUS: &str = "CUDA_VISIBLE_DEVICES";
 

@@ -32,8 +32,9 @@
 //! - `problems`: the error, its problems, and their wording.
 //! - `skip_mask`, `writes`: the Zarr arrays a task names, read at load.
 
-mod budget;
+pub(crate) mod budget;
 mod problems;
+pub mod python_worker;
 mod reader;
 mod resolve;
 mod rules;
@@ -122,7 +123,7 @@ pub struct TaskConfig {
     /// Extra environment variables for the user's command.
     pub env: BTreeMap<String, String>,
     /// What the launcher starts as this task's worker instead of
-    /// daisy-worker (`worker_program`; `python3 -m daisy_rs.worker` for
+    /// daisy-worker (`worker_program`; [`python_worker::command`] for
     /// function tasks); `None` for the driver's own choice.
     pub worker_program: Option<Vec<String>>,
     /// How this task's workers are started: `[launcher]` with the task's
@@ -224,19 +225,22 @@ impl Pipeline {
             .collect()
     }
 
-    /// Reads and validates the pipeline file at `path`.
-    pub fn load(path: &Path) -> Result<Pipeline, PipelineError> {
+    /// Reads and validates the pipeline file at `path`; function tasks
+    /// without a `worker_program` run `python -m daisy_rs.worker`
+    /// (see [`python_worker`]).
+    pub fn load(path: &Path, python: &str) -> Result<Pipeline, PipelineError> {
         let text = std::fs::read_to_string(path).map_err(|source| PipelineError::Read {
             file: path.to_path_buf(),
             source,
         })?;
-        Self::from_str(&text, path)
+        Self::from_str(&text, path, python)
     }
 
     /// Parses and validates `text` as if read from `path`: the extension
     /// picks the format (`.json` is JSON, anything else TOML), the path
-    /// names the file in errors and anchors a relative launcher template.
-    pub fn from_str(text: &str, path: &Path) -> Result<Pipeline, PipelineError> {
+    /// names the file in errors and anchors a relative launcher template;
+    /// `python` runs function tasks' workers, as in [`Self::load`].
+    pub fn from_str(text: &str, path: &Path, python: &str) -> Result<Pipeline, PipelineError> {
         let file = || path.to_path_buf();
         let (tree, lines) =
             syntax::Format::of(path)
@@ -245,7 +249,7 @@ impl Pipeline {
                     file: file(),
                     message,
                 })?;
-        resolve::pipeline(&tree, &lines, path).map_err(|mut problems| {
+        resolve::pipeline(&tree, &lines, path, python).map_err(|mut problems| {
             // In the order of the file, as an editor goes through them;
             // those of no one place (a cycle) last.
             problems.sort_by_key(|problem| problem.line.unwrap_or(usize::MAX));

@@ -15,7 +15,7 @@ use super::schema::{Amounts, LauncherTable, PipelineFile, Table, TaskTable};
 use super::skip_mask::SkipMask;
 use super::syntax::Lines;
 use super::writes;
-use super::{budget, validate};
+use super::{budget, python_worker, validate};
 use super::{LauncherConfig, Pipeline, TaskConfig, UserCommand};
 use daisy_core::geometry::geometry_problems;
 use daisy_core::protocol::{CodeKind, FunctionCode};
@@ -83,11 +83,18 @@ struct Run<'a> {
     resource_tracking: bool,
     /// The pipeline file, which relative paths are beside.
     path: &'a Path,
+    /// The interpreter of function tasks' workers.
+    python: &'a str,
 }
 
 /// The pipeline in `tree` (read from `path`, its values on `lines`), or
 /// every problem in it.
-pub(super) fn pipeline(tree: &Value, lines: &Lines, path: &Path) -> Result<Pipeline, Vec<Problem>> {
+pub(super) fn pipeline(
+    tree: &Value,
+    lines: &Lines,
+    path: &Path,
+    python: &str,
+) -> Result<Pipeline, Vec<Problem>> {
     if !tree.is_object() {
         let message = format!("the top level is {}, not a table", show(tree));
         return Err(vec![Subject::Pipeline.problem("", message)]);
@@ -108,6 +115,7 @@ pub(super) fn pipeline(tree: &Value, lines: &Lines, path: &Path) -> Result<Pipel
         launcher: top_launcher,
         resource_tracking: top.resource_tracking,
         path,
+        python,
     };
     let tables = top.task.iter().flatten().enumerate();
     let mut drafts: Vec<TaskDraft> = (tables.map(|(i, table)| {
@@ -273,7 +281,7 @@ fn task_config(raw: TaskTable, resolved: Resolved, run: &Run) -> TaskConfig {
         batch_size: batch_size.unwrap_or_else(|| default_batch_size(&command)),
         prefetch,
         resource_tracking: resource_tracking.unwrap_or(run.resource_tracking),
-        worker_program: worker_program.or_else(|| default_worker_program(&command)),
+        worker_program: worker_program.or_else(|| default_worker_program(&command, run.python)),
         command,
         env,
         launcher,
@@ -387,15 +395,13 @@ fn function_command(raw: &TaskTable) -> Option<UserCommand> {
     Some(UserCommand::Function { kind, code })
 }
 
-/// Function tasks run in a Python worker (of the driver's own
-/// interpreter, if it runs in one); other tasks in daisy-worker (the
-/// driver's choice).
-fn default_worker_program(command: &UserCommand) -> Option<Vec<String>> {
+/// Function tasks run in a Python worker of `python`; other tasks in
+/// daisy-worker (the driver's choice).
+fn default_worker_program(command: &UserCommand, python: &str) -> Option<Vec<String>> {
     let UserCommand::Function { .. } = command else {
         return None;
     };
-    let python = crate::run::embedding::python_for_workers();
-    Some(vec![python, "-m".into(), "daisy_rs.worker".into()])
+    Some(python_worker::command(python))
 }
 
 /// Python functions cost microseconds a block, so their batches are
@@ -490,7 +496,12 @@ mod tests {
                 "worker_function = { pickle = \"/runs/w.pickle\" }\nbatch_size = 4"
             ),
         );
-        let pipeline = Pipeline::from_str(&text, Path::new("p.toml")).unwrap();
+        let pipeline = Pipeline::from_str(
+            &text,
+            Path::new("p.toml"),
+            crate::pipeline::python_worker::PYTHON_ON_PATH,
+        )
+        .unwrap();
         let code = pipeline.tasks[0].task_code();
         assert_eq!(code.kind, CodeKind::ProcessFunction);
         let expected = FunctionCode {
@@ -589,7 +600,12 @@ mod tests {
     fn retry_backoff_is_read_and_its_cap_checked() {
         let spec = |extra: &str| {
             let text = format!("name = \"p\"\n{}", task("t", extra));
-            let pipeline = Pipeline::from_str(&text, Path::new("p.toml")).unwrap();
+            let pipeline = Pipeline::from_str(
+                &text,
+                Path::new("p.toml"),
+                crate::pipeline::python_worker::PYTHON_ON_PATH,
+            )
+            .unwrap();
             let spec = &pipeline.tasks[0].spec;
             (spec.retry_backoff, spec.retry_backoff_max)
         };
@@ -668,7 +684,12 @@ mod tests {
 
     #[test]
     fn json_must_hold_a_table() {
-        let error = Pipeline::from_str("[1, 2]", Path::new("p.json")).unwrap_err();
+        let error = Pipeline::from_str(
+            "[1, 2]",
+            Path::new("p.json"),
+            crate::pipeline::python_worker::PYTHON_ON_PATH,
+        )
+        .unwrap_err();
         assert_eq!(
             error.to_string(),
             "pipeline file p.json has 1 problem:\n  - the top level is [1,2], not a table"
@@ -681,7 +702,12 @@ mod tests {
             "name = \"p\"\n[launcher]\ntime = 04:00:00\n{}",
             task("t", "")
         );
-        let pipeline = Pipeline::from_str(&text, Path::new("p.toml")).unwrap();
+        let pipeline = Pipeline::from_str(
+            &text,
+            Path::new("p.toml"),
+            crate::pipeline::python_worker::PYTHON_ON_PATH,
+        )
+        .unwrap();
         assert_eq!(pipeline.launcher.cluster.time.as_deref(), Some("04:00:00"));
     }
 }

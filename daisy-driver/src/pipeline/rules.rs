@@ -326,7 +326,11 @@ mod tests {
         let with_walltime = |time: &str| {
             let launcher = format!("[launcher]\ntime = {time:?}\n");
             let text = format!("name = \"p\"\n{launcher}{}", task("t", ""));
-            Pipeline::from_str(&text, Path::new("p.toml"))
+            Pipeline::from_str(
+                &text,
+                Path::new("p.toml"),
+                crate::pipeline::python_worker::PYTHON_ON_PATH,
+            )
         };
         for good in ["30", "30:00", "04:00:00", "1-12", "1-12:00", "1-12:00:00"] {
             let time = with_walltime(good).unwrap().launcher.cluster.time;

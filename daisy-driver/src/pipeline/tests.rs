@@ -23,7 +23,11 @@ pub(crate) fn task(id: &str, extra: &str) -> String {
 
 /// The problems of an invalid TOML pipeline, rendered as Display shows them.
 pub(crate) fn problems(text: &str) -> Vec<String> {
-    match Pipeline::from_str(text, Path::new("test.toml")) {
+    match Pipeline::from_str(
+        text,
+        Path::new("test.toml"),
+        crate::pipeline::python_worker::PYTHON_ON_PATH,
+    ) {
         Err(PipelineError::Invalid { problems, .. }) => {
             problems.iter().map(ToString::to_string).collect()
         }
@@ -47,7 +51,12 @@ fn roi3(offset: [i64; 3], shape: [i64; 3]) -> Roi {
 #[test]
 fn full_example_resolves_every_field() {
     let path = Path::new("pipelines/segmentation.toml");
-    let pipeline = Pipeline::from_str(SEGMENTATION_TOML, path).unwrap();
+    let pipeline = Pipeline::from_str(
+        SEGMENTATION_TOML,
+        path,
+        crate::pipeline::python_worker::PYTHON_ON_PATH,
+    )
+    .unwrap();
     assert_eq!(pipeline.path, path);
     assert_eq!(pipeline.name, "segmentation");
     let budget = BTreeMap::from([("cpu".to_string(), 32), ("gpu".to_string(), 4)]);
@@ -135,7 +144,12 @@ fn resource_tracking_is_off_unless_the_pipeline_or_the_task_turns_it_on() {
         format!("name = \"m\"\n{top}\n{tasks}")
     };
     let tracking = |text: &str| {
-        let pipeline = Pipeline::from_str(text, Path::new("m.toml")).unwrap();
+        let pipeline = Pipeline::from_str(
+            text,
+            Path::new("m.toml"),
+            crate::pipeline::python_worker::PYTHON_ON_PATH,
+        )
+        .unwrap();
         let tasks = pipeline.tasks.iter();
         tasks
             .map(|t| t.task_code().resource_tracking)
@@ -181,7 +195,12 @@ fn a_task_may_choose_its_launcher_kind_and_inherits_the_other_options() {
         task("here", "launcher = { kind = \"local\" }"),
         task("gpu", "launcher = { partition = \"gpu\" }"),
     );
-    let pipeline = Pipeline::from_str(&text, Path::new("m.toml")).unwrap();
+    let pipeline = Pipeline::from_str(
+        &text,
+        Path::new("m.toml"),
+        crate::pipeline::python_worker::PYTHON_ON_PATH,
+    )
+    .unwrap();
     let here = &pipeline.task("here").unwrap().launcher;
     assert_eq!(
         (here.kind, here.cluster.partition.as_deref()),
@@ -197,7 +216,12 @@ fn a_task_may_choose_its_launcher_kind_and_inherits_the_other_options() {
 #[test]
 fn omitted_fields_get_their_defaults() {
     let path = Path::new("pipelines/segmentation.toml");
-    let pipeline = Pipeline::from_str(SEGMENTATION_TOML, path).unwrap();
+    let pipeline = Pipeline::from_str(
+        SEGMENTATION_TOML,
+        path,
+        crate::pipeline::python_worker::PYTHON_ON_PATH,
+    )
+    .unwrap();
     let relabel = pipeline.task("relabel").unwrap();
     assert_eq!(relabel.spec.upstream, vec![TaskIdx(0)]);
     assert_eq!(relabel.upstream, vec!["predict".to_string()]);
@@ -212,7 +236,12 @@ fn omitted_fields_get_their_defaults() {
     let argv = vec!["./relabel".to_string(), "{block_id}".to_string()];
     assert_eq!(relabel.command, UserCommand::PerBlock(argv));
     let minimal = format!("name = \"m\"\n{}", task("t", ""));
-    let pipeline = Pipeline::from_str(&minimal, Path::new("m.toml")).unwrap();
+    let pipeline = Pipeline::from_str(
+        &minimal,
+        Path::new("m.toml"),
+        crate::pipeline::python_worker::PYTHON_ON_PATH,
+    )
+    .unwrap();
     assert_eq!(pipeline.launcher, LauncherConfig::default());
     assert_eq!(pipeline.launcher.kind, LauncherKind::Local);
     assert!(pipeline.resources.is_empty());
@@ -221,8 +250,16 @@ fn omitted_fields_get_their_defaults() {
 
 #[test]
 fn json_equivalent_resolves_the_same() {
-    let toml = Pipeline::from_str(SEGMENTATION_TOML, Path::new("p/segmentation.toml"));
-    let json = Pipeline::from_str(SEGMENTATION_JSON, Path::new("p/segmentation.json"));
+    let toml = Pipeline::from_str(
+        SEGMENTATION_TOML,
+        Path::new("p/segmentation.toml"),
+        crate::pipeline::python_worker::PYTHON_ON_PATH,
+    );
+    let json = Pipeline::from_str(
+        SEGMENTATION_JSON,
+        Path::new("p/segmentation.json"),
+        crate::pipeline::python_worker::PYTHON_ON_PATH,
+    );
     let (toml, mut json) = (toml.unwrap(), json.unwrap());
     assert_eq!(json.path, Path::new("p/segmentation.json"));
     json.path = toml.path.clone();
@@ -232,7 +269,11 @@ fn json_equivalent_resolves_the_same() {
 #[test]
 fn load_reads_the_file_and_anchors_the_template_beside_it() {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/pipelines");
-    let pipeline = Pipeline::load(&dir.join("segmentation.toml")).unwrap();
+    let pipeline = Pipeline::load(
+        &dir.join("segmentation.toml"),
+        crate::pipeline::python_worker::PYTHON_ON_PATH,
+    )
+    .unwrap();
     assert_eq!(
         pipeline.launcher.cluster.template,
         Some(dir.join("worker.sbatch"))
@@ -273,7 +314,12 @@ fn many_problems_come_in_one_report() {
         fit = "sideways"
         command = ["x"]
     "#;
-    let error = Pipeline::from_str(text, Path::new("daisy.toml")).unwrap_err();
+    let error = Pipeline::from_str(
+        text,
+        Path::new("daisy.toml"),
+        crate::pipeline::python_worker::PYTHON_ON_PATH,
+    )
+    .unwrap_err();
     let PipelineError::Invalid { file, problems } = &error else {
         panic!("expected Invalid, got {error:?}");
     };
@@ -320,7 +366,12 @@ fn problems_in_a_toml_file_name_their_line() {
     let top = "name = \"demo\"\n[resources]\ngpu = 1\n[launcher]\npartiton = \"x\"\n";
     let p = task("p", "requires = { gpu = 2 }\nupstream = [\"ghost\"]");
     let text = format!("{top}{p}[[task]]\ntimeout = \"soon\"\n");
-    let error = Pipeline::from_str(&text, Path::new("p.toml")).unwrap_err();
+    let error = Pipeline::from_str(
+        &text,
+        Path::new("p.toml"),
+        crate::pipeline::python_worker::PYTHON_ON_PATH,
+    )
+    .unwrap_err();
     let report = error.to_string();
     let placed: Vec<String> = (report.lines())
         .filter_map(|line| Some(line.strip_prefix("  - ")?.to_string()))
@@ -335,7 +386,12 @@ fn problems_in_a_toml_file_name_their_line() {
         assert_has(&placed, expected);
     }
     let json = r#"{"name": "demo", "launcher": {"partiton": "x"}}"#;
-    let error = Pipeline::from_str(json, Path::new("p.json")).unwrap_err();
+    let error = Pipeline::from_str(
+        json,
+        Path::new("p.json"),
+        crate::pipeline::python_worker::PYTHON_ON_PATH,
+    )
+    .unwrap_err();
     let PipelineError::Invalid { problems, .. } = error else {
         panic!("expected Invalid, got {error:?}");
     };
@@ -373,12 +429,22 @@ fn budget_problems_are_worded_exactly() {
         "name = \"b\"\n{}",
         task("predict", "requires = { gpu = 0 }")
     );
-    assert!(Pipeline::from_str(&zero, Path::new("z.toml")).is_ok());
+    assert!(Pipeline::from_str(
+        &zero,
+        Path::new("z.toml"),
+        crate::pipeline::python_worker::PYTHON_ON_PATH
+    )
+    .is_ok());
 }
 
 #[test]
 fn invalid_report_says_one_problem_in_the_singular() {
-    let error = Pipeline::from_str("name = \"\"\n", Path::new("x/daisy.toml")).unwrap_err();
+    let error = Pipeline::from_str(
+        "name = \"\"\n",
+        Path::new("x/daisy.toml"),
+        crate::pipeline::python_worker::PYTHON_ON_PATH,
+    )
+    .unwrap_err();
     assert_eq!(
         error.to_string(),
         "pipeline file x/daisy.toml has 2 problems:\n  \
@@ -405,7 +471,12 @@ fn invalid_report_says_one_problem_in_the_singular() {
 #[test]
 fn toml_syntax_error_names_file_line_and_column() {
     let text = "name = \"x\"\n\n[resources\ncpu = 1\n";
-    let error = Pipeline::from_str(text, Path::new("conf/daisy.toml")).unwrap_err();
+    let error = Pipeline::from_str(
+        text,
+        Path::new("conf/daisy.toml"),
+        crate::pipeline::python_worker::PYTHON_ON_PATH,
+    )
+    .unwrap_err();
     let PipelineError::Syntax { file, message } = &error else {
         panic!("expected Syntax, got {error:?}");
     };
@@ -422,7 +493,12 @@ fn toml_syntax_error_names_file_line_and_column() {
 #[test]
 fn json_syntax_error_names_line_and_column() {
     let text = "{\n  \"name\": \"x\",\n  \"task\": [,]\n}";
-    let error = Pipeline::from_str(text, Path::new("daisy.json")).unwrap_err();
+    let error = Pipeline::from_str(
+        text,
+        Path::new("daisy.json"),
+        crate::pipeline::python_worker::PYTHON_ON_PATH,
+    )
+    .unwrap_err();
     assert_eq!(
         error.to_string(),
         "pipeline file daisy.json: JSON syntax error at line 3, column 12: expected value"
@@ -433,7 +509,7 @@ fn json_syntax_error_names_line_and_column() {
 fn missing_file_names_the_path() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("nowhere.toml");
-    let error = Pipeline::load(&path).unwrap_err();
+    let error = Pipeline::load(&path, crate::pipeline::python_worker::PYTHON_ON_PATH).unwrap_err();
     let PipelineError::Read { file, source } = &error else {
         panic!("expected Read, got {error:?}");
     };
@@ -500,7 +576,7 @@ proptest! {
     #[test]
     fn arbitrary_text_never_panics(text in ".*", json in any::<bool>()) {
         let path = Path::new(if json { "p.json" } else { "p.toml" });
-        if let Err(error) = Pipeline::from_str(&text, path) {
+        if let Err(error) = Pipeline::from_str(&text, path, crate::pipeline::python_worker::PYTHON_ON_PATH) {
             error.to_string();
         }
     }
@@ -516,7 +592,7 @@ proptest! {
             "name = \"p\"\n[resources]\ngpu = 1\n{}{tasks}",
             launcher.unwrap_or_default()
         );
-        match Pipeline::from_str(&text, Path::new("p.toml")) {
+        match Pipeline::from_str(&text, Path::new("p.toml"), crate::pipeline::python_worker::PYTHON_ON_PATH) {
             Ok(pipeline) => drop(pipeline.graph()),
             Err(error) => drop(error.to_string()),
         }
@@ -529,7 +605,12 @@ fn a_budget_key_may_list_its_ids_and_bad_lists_are_named() {
         "name = \"p\"\nresources = {{ gpu = [0, \"MIG-1\", 3], cpu = 2 }}\n{}",
         task("t", "requires = { gpu = 1 }\npin = true")
     );
-    let pipeline = Pipeline::from_str(&text, Path::new("p.toml")).unwrap();
+    let pipeline = Pipeline::from_str(
+        &text,
+        Path::new("p.toml"),
+        crate::pipeline::python_worker::PYTHON_ON_PATH,
+    )
+    .unwrap();
     assert_eq!(pipeline.resources["gpu"], ["0", "MIG-1", "3"]);
     assert_eq!(pipeline.budget_amounts()["gpu"], 3);
     assert!(pipeline.tasks[0].pin);

@@ -304,7 +304,12 @@ mod tests {
             task("a", ""),
             task("b", "upstream = [\"a\"]"),
         );
-        let pipeline = Pipeline::from_str(&text, Path::new("p.toml")).unwrap();
+        let pipeline = Pipeline::from_str(
+            &text,
+            Path::new("p.toml"),
+            crate::pipeline::python_worker::PYTHON_ON_PATH,
+        )
+        .unwrap();
         let upstream: Vec<Vec<TaskIdx>> = pipeline
             .tasks
             .iter()

@@ -12,11 +12,8 @@
 //! leads to over-submission. Startup validation already refused any task
 //! that could not fit even alone.
 
+use crate::pipeline::budget::Share;
 use std::collections::BTreeMap;
-
-/// Per budget key, the ids one worker holds, in the order the budget
-/// lists them.
-pub type Share = BTreeMap<String, Vec<String>>;
 
 #[derive(Debug, Clone)]
 pub struct Budget {

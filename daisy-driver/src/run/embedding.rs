@@ -2,7 +2,7 @@
 //! the CLI in-process (`daisy-rs-driver`, `python -m daisy_rs.driver`,
 //! `run_blockwise`). Such a driver has no `daisy-worker` beside it (its
 //! executable is the interpreter, and a `pip install` built no binary),
-//! so its workers are that interpreter's `-m daisy_rs.worker`: the whole
+//! so its workers are that interpreter's [`python_worker`]: the whole
 //! `daisy-worker`, block and worker commands included, with nothing to
 //! build on the compute nodes. The interpreter is the one the user ran
 //! (a virtual environment's `python`, not the base one it links to), so
@@ -11,6 +11,7 @@
 //! Process-wide, like [`daisy_worker::embedded`]: one interpreter embeds
 //! the process.
 
+use crate::pipeline::python_worker;
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 
@@ -27,15 +28,18 @@ pub fn python() -> Option<&'static Path> {
     PYTHON.get().map(PathBuf::as_path)
 }
 
-/// The Python interpreter that runs function tasks' workers by default:
-/// this driver's own if it runs in one, else `python3` from PATH.
+/// The Python interpreter that runs function tasks' workers by default
+/// (what the driver passes to pipeline resolution): this driver's own if
+/// it runs in one, else `python3` from PATH.
 pub fn python_for_workers() -> String {
-    python().map_or_else(|| "python3".to_string(), |p| p.display().to_string())
+    python().map_or_else(
+        || python_worker::PYTHON_ON_PATH.to_string(),
+        |p| p.display().to_string(),
+    )
 }
 
 /// `python -m daisy_rs.worker` of the embedding interpreter, as a program
 /// and its first arguments.
 pub fn python_worker() -> Option<(PathBuf, Vec<String>)> {
-    let module = ["-m", "daisy_rs.worker"].map(String::from).to_vec();
-    python().map(|python| (python.to_path_buf(), module))
+    python().map(|python| (python.to_path_buf(), python_worker::args()))
 }

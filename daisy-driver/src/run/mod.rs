@@ -16,4 +16,3 @@ pub mod resource_env;
 pub(crate) mod retry;
 pub(crate) mod serial;
 pub(crate) mod slots;
-pub(crate) mod throttle;

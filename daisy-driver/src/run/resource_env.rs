@@ -20,7 +20,7 @@
 //! each worker but the GPUs the driver may hand out (the budget's `gpu`
 //! ids come from it), so each worker's replaces it.
 
-use crate::run::budget::Share;
+use crate::pipeline::budget::Share;
 use std::collections::BTreeMap;
 
 /// The variables numeric libraries size their thread pools by.

@@ -4,8 +4,8 @@
 //! always; any other block is left for a later plain run (see
 //! [`Scheduler::run_only`]).
 
-use crate::inspect::run_state::{BlockStates, RunEvents};
 use crate::pipeline::Pipeline;
+use crate::run_dir::run_state::{BlockStates, RunEvents};
 use crate::run_dir::RunDir;
 use daisy_core::{BlockId, Scheduler};
 use std::collections::HashSet;

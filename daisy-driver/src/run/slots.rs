@@ -15,7 +15,8 @@
 //! may restart workers while it has had at most `max_worker_restarts` of
 //! them, and is abandoned once it has had more and no worker is left.
 
-use crate::run::budget::{Budget, Share};
+use crate::pipeline::budget::Share;
+use crate::run::budget::Budget;
 use daisy_core::TaskIdx;
 use std::collections::BTreeMap;
 use std::time::Instant;

@@ -142,7 +142,7 @@ mod tests {
     #[test]
     fn a_second_lock_is_refused_naming_the_first_and_free_once_dropped() {
         let tmp = tempfile::tempdir().unwrap();
-        let run_dir = RunDir::new(Some(&tmp.path().join("run")), "p");
+        let run_dir = RunDir::at(&tmp.path().join("run"));
         let first = RunLock::acquire(&run_dir, "run").unwrap();
         let error = RunLock::acquire(&run_dir, "reset").unwrap_err();
         let LockError::Held {
@@ -168,7 +168,7 @@ mod tests {
     #[test]
     fn a_leftover_lock_file_does_not_block() {
         let tmp = tempfile::tempdir().unwrap();
-        let run_dir = RunDir::new(Some(tmp.path()), "p");
+        let run_dir = RunDir::at(tmp.path());
         let stale =
             r#"{"host":"gone","pid":1,"started_at":"2020-01-01T00:00:00Z","command":"run"}"#;
         std::fs::write(run_dir.lock_file(), stale).unwrap();

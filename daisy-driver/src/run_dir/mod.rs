@@ -10,6 +10,7 @@ pub(crate) mod events;
 pub(crate) mod lock;
 pub(crate) mod outcome_recorder;
 pub(crate) mod reset;
+pub(crate) mod run_state;
 pub(crate) mod start_checks;
 pub(crate) mod user_logs;
 
@@ -26,10 +27,16 @@ pub struct RunDir {
 impl RunDir {
     /// `explicit` if given, else `./daisy_run/<pipeline name>`.
     pub fn new(explicit: Option<&Path>, pipeline_name: &str) -> Self {
-        let path = match explicit {
-            Some(path) => path.to_path_buf(),
-            None => Path::new("daisy_run").join(pipeline_name),
-        };
+        match explicit {
+            Some(path) => Self::at(path),
+            None => Self::at(&Path::new("daisy_run").join(pipeline_name)),
+        }
+    }
+
+    /// The run directory at `path`, whatever pipeline ran there (as
+    /// `status` and `report` are given it).
+    pub fn at(path: &Path) -> Self {
+        let path = path.to_path_buf();
         Self { path }
     }
 
@@ -93,7 +100,7 @@ impl RunDir {
     }
 
     /// The pipeline recorded by the last run in this directory.
-    pub fn load_recorded_pipeline(&self) -> anyhow::Result<Pipeline> {
+    pub fn load_recorded_pipeline(&self, python: &str) -> anyhow::Result<Pipeline> {
         let path = self.pipeline_record();
         let bytes = std::fs::read(&path).with_context(|| {
             format!(
@@ -104,7 +111,7 @@ impl RunDir {
         })?;
         let record: PipelineRecord = serde_json::from_slice(&bytes)
             .with_context(|| format!("{} is not a pipeline record", path.display()))?;
-        Pipeline::from_str(&record.text, &record.file)
+        Pipeline::from_str(&record.text, &record.file, python)
             .with_context(|| format!("the pipeline recorded in {}", path.display()))
     }
 }
@@ -136,10 +143,12 @@ mod tests {
             write_roi = { offset = [0], shape = [5] }
         "#;
         std::fs::write(&file, text).unwrap();
-        let run_dir = RunDir::new(Some(&dir.path().join("run")), "p");
+        let run_dir = RunDir::at(&dir.path().join("run"));
         run_dir.record_pipeline(&file).unwrap();
         std::fs::remove_file(&file).unwrap();
-        let pipeline = run_dir.load_recorded_pipeline().unwrap();
+        let pipeline = run_dir
+            .load_recorded_pipeline(crate::pipeline::python_worker::PYTHON_ON_PATH)
+            .unwrap();
         assert_eq!(pipeline.name, "p");
         assert_eq!(pipeline.tasks[0].spec.id, "a");
     }
@@ -147,8 +156,13 @@ mod tests {
     #[test]
     fn a_directory_without_a_record_is_named_in_the_error() {
         let dir = tempfile::tempdir().unwrap();
-        let run_dir = RunDir::new(Some(dir.path()), "p");
-        let error = format!("{:#}", run_dir.load_recorded_pipeline().unwrap_err());
+        let run_dir = RunDir::at(dir.path());
+        let error = format!(
+            "{:#}",
+            run_dir
+                .load_recorded_pipeline(crate::pipeline::python_worker::PYTHON_ON_PATH)
+                .unwrap_err()
+        );
         assert!(error.contains("pipeline.json"), "{error}");
     }
 }

@@ -262,9 +262,14 @@ mod tests {
 
     impl Run {
         fn open(mode: &str) -> Self {
-            let pipeline = Pipeline::from_str(PIPELINE, Path::new("p.toml")).unwrap();
+            let pipeline = Pipeline::from_str(
+                PIPELINE,
+                Path::new("p.toml"),
+                crate::pipeline::python_worker::PYTHON_ON_PATH,
+            )
+            .unwrap();
             let dir = tempfile::tempdir().unwrap();
-            let run_dir = RunDir::new(Some(dir.path()), "p");
+            let run_dir = RunDir::at(dir.path());
             let recorder = OutcomeRecorder::open(&pipeline, &run_dir, mode, false).unwrap();
             let scheduler = Scheduler::new(Arc::new(pipeline.graph()));
             Self {

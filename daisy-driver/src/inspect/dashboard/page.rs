@@ -2,8 +2,10 @@
 //! the status (the report's views below it come from
 //! [`crate::inspect::report::body`]).
 
-use crate::inspect::report::{human_seconds, Escaped};
-use crate::inspect::status::{RunStatus, TaskStatus, WorkerEnd, WorkerStatus};
+use crate::inspect::human::human_seconds;
+use crate::inspect::report::Escaped;
+use crate::inspect::status::{RunStatus, WorkerEnd, WorkerStatus};
+use crate::inspect::task_status::TaskStatus;
 use std::fmt::Write as _;
 
 /// The page's frame; its script fills it.

@@ -10,9 +10,9 @@
 
 use super::page;
 use crate::inspect::report::LiveReport;
-use crate::inspect::run_state::RunEvents;
 use crate::inspect::status::{self, RunStatus};
 use crate::pipeline::Pipeline;
+use crate::run_dir::run_state::RunEvents;
 use crate::run_dir::RunDir;
 use hyper::body::Bytes;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};

@@ -18,8 +18,9 @@
 //! blocks are ready), and keeps the workers it got (a run may add some as
 //! later levels of a task become ready, up to `max_workers`).
 
+use crate::pipeline::budget::Share;
 use crate::pipeline::Pipeline;
-use crate::run::budget::{worker_demand, Budget, Share};
+use crate::run::budget::{worker_demand, Budget};
 use daisy_core::{DependencyGraph, TaskIdx};
 use serde::Serialize;
 use std::collections::BTreeMap;
@@ -338,7 +339,12 @@ mod tests {
 
     fn simulated(toml: &str, blocks_left: Vec<u64>, runnable: &[u64]) -> Vec<Phase> {
         let toml = format!("name = \"p\"\n{toml}");
-        let pipeline = Pipeline::from_str(&toml, Path::new("test.toml")).unwrap();
+        let pipeline = Pipeline::from_str(
+            &toml,
+            Path::new("test.toml"),
+            crate::pipeline::python_worker::PYTHON_ON_PATH,
+        )
+        .unwrap();
         simulate(&pipeline, &pipeline.graph(), blocks_left, runnable).phases
     }
 

@@ -4,8 +4,9 @@
 //! number of blocks.
 
 use super::model::{Outcome, RunModel};
-use super::svg::{self, human_seconds, task_colour, tick_label, ticks, Chart, Rect, Svg};
+use super::svg::{self, task_colour, tick_label, ticks, Chart, Rect, Svg};
 use super::timeline::{TimeAxis, WIDTH};
+use crate::inspect::human::human_seconds;
 
 /// Time bins of the throughput chart: at most this many, and few enough
 /// that a bin holds [`BLOCKS_PER_BIN`] blocks on average, so a short run

@@ -3,10 +3,11 @@
 //! block's run time, so slow regions of a volume stand out.
 
 use super::slice::{self, Shading, LEGEND_HEIGHT, MARGIN};
-use super::svg::{human_seconds, tick_label, Chart, Rect, Svg, AXIS};
+use super::svg::{tick_label, Chart, Rect, Svg, AXIS};
 use crate::inspect::cost_summary::{Measure, Unit, MEASURES};
-use crate::inspect::run_state::BlockStates;
+use crate::inspect::human::human_seconds;
 use crate::run_dir::done_marker::costs::StoredCost;
+use crate::run_dir::run_state::BlockStates;
 use daisy_core::TaskIdx;
 use serde::Serialize;
 

@@ -4,7 +4,7 @@
 //! It reads `events.jsonl` (the last run in it, streamed through
 //! [`crate::run_dir::events::history`], never held whole), the recorded pipeline (`pipeline.json`, for
 //! the task geometry) and the done markers (block states as `status`
-//! finds them, [`crate::inspect::run_state`]), and
+//! finds them, [`crate::run_dir::run_state`]), and
 //! draws: a timeline of the workers, blocks per second per task, block run
 //! times, the execution summary, and a slice of each task's done markers.
 //! Output is a self-contained HTML page (inline SVG and CSS, nothing
@@ -35,12 +35,13 @@ mod table;
 mod timeline;
 
 pub use png::{headless_args, PngError};
-pub use svg::{human_seconds, Escaped};
+pub use svg::Escaped;
 
-use crate::inspect::run_state::{BlockStates, RunEvents};
-use crate::inspect::status::TaskStatus;
+use crate::inspect::task_status::TaskStatus;
 use crate::pipeline::Pipeline;
+use crate::run::embedding::python_for_workers;
 use crate::run_dir::events::history::{Following, HistoryError, RunHistory};
+use crate::run_dir::run_state::{BlockStates, RunEvents};
 use crate::run_dir::RunDir;
 use model::{Builder, RunModel};
 use std::path::{Path, PathBuf};
@@ -180,7 +181,7 @@ fn draw(run_dir: &RunDir, run: Option<usize>) -> Result<Drawings, ReportError> {
     let choice = run_choice::choose(&events, run)?;
     let mut pipeline_error = None;
     let pipeline = run_dir
-        .load_recorded_pipeline()
+        .load_recorded_pipeline(&python_for_workers())
         .map_err(|error| pipeline_error = Some(format!("no done-marker pictures: {error:#}")))
         .ok();
     let task_order = task_order(pipeline.as_ref());
@@ -385,7 +386,7 @@ fn facts(
         format!("run directory {}", run_dir.path().display()),
         format!(
             "started {started}, {} of events; {state}",
-            svg::human_seconds(model.run.span)
+            crate::inspect::human::human_seconds(model.run.span)
         ),
         format!("{} workers", model.workers.len()),
     ];
@@ -396,7 +397,7 @@ fn facts(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::inspect::run_state::{RunEnding, TaskEvents};
+    use crate::run_dir::run_state::{RunEnding, TaskEvents};
     use daisy_core::TaskCounters;
 
     #[test]
@@ -423,7 +424,7 @@ mod tests {
             run,
             ..RunModel::default()
         };
-        let run_dir = RunDir::new(Some(Path::new("run")), "p");
+        let run_dir = RunDir::at(Path::new("run"));
         let only = run_choice::RunChoice {
             number: 1,
             runs: 1,

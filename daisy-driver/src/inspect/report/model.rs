@@ -10,13 +10,13 @@
 //! `blocks_done` record (big runs sum up a worker's done blocks per
 //! second) is one bar of many blocks, from the earliest start to the last
 //! end, and its run times go to the task's
-//! [`run_times`](crate::inspect::run_state::TaskEvents::run_times).
+//! [`run_times`](crate::run_dir::run_state::TaskEvents::run_times).
 //! Nothing here needs the run to have finished: a crashed or running run
 //! simply has rows without an end.
 
-use crate::inspect::run_state::{RunEvents, WorkerLife};
 use crate::run_dir::events::history::{HistoryEvent, RunFold};
 use crate::run_dir::events::Event;
+use crate::run_dir::run_state::{RunEvents, WorkerLife};
 use std::collections::BTreeMap;
 
 /// How one attempt at a block ended.

@@ -10,8 +10,8 @@
 //! so the SVG stays small for any number of blocks.
 
 use super::svg::{self, Chart, Rect, Svg};
-use crate::inspect::run_state::{BlockState, BlockStates};
-use crate::inspect::status::TaskStatus;
+use crate::inspect::task_status::TaskStatus;
+use crate::run_dir::run_state::{BlockState, BlockStates};
 use daisy_core::geometry::BlockGrid;
 use daisy_core::{Block, Coordinate, DependencyGraph, TaskIdx};
 
@@ -379,9 +379,9 @@ fn draw_legend(chart: &mut Svg, status: &TaskStatus, y: f64) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::inspect::run_state::RunEvents;
     use crate::pipeline::Pipeline;
     use crate::run_dir::events::history::RunHistory;
+    use crate::run_dir::run_state::RunEvents;
     use crate::run_dir::RunDir;
     use std::path::Path;
 
@@ -409,9 +409,14 @@ mod tests {
     /// The pictures of `pipeline`'s tasks in a run directory without done
     /// markers where `task`'s block `block_id` failed for good.
     fn pictures(pipeline: &str, task: &str, block_id: u64) -> Vec<String> {
-        let pipeline = Pipeline::from_str(pipeline, Path::new("p.toml")).unwrap();
+        let pipeline = Pipeline::from_str(
+            pipeline,
+            Path::new("p.toml"),
+            crate::pipeline::python_worker::PYTHON_ON_PATH,
+        )
+        .unwrap();
         let dir = tempfile::tempdir().unwrap();
-        let run_dir = RunDir::new(Some(dir.path()), "p");
+        let run_dir = RunDir::at(dir.path());
         let events = format!(
             "{{\"time\": 1, \"event\": \"run_started\", \"pipeline\": \"p\", \"mode\": \"distributed\"}}\n\
              {{\"time\": 2, \"event\": \"block_failed\", \"task\": \"{task}\", \"block_id\": {block_id}, \

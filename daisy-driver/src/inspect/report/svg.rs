@@ -215,25 +215,6 @@ pub fn tick_label(value: f64) -> String {
     }
 }
 
-/// A duration for people: `850 ms`, `12.5 s`, `3 min 20 s`, `2 h 5 min`.
-/// Rounded to the unit shown first, so that no part reads 60; negative
-/// (two events' clocks a hair apart) reads `0 ms`.
-pub fn human_seconds(seconds: f64) -> String {
-    let s = if seconds > 0.0 { seconds } else { 0.0 };
-    match s {
-        s if s < 0.9995 => format!("{:.0} ms", s * 1000.0),
-        s if s < 59.95 => format!("{s:.1} s"),
-        s if s < 3599.5 => {
-            let s = s.round() as u64;
-            format!("{} min {} s", s / 60, s % 60)
-        }
-        s => {
-            let minutes = (s / 60.0).round() as u64;
-            format!("{} h {} min", minutes / 60, minutes % 60)
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -270,22 +251,12 @@ mod tests {
     }
 
     #[test]
-    fn labels_and_durations_read_well() {
+    fn labels_read_well() {
         assert_eq!(tick_label(2.5), "2.5");
         assert_eq!(tick_label(0.30000000000000004), "0.3");
         assert_eq!(tick_label(40.0), "40");
-        assert_eq!(human_seconds(0.25), "250 ms");
         // Issue 11, item 13: a hover text read `queued -0 ms`.
-        assert_eq!(human_seconds(-0.0001), "0 ms");
-        assert_eq!(human_seconds(-0.0), "0 ms");
         assert_eq!(tick_label(-0.0001), "0");
-        assert_eq!(human_seconds(0.9999), "1.0 s");
-        assert_eq!(human_seconds(59.97), "1 min 0 s");
-        assert_eq!(human_seconds(239.7), "4 min 0 s");
-        assert_eq!(human_seconds(7199.0), "2 h 0 min");
-        assert_eq!(human_seconds(3700.0), "1 h 2 min");
-        assert_eq!(human_seconds(200.0), "3 min 20 s");
-        assert_eq!(human_seconds(7500.0), "2 h 5 min");
     }
 
     #[test]

@@ -5,8 +5,8 @@
 
 use super::model::RunModel;
 use super::svg::Escaped;
-use crate::inspect::run_state::TaskEvents;
-use crate::inspect::status::TaskStatus;
+use crate::inspect::task_status::TaskStatus;
+use crate::run_dir::run_state::TaskEvents;
 use std::fmt::Write as _;
 
 /// One task's row; `None` where the run directory does not tell.

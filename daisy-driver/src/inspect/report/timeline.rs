@@ -11,7 +11,8 @@
 //! the failure still shows.
 
 use super::model::{BlockBar, Outcome, RunModel, WorkerRow};
-use super::svg::{self, human_seconds, tick_label, ticks, Chart, Rect, Svg};
+use super::svg::{self, tick_label, ticks, Chart, Rect, Svg};
+use crate::inspect::human::human_seconds;
 
 /// The whole chart's width in pixels.
 pub const WIDTH: f64 = 1100.0;

@@ -2,7 +2,7 @@
 //! directory alone, and live from its driver when one is running.
 //!
 //! The terms (done, failed, orphaned, remaining, the last run) are those
-//! of [`crate::inspect::run_state`], whose model this shows.
+//! of [`crate::run_dir::run_state`], whose model this shows.
 //!
 //! - [`offline`]: the numbers from done markers and events.
 //! - [`live`]: a snapshot from the running driver (found through
@@ -15,11 +15,13 @@ mod offline;
 mod render;
 mod watch;
 
-pub use crate::inspect::run_state::{RunEnding, WorkerEnd};
+pub use crate::inspect::task_status::{FailedBlock, TaskStatus};
+pub use crate::run_dir::run_state::{RunEnding, WorkerEnd};
 pub use watch::watch;
 
-use crate::inspect::run_state::RunEvents;
 use crate::pipeline::Pipeline;
+use crate::run::embedding::python_for_workers;
+use crate::run_dir::run_state::RunEvents;
 use crate::run_dir::RunDir;
 use anyhow::Context as _;
 use daisy_core::printable::printable;
@@ -61,52 +63,11 @@ pub enum RunState {
 impl RunState {
     pub fn exit_code(self) -> u8 {
         match self {
-            RunState::Finished => 0,
-            RunState::Failed => 1,
-            RunState::Incomplete => 3,
+            RunState::Finished => crate::exit::SUCCESS,
+            RunState::Failed => crate::exit::FAILED,
+            RunState::Incomplete => crate::exit::INCOMPLETE,
         }
     }
-}
-
-/// One task, from its done marker and the last run's events.
-#[derive(Debug, Serialize)]
-pub struct TaskStatus {
-    pub id: String,
-    pub total: u64,
-    pub done: u64,
-    /// Blocks its `skip_mask` removes: never run, not failed.
-    pub skipped: u64,
-    pub failed: u64,
-    pub orphaned: u64,
-    pub remaining: u64,
-    /// Why the last run abandoned the task, if it did.
-    pub abandoned: Option<String>,
-    /// The failed blocks, by block id.
-    pub failed_blocks: Vec<FailedBlock>,
-    /// What its blocks cost, if it tracked resources (`resource_tracking`).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub costs: Option<crate::inspect::cost_summary::TaskCosts>,
-}
-
-/// A block that failed for good in the last run.
-#[derive(Debug, Serialize)]
-pub struct FailedBlock {
-    pub block_id: u64,
-    /// The region the block writes, if the pipeline still has it.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub write_roi: Option<daisy_core::protocol::WireRoi>,
-    /// Failed attempts in the last run.
-    pub attempts: u32,
-    /// The error of the last attempt.
-    pub error: String,
-    /// The worker of the last attempt (none in a `--serial` run).
-    pub worker_id: Option<u64>,
-    /// Where that attempt's user code wrote its stderr, if the file exists.
-    pub log: Option<PathBuf>,
-    /// The line of `log` where the last run's part starts (logs gather
-    /// every run's; see `run_dir::user_logs`), if it is marked.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub log_line: Option<usize>,
 }
 
 /// The last run as events.jsonl tells it.
@@ -164,10 +125,12 @@ pub struct LiveStatus {
 /// last run recorded in the run directory.
 pub fn load_pipeline(run_dir: &RunDir, file: Option<&Path>) -> anyhow::Result<Pipeline> {
     match file {
-        Some(file) => Ok(Pipeline::load(file)?),
-        None => run_dir.load_recorded_pipeline().context(
-            "runs before pipeline.json existed need the pipeline file: pass --pipeline FILE",
-        ),
+        Some(file) => Ok(Pipeline::load(file, &python_for_workers())?),
+        None => run_dir
+            .load_recorded_pipeline(&python_for_workers())
+            .context(
+                "runs before pipeline.json existed need the pipeline file: pass --pipeline FILE",
+            ),
     }
 }
 

@@ -1,16 +1,14 @@
-//! Status from the run directory alone: the numbers of
-//! [`crate::inspect::run_state`] (done markers read against the last run's
-//! events) as `status` shows them, per task and per worker, with where
-//! each failed block's log is.
+//! Status from the run directory alone: each task's
+//! [`TaskStatus`](crate::inspect::task_status::TaskStatus) from
+//! [`crate::run_dir::run_state`] (done markers read against the last
+//! run's events), with the line where the last run's part of each failed
+//! block's log starts, and the last run's workers.
 
-use super::{FailedBlock, LastRun, TaskStatus, WorkerStatus};
-use crate::inspect::cost_summary::{self, TaskCosts};
-use crate::inspect::run_state::{block_by_id, BlockStates, RunEvents, WorkerEnd, WorkerLife};
+use super::{LastRun, TaskStatus, WorkerStatus};
 use crate::pipeline::Pipeline;
+use crate::run_dir::run_state::{BlockStates, RunEvents, WorkerEnd, WorkerLife};
 use crate::run_dir::user_logs;
 use crate::run_dir::RunDir;
-use daisy_core::protocol::WireRoi;
-use daisy_core::TaskIdx;
 use std::collections::HashMap;
 use std::path::PathBuf;
 
@@ -51,60 +49,6 @@ fn mark_log_parts(tasks: &mut [TaskStatus], started: f64) {
         block.log_line =
             *(lines.entry(log.clone())).or_insert_with(|| user_logs::part_of_run(log, started));
     }
-}
-
-impl TaskStatus {
-    /// The numbers of `task`, as `status` shows them.
-    pub fn of(states: &BlockStates, run_dir: &RunDir, task: TaskIdx) -> Self {
-        let id = states.graph().task(task).id.clone();
-        let total = states.graph().task_graph(task).num_blocks();
-        let done = states.done_count(task);
-        let failed_blocks: Vec<FailedBlock> = (states.failed(task).iter())
-            .map(|(&block_id, f)| FailedBlock {
-                block_id,
-                write_roi: block_by_id(states.graph(), task, block_id)
-                    .map(|block| WireRoi::from(&block.write_roi)),
-                attempts: f.attempts,
-                error: f.error.clone(),
-                worker_id: f.worker_id,
-                log: user_log(run_dir, &id, f.worker_id),
-                log_line: None,
-            })
-            .collect();
-        let failed = failed_blocks.len() as u64;
-        let orphaned = states.orphaned_count(task);
-        let skipped = states.masked_count(task);
-        let costs: Option<TaskCosts> = cost_summary::summarise(&states.measured_blocks(task));
-        TaskStatus {
-            costs,
-            remaining: total.saturating_sub(done + skipped + failed + orphaned),
-            skipped,
-            abandoned: states.abandoned(task).map(str::to_string),
-            id,
-            total,
-            done,
-            failed,
-            orphaned,
-            failed_blocks,
-        }
-    }
-}
-
-/// The stderr file of the user code a worker ran: its programs'
-/// (`worker-<id>-user.err`, as daisy-worker names it), else the worker's
-/// own, where a function run in its process (a Python task's) writes its
-/// traceback (`worker-<id>.err`, as the local launcher names it); or a
-/// `--serial` run's (`serial.err`).
-fn user_log(run_dir: &RunDir, task: &str, worker_id: Option<u64>) -> Option<PathBuf> {
-    let names = match worker_id {
-        Some(id) => vec![format!("worker-{id}-user.err"), format!("worker-{id}.err")],
-        None => vec!["serial.err".to_string()],
-    };
-    let logs = run_dir.task_logs(task);
-    names
-        .into_iter()
-        .map(|name| logs.join(name))
-        .find(|path| path.exists())
 }
 
 impl LastRun {

@@ -11,6 +11,7 @@
 //! since a job id means something only to the scheduler it came from.
 
 use crate::pipeline::{LauncherConfig, LauncherKind, Pipeline};
+use crate::run::embedding::python_for_workers;
 use crate::run::launching::LaunchSettings;
 use crate::run_dir::events::history::{HistoryEvent, RunFold, RunHistory};
 use crate::run_dir::events::{Event, EventLog};
@@ -25,7 +26,7 @@ pub fn cancel(run_dir: &RunDir, settings: LaunchSettings) -> anyhow::Result<Vec<
     if jobs.is_empty() {
         return Ok(Vec::new());
     }
-    let pipeline = match run_dir.load_recorded_pipeline() {
+    let pipeline = match run_dir.load_recorded_pipeline(&python_for_workers()) {
         Ok(pipeline) => pipeline,
         Err(error) => {
             tracing::warn!("not cancelling the last run's jobs: {error:#}");

@@ -6,7 +6,7 @@
 //! no worker imports them again. `DAISY_FORK_WORKERS=0` turns the fresh
 //! one off (a program that passes its own checked the variable first).
 
-use crate::pipeline::{LauncherKind, Pipeline, TaskConfig, UserCommand};
+use crate::pipeline::{python_worker, LauncherKind, Pipeline, TaskConfig, UserCommand};
 use crate::run::launching::LaunchSettings;
 use daisy_core::protocol::FunctionCode;
 use launchers::ForkServer;
@@ -50,14 +50,8 @@ fn forkable(task: &TaskConfig) -> Option<(&TaskConfig, &str, &FunctionCode)> {
     let UserCommand::Function { code, .. } = &task.command else {
         return None;
     };
-    match (task.launcher.kind, task.worker_program.as_deref()?) {
-        (LauncherKind::Local, [python, flag, module])
-            if flag == "-m" && module == "daisy_rs.worker" =>
-        {
-            Some((task, python.as_str(), code))
-        }
-        _ => None,
-    }
+    let python = python_worker::python_of(task.worker_program.as_deref()?)?;
+    (task.launcher.kind == LauncherKind::Local).then_some((task, python, code))
 }
 
 fn enabled_by_environment() -> bool {

@@ -8,8 +8,8 @@ pub(crate) mod fork_server;
 pub(crate) mod per_kind;
 pub(crate) mod thread;
 
+use crate::pipeline::budget::Share;
 use crate::pipeline::{LauncherConfig, LauncherKind, TaskConfig};
-use crate::run::budget::Share;
 use crate::run::resource_env::{resource_env, Placement};
 use crate::run_dir::RunDir;
 use anyhow::Context as _;

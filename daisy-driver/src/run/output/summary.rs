@@ -2,6 +2,7 @@
 //! it implies.
 
 use crate::counted::counted;
+use crate::exit;
 use crate::run::slots::WorkerCount;
 use daisy_core::printable::printable;
 use daisy_core::TaskCounters;
@@ -139,11 +140,11 @@ impl RunSummary {
             .iter()
             .all(|t| t.counters.completed + t.counters.left == t.counters.total);
         match (self.end, self.all_completed()) {
-            (RunEnd::Interrupted, _) => 130,
-            (_, true) if self.failed_event_writes > 0 => 4,
-            (_, true) => 0,
-            (RunEnd::Finished, false) if nothing_failed => 3,
-            (_, false) => 1,
+            (RunEnd::Interrupted, _) => exit::INTERRUPTED,
+            (_, true) if self.failed_event_writes > 0 => exit::EVENTS_LOST,
+            (_, true) => exit::SUCCESS,
+            (RunEnd::Finished, false) if nothing_failed => exit::INCOMPLETE,
+            (_, false) => exit::FAILED,
         }
     }
 

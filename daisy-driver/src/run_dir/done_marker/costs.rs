@@ -122,6 +122,13 @@ pub struct CostTable {
 }
 
 impl CostTable {
+    /// The measured blocks of `marker`'s table, by block id.
+    pub fn measured_blocks(&self, marker: &super::DoneMarker) -> Vec<(u64, StoredCost)> {
+        (0..self.cells())
+            .filter_map(|cell| Some((marker.block_id_of(cell), self.get(cell)?)))
+            .collect()
+    }
+
     /// The arrays of the marker at `dir`, or `None` if it has none.
     pub(super) fn read(dir: &Path, layout: &Layout) -> Result<Option<Self>, DoneMarkerError> {
         let chunks = open_all(dir, layout, false)?;

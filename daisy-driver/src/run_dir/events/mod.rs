@@ -20,7 +20,7 @@ pub(crate) mod history;
 pub(crate) mod recorder;
 pub(crate) mod run_times;
 
-use crate::run::budget::Share;
+use crate::pipeline::budget::Share;
 use crate::run_dir::events::run_times::RunTimes;
 use daisy_core::TaskCounters;
 pub use file::EventLog;

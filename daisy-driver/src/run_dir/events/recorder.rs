@@ -5,8 +5,8 @@
 //! far, the rest as one count when the window is over (a full disk fails
 //! every line).
 
-use crate::run::throttle::Throttle;
 use crate::run_dir::events::{Event, EventLog};
+use crate::throttle::Throttle;
 use std::time::{Duration, Instant};
 
 /// How often write failures are summed up, and how many are told in full

@@ -111,14 +111,10 @@ pub enum PeerEvent {
         conn: ConnId,
         message: ToDriver,
     },
-    /// A connection that had been welcomed ended: `clean` after a
-    /// goodbye; otherwise `peer_left` if the peer's end closed or broke
-    /// (its process most likely ended) rather than falling silent or
-    /// being cut off by the driver.
+    /// A connection that had been welcomed ended, in one of three ways.
     Closed {
         conn: ConnId,
-        clean: bool,
-        peer_left: bool,
+        ending: Ending,
         why: String,
     },
     /// A peer was turned away before it was welcomed.
@@ -126,6 +122,19 @@ pub enum PeerEvent {
         peer: SocketAddr,
         reason: String,
     },
+}
+
+/// How a welcomed connection ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Ending {
+    /// After a goodbye: the peer left when it was told to stop.
+    Goodbye,
+    /// The peer's end closed or broke without a goodbye: its process
+    /// most likely ended.
+    PeerLeft,
+    /// The driver ended it: the peer fell silent, misbehaved, or the
+    /// driver stops.
+    CutOff,
 }
 
 /// The driver's end of a connection.
@@ -161,17 +170,8 @@ pub async fn serve(
         Err(error) => Ended::peer_left(error.to_string()),
     };
     shared.task_ended();
-    let Ended {
-        clean,
-        peer_left,
-        why,
-    } = ended;
-    let closed = PeerEvent::Closed {
-        conn,
-        clean,
-        peer_left,
-        why,
-    };
+    let Ended { ending, why } = ended;
+    let closed = PeerEvent::Closed { conn, ending, why };
     let _ = events.send(ConnEvent::Peer(closed));
 }
 
@@ -253,40 +253,26 @@ async fn handshake(
         .map_err(|_| "the driver is shutting down".to_string())?
 }
 
-/// How a welcomed connection ended (see [`PeerEvent::Closed`]).
+/// How a welcomed connection ended, and why (see [`PeerEvent::Closed`]).
 struct Ended {
-    clean: bool,
-    peer_left: bool,
+    ending: Ending,
     why: String,
 }
 
 impl Ended {
-    /// A goodbye: the peer left after it was told to stop.
     fn goodbye(why: String) -> Self {
-        Self {
-            clean: true,
-            peer_left: false,
-            why,
-        }
+        let ending = Ending::Goodbye;
+        Self { ending, why }
     }
 
-    /// The peer's end closed or broke without a goodbye.
     fn peer_left(why: String) -> Self {
-        Self {
-            clean: false,
-            peer_left: true,
-            why,
-        }
+        let ending = Ending::PeerLeft;
+        Self { ending, why }
     }
 
-    /// The driver ended it: the peer fell silent, misbehaved, or the
-    /// driver stops.
     fn cut_off(why: String) -> Self {
-        Self {
-            clean: false,
-            peer_left: false,
-            why,
-        }
+        let ending = Ending::CutOff;
+        Self { ending, why }
     }
 }
 

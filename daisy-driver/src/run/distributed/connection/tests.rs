@@ -161,10 +161,10 @@ async fn requests_reach_the_run_loop_in_order_and_closed_comes_last() {
             ..
         })
     ));
-    let ConnEvent::Peer(PeerEvent::Closed { clean, why, .. }) = c.event().await else {
+    let ConnEvent::Peer(PeerEvent::Closed { ending, why, .. }) = c.event().await else {
         panic!("expected Closed");
     };
-    assert!(!clean, "closed without being told to stop");
+    assert_ne!(ending, Ending::Goodbye, "closed without being told to stop");
     assert_eq!(why, "connection closed");
 }
 
@@ -196,10 +196,10 @@ async fn garbage_after_the_welcome_is_answered_then_the_connection_ends() {
     };
     let expected = "the frame is not a MessagePack map (its first byte is 0xc1)";
     assert_eq!(reason, expected);
-    let ConnEvent::Peer(PeerEvent::Closed { clean, why, .. }) = c.event().await else {
+    let ConnEvent::Peer(PeerEvent::Closed { ending, why, .. }) = c.event().await else {
         panic!("expected Closed");
     };
-    assert!(!clean);
+    assert_ne!(ending, Ending::Goodbye);
     assert_eq!(why, expected);
 }
 
@@ -217,10 +217,10 @@ async fn a_peer_that_does_not_read_is_disconnected_when_its_outbox_is_full() {
         }
         tokio::task::yield_now().await;
     };
-    let ConnEvent::Peer(PeerEvent::Closed { clean, why, .. }) = closed else {
+    let ConnEvent::Peer(PeerEvent::Closed { ending, why, .. }) = closed else {
         panic!("expected Closed");
     };
-    assert!(!clean);
+    assert_ne!(ending, Ending::Goodbye);
     assert!(why.starts_with("the peer does not read"), "{why}");
 }
 
@@ -278,11 +278,11 @@ async fn an_outbox_let_go_ends_the_connection_cleanly_after_what_it_held() {
     );
     let end = not_a_heartbeat(&mut peer).await;
     assert!(matches!(end, Err(FrameError::Closed)), "{end:?}");
-    let Some(ConnEvent::Peer(PeerEvent::Closed { clean, why, .. })) = next(&mut events).await
+    let Some(ConnEvent::Peer(PeerEvent::Closed { ending, why, .. })) = next(&mut events).await
     else {
         panic!("expected Closed");
     };
-    assert!(clean);
+    assert_eq!(ending, Ending::Goodbye);
     assert_eq!(why, "closed by the driver");
 }
 
@@ -305,10 +305,10 @@ async fn a_peer_that_talks_but_never_reads_is_disconnected_after_the_silence_lim
         }
         tokio::time::sleep(heartbeat / 4).await;
     };
-    let ConnEvent::Peer(PeerEvent::Closed { clean, why, .. }) = closed else {
+    let ConnEvent::Peer(PeerEvent::Closed { ending, why, .. }) = closed else {
         panic!("expected Closed");
     };
-    assert!(!clean);
+    assert_ne!(ending, Ending::Goodbye);
     assert_eq!(why, "the peer read nothing for 40ms");
 }
 
@@ -350,10 +350,10 @@ async fn a_peer_that_leaves_after_shutdown_leaves_cleanly() {
     c.outbox.send(FromDriver::Shutdown { reason });
     assert!(matches!(c.receive().await, FromDriver::Shutdown { .. }));
     c.peer.close().await.unwrap();
-    let ConnEvent::Peer(PeerEvent::Closed { clean, .. }) = c.event().await else {
+    let ConnEvent::Peer(PeerEvent::Closed { ending, .. }) = c.event().await else {
         panic!("expected Closed");
     };
-    assert!(clean);
+    assert_eq!(ending, Ending::Goodbye);
 }
 
 /// Both ends of a fresh loopback connection: the peer's, then ours.
@@ -401,9 +401,9 @@ async fn a_read_that_fills_the_buffer_leaves_the_socket_ready_for_the_rest() {
 #[tokio::test]
 async fn a_silent_peer_is_dropped_after_the_missed_heartbeats() {
     let mut c = Welcomed::start(Duration::from_millis(20)).await;
-    let ConnEvent::Peer(PeerEvent::Closed { clean, why, .. }) = c.event().await else {
+    let ConnEvent::Peer(PeerEvent::Closed { ending, why, .. }) = c.event().await else {
         panic!("expected Closed");
     };
-    assert!(!clean);
+    assert_ne!(ending, Ending::Goodbye);
     assert!(why.starts_with("no message for"), "{why}");
 }

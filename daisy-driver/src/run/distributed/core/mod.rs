@@ -27,16 +27,17 @@ mod workers;
 #[cfg(test)]
 mod tests;
 
+use crate::pipeline::budget::Share;
 use crate::pipeline::{Pipeline, TaskConfig};
-use crate::run::budget::{Budget, Share};
+use crate::run::budget::Budget;
 use crate::run::distributed::connection::{ConnId, PeerEvent};
 use crate::run::launching::thread::LauncherEvent;
 use crate::run::output::summary::RunEnd;
 use crate::run::recent_rate::RecentRate;
 use crate::run::slots::{SlotId, Slots};
-use crate::run::throttle::Throttle;
 use crate::run_dir::events::Event;
 use crate::run_dir::outcome_recorder::Attempt;
+use crate::throttle::Throttle;
 use daisy_core::id_hash::IdMap;
 use daisy_core::protocol::{FromDriver, Hello, ToDriver, Welcome};
 use daisy_core::scheduler::Released;
@@ -234,12 +235,9 @@ impl Core {
             Input::Peer(PeerEvent::Message { conn, message }) => {
                 self.on_message(conn, message, done_before)
             }
-            Input::Peer(PeerEvent::Closed {
-                conn,
-                clean,
-                peer_left,
-                why,
-            }) => self.on_closed(conn, (clean, peer_left), &why, done_before),
+            Input::Peer(PeerEvent::Closed { conn, ending, why }) => {
+                self.on_closed(conn, ending, &why, done_before)
+            }
             Input::Peer(PeerEvent::Refused { peer, reason }) => self.on_refused(peer, &reason),
             Input::Launcher(event) => self.on_launcher_event(event, done_before),
             Input::Tick => self.on_tick(done_before),

@@ -4,7 +4,7 @@
 
 use super::peers::{Peer, Worker};
 use super::{Command, Core, DoneBefore};
-use crate::run::distributed::connection::ConnId;
+use crate::run::distributed::connection::{ConnId, Ending};
 use crate::run::slots::{Gone, ShareGone, SlotId};
 use crate::run_dir::events::Event;
 use daisy_core::printable::printable;
@@ -119,16 +119,14 @@ impl Core {
         self.serve(conn, done_before);
     }
 
-    /// A connection ended (`clean`: after a goodbye; `peer_left`: the
-    /// worker's end broke, see [`PeerEvent::Closed`]): its slot ends, its
+    /// A connection ended (see [`Ending`]; a worker told to drain that
+    /// leaves counts as a goodbye): its slot ends, its
     /// budget share returns. Its blocks go back to the queue, not counted
     /// as failures, unless the worker died running them (`deaths`).
-    ///
-    /// [`PeerEvent::Closed`]: crate::run::distributed::connection::PeerEvent::Closed
     pub(super) fn on_closed(
         &mut self,
         conn: ConnId,
-        (clean, peer_left): (bool, bool),
+        ending: Ending,
         why: &str,
         done_before: DoneBefore,
     ) {
@@ -136,7 +134,9 @@ impl Core {
             return;
         };
         let failure = why_a_goodbye_failed(&worker);
-        let clean = (clean || worker.draining.is_some()) && failure.is_none();
+        let goodbye = ending == Ending::Goodbye || worker.draining.is_some();
+        let clean = goodbye && failure.is_none();
+        let peer_left = ending == Ending::PeerLeft;
         let died_in_blocks = !clean && peer_left && failure.is_none() && !worker.held.is_empty();
         match (died_in_blocks, worker.held.len()) {
             (true, 1) => self.on_died_in_blocks(&worker, why),

@@ -3,6 +3,7 @@
 //! block's id is its position.
 
 use super::*;
+use crate::run::distributed::connection::Ending;
 use crate::run_dir::events::Event;
 use daisy_core::protocol::{BlockResult, Role, PROTOCOL_VERSION};
 use launchers::{JobEnd, JobId, LaunchError};
@@ -46,7 +47,12 @@ fn conn(n: u64) -> ConnId {
 impl Run {
     fn new(header: &str, tasks: &[String]) -> Self {
         let text = format!("name = \"core\"\n{header}\n{}", tasks.concat());
-        let pipeline = Pipeline::from_str(&text, Path::new("core.toml")).unwrap();
+        let pipeline = Pipeline::from_str(
+            &text,
+            Path::new("core.toml"),
+            crate::pipeline::python_worker::PYTHON_ON_PATH,
+        )
+        .unwrap();
         let scheduler = Scheduler::new(Arc::new(pipeline.graph()));
         let settings = CoreSettings {
             heartbeat_interval: Duration::from_secs(1),
@@ -143,8 +149,10 @@ impl Run {
     fn close(&mut self, conn_n: u64, clean: bool) -> Vec<Command> {
         self.input(Input::Peer(PeerEvent::Closed {
             conn: conn(conn_n),
-            clean,
-            peer_left: !clean,
+            ending: match clean {
+                true => Ending::Goodbye,
+                false => Ending::PeerLeft,
+            },
             why: "connection closed".into(),
         }))
     }
@@ -153,8 +161,7 @@ impl Run {
     fn cut_off(&mut self, conn_n: u64) -> Vec<Command> {
         self.input(Input::Peer(PeerEvent::Closed {
             conn: conn(conn_n),
-            clean: false,
-            peer_left: false,
+            ending: Ending::CutOff,
             why: "no message for 3.0 s".into(),
         }))
     }

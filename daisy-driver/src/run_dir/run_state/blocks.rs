@@ -9,7 +9,6 @@
 
 use super::block_by_id::block_by_id;
 use super::events::{Failure, RunEvents};
-use crate::inspect::cost_summary;
 use crate::pipeline::Pipeline;
 use crate::run_dir::done_marker::costs::{CostTable, StoredCost};
 use crate::run_dir::done_marker::DoneMarker;
@@ -279,7 +278,7 @@ impl BlockStates {
     pub fn measured_blocks(&self, task: TaskIdx) -> Vec<(u64, StoredCost)> {
         let marker = self.markers[task.index()].as_ref();
         match (marker, &self.costs[task.index()]) {
-            (Some(marker), Some(table)) => cost_summary::measured_blocks(marker, table),
+            (Some(marker), Some(table)) => table.measured_blocks(marker),
             _ => Vec::new(),
         }
     }

@@ -83,7 +83,11 @@ mod tests {
     use daisy_core::block::cantor_number;
 
     fn graph(tasks: &str) -> DependencyGraph {
-        let pipeline = crate::pipeline::Pipeline::from_str(tasks, std::path::Path::new("p.toml"));
+        let pipeline = crate::pipeline::Pipeline::from_str(
+            tasks,
+            std::path::Path::new("p.toml"),
+            crate::pipeline::python_worker::PYTHON_ON_PATH,
+        );
         pipeline.unwrap().graph()
     }
 
