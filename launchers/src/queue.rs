@@ -38,6 +38,13 @@ pub trait Queue: Send {
     /// The backend's name for logs and events ("sbatch").
     const NAME: &'static str;
 
+    /// What it counts of its calls to the scheduler (tests and curious
+    /// users see that N workers cost one submission).
+    type Calls: Copy;
+
+    /// Its calls so far.
+    fn calls(&self) -> Self::Calls;
+
     /// The job script of `group` (consecutive worker ids of one task) as
     /// one array, as `plan` shows it and the launcher keeps it.
     const JOB_SCRIPT: ScriptRenderer;
@@ -429,6 +436,27 @@ impl<Q: Queue> ClusterLauncher<Q> {
             .collect();
         self.left.retain(|worker| self.jobs.contains_key(worker));
         ended
+    }
+}
+
+/// A queue whose scheduler commands run as processes, each killed when
+/// it runs longer than a timeout.
+pub trait TimedCommands {
+    fn set_command_timeout(&mut self, timeout: Duration);
+}
+
+impl<Q: Queue> ClusterLauncher<Q> {
+    /// The scheduler calls made so far.
+    pub fn calls(&self) -> Q::Calls {
+        self.queue.calls()
+    }
+}
+
+impl<Q: Queue + TimedCommands> ClusterLauncher<Q> {
+    /// Kills a scheduler command running longer than `timeout`.
+    pub fn with_command_timeout(mut self, timeout: Duration) -> Self {
+        self.queue.set_command_timeout(timeout);
+        self
     }
 }
 

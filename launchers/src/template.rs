@@ -45,6 +45,65 @@ impl JobScript {
 /// keys are every name the template may use.
 pub(crate) type Values = BTreeMap<&'static str, Option<String>>;
 
+/// What a cluster backend's job scripts are made from.
+pub(crate) struct Kind {
+    /// The built-in template's text, and its name in errors.
+    pub builtin: &'static str,
+    pub builtin_name: &'static str,
+    /// The kept script's file extension: `sbatch`, `bsub`.
+    pub extension: &'static str,
+    /// How a job of several workers starts them ("as job steps"), for
+    /// the error about a template that cannot.
+    pub starts_several: &'static str,
+}
+
+impl Kind {
+    /// The job script of `group` (consecutive workers of one task) with
+    /// its placeholder `values`, kept as
+    /// `<log_dir>/worker-<first>-<last>.<extension>`.
+    pub(crate) fn job_script(
+        &self,
+        group: &[WorkerRequest],
+        values: &Values,
+    ) -> Result<JobScript, LaunchError> {
+        let (first, last) = (&group[0], &group[group.len() - 1]);
+        Ok(JobScript {
+            path: self.script_path(&first.log_dir, first.worker_id, last.worker_id),
+            text: self.script_text(group, values)?,
+        })
+    }
+
+    /// The script's text, from the user's template or the built-in one;
+    /// a template that cannot start the several workers of a job (it has
+    /// no `{{run_workers}}`) is refused.
+    pub(crate) fn script_text(
+        &self,
+        group: &[WorkerRequest],
+        values: &Values,
+    ) -> Result<String, LaunchError> {
+        let custom = group[0].cluster.template.as_deref();
+        let script = render_template(custom, self.builtin, self.builtin_name, values)?;
+        let per_job = crate::arrays::per_job(group);
+        if per_job > 1 && !script.contains("DAISY_WORKER_ID=$id") {
+            return Err(LaunchError::TemplateLacks {
+                template: custom.map_or_else(|| self.builtin_name.into(), Path::to_path_buf),
+                name: "run_workers",
+                because: format!(
+                    "workers_per_job = {per_job} starts its workers {}",
+                    self.starts_several
+                ),
+            });
+        }
+        Ok(script)
+    }
+
+    /// Where the script of workers `first..=last` is kept before
+    /// submission.
+    pub(crate) fn script_path(&self, log_dir: &Path, first: u64, last: u64) -> PathBuf {
+        log_dir.join(format!("worker-{first}-{last}.{}", self.extension))
+    }
+}
+
 /// Renders the user's template at `custom` (read now, so edits apply to
 /// the next submission) or else `builtin`, named `builtin_name` in errors.
 pub(crate) fn render_template(

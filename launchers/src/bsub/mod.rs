@@ -48,7 +48,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use crate::arrays;
-use crate::queue::{ClusterLauncher, Jobs, Queue, ScriptRenderer};
+use crate::queue::{ClusterLauncher, Jobs, Queue, ScriptRenderer, TimedCommands};
 use crate::retry::{self, CallError};
 use crate::site_limits;
 use crate::{JobEnd, JobScript, LaunchError, WorkerRequest};
@@ -109,24 +109,25 @@ impl BsubLauncher {
             calls: LsfCalls::default(),
         }))
     }
+}
 
-    /// Kills an LSF command running longer than `timeout` (LSF's commands
-    /// keep "still trying" forever while mbatchd is unreachable).
-    pub fn with_command_timeout(mut self, timeout: Duration) -> Self {
-        self.queue.command_timeout = timeout;
-        self
-    }
-
-    /// The LSF calls made so far.
-    pub fn calls(&self) -> LsfCalls {
-        self.queue.calls
+/// LSF's commands keep "still trying" forever while mbatchd is
+/// unreachable, so the timeout is what ends them.
+impl TimedCommands for Bsub {
+    fn set_command_timeout(&mut self, timeout: Duration) {
+        self.command_timeout = timeout;
     }
 }
 
 impl Queue for Bsub {
     type Job = Element;
+    type Calls = LsfCalls;
     const NAME: &'static str = "bsub";
     const JOB_SCRIPT: ScriptRenderer = script::job_script;
+
+    fn calls(&self) -> LsfCalls {
+        self.calls
+    }
 
     /// One `bsub < script`.
     fn submit(

@@ -25,9 +25,6 @@ use crate::{LaunchError, WorkerRequest};
 /// the driver needs no data files.
 pub const BUILTIN_TEMPLATE: &str = include_str!("../../../slurm-templates/worker.bsub");
 
-/// How the built-in template is named in errors.
-const BUILTIN_NAME: &str = "<built-in worker.bsub>";
-
 /// Every placeholder a bsub template may use; the built-in template's
 /// header says what each one holds.
 pub const PLACEHOLDERS: &[&str] = &[
@@ -55,31 +52,18 @@ pub const PLACEHOLDERS: &[&str] = &[
     "run_workers",
 ];
 
+/// The bsub backend's scripts.
+const KIND: template::Kind = template::Kind {
+    builtin: BUILTIN_TEMPLATE,
+    builtin_name: "<built-in worker.bsub>",
+    extension: "bsub",
+    starts_several: "with blaunch",
+};
+
 /// What the bsub backend submits for a group of workers of one task
 /// (consecutive ids), and where it keeps it.
 pub fn job_script(group: &[WorkerRequest]) -> Result<JobScript, LaunchError> {
-    let (first, last) = (&group[0], &group[group.len() - 1]);
-    Ok(JobScript {
-        path: script_path(&first.log_dir, first.worker_id, last.worker_id),
-        text: script_for(group)?,
-    })
-}
-
-/// The script for a group of workers of one task (consecutive ids, the
-/// first one's options and command), from its template.
-pub(crate) fn script_for(group: &[WorkerRequest]) -> Result<String, LaunchError> {
-    let values = values_for(group)?;
-    let custom = group[0].cluster.template.as_deref();
-    let script = template::render_template(custom, BUILTIN_TEMPLATE, BUILTIN_NAME, &values)?;
-    let per_job = arrays::per_job(group);
-    if per_job > 1 && !script.contains("DAISY_WORKER_ID=$id") {
-        return Err(LaunchError::TemplateLacks {
-            template: custom.map_or_else(|| BUILTIN_NAME.into(), Path::to_path_buf),
-            name: "run_workers",
-            because: format!("workers_per_job = {per_job} starts its workers with blaunch"),
-        });
-    }
-    Ok(script)
+    KIND.job_script(group, &values_for(group)?)
 }
 
 /// The placeholder values of a group of workers; refused only for a
@@ -242,12 +226,6 @@ pub(crate) fn walltime_minutes(time: &str) -> Option<u64> {
         _ => return None,
     };
     Some((days * 86_400 + seconds).div_ceil(60))
-}
-
-/// Where the script of workers `first..=last` is kept before submission:
-/// `<log_dir>/worker-<first>-<last>.bsub`.
-pub(crate) fn script_path(log_dir: &Path, first: u64, last: u64) -> PathBuf {
-    log_dir.join(format!("worker-{first}-{last}.bsub"))
 }
 
 #[cfg(test)]

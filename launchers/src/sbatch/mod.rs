@@ -58,7 +58,7 @@ use std::path::Path;
 use std::time::Duration;
 
 use crate::arrays;
-use crate::queue::{ClusterLauncher, Jobs, Queue, QueueJob, ScriptRenderer};
+use crate::queue::{ClusterLauncher, Jobs, Queue, QueueJob, ScriptRenderer, TimedCommands};
 use crate::retry::{self, CallError};
 use crate::site_limits;
 use crate::{JobEnd, JobScript, LaunchError, WorkerRequest};
@@ -147,12 +147,6 @@ impl SbatchLauncher {
         }))
     }
 
-    /// Kills a SLURM command running longer than `timeout`.
-    pub fn with_command_timeout(mut self, timeout: Duration) -> Self {
-        self.queue.command_timeout = timeout;
-        self
-    }
-
     /// Takes `MaxArraySize` as given instead of asking scontrol, so the
     /// tests' scripted scontrol answers are not shifted by one.
     #[cfg(test)]
@@ -160,17 +154,23 @@ impl SbatchLauncher {
         self.queue.max_array_size = Some(size);
         self
     }
+}
 
-    /// The SLURM calls made so far.
-    pub fn calls(&self) -> SchedulerCalls {
-        self.queue.calls
+impl TimedCommands for Sbatch {
+    fn set_command_timeout(&mut self, timeout: Duration) {
+        self.command_timeout = timeout;
     }
 }
 
 impl Queue for Sbatch {
     type Job = Element;
+    type Calls = SchedulerCalls;
     const NAME: &'static str = "sbatch";
     const JOB_SCRIPT: ScriptRenderer = script::job_script;
+
+    fn calls(&self) -> SchedulerCalls {
+        self.calls
+    }
 
     /// One sbatch call.
     fn submit(

@@ -5,8 +5,6 @@
 //! the template's file and line). Pure, so every rule is tested without
 //! SLURM.
 
-use std::path::{Path, PathBuf};
-
 use crate::arrays;
 use crate::template::{self, JobScript, Values};
 use crate::{LaunchError, WorkerRequest};
@@ -14,9 +12,6 @@ use crate::{LaunchError, WorkerRequest};
 /// The built-in template (`slurm-templates/worker.sbatch`), compiled in so
 /// the driver needs no data files.
 pub const BUILTIN_TEMPLATE: &str = include_str!("../../../slurm-templates/worker.sbatch");
-
-/// How the built-in template is named in errors.
-const BUILTIN_NAME: &str = "<built-in worker.sbatch>";
 
 /// Every placeholder a template may use; see the built-in template's
 /// header for what each one holds.
@@ -47,32 +42,18 @@ pub const PLACEHOLDERS: &[&str] = &[
     "run_workers",
 ];
 
+/// The sbatch backend's scripts.
+pub(crate) const KIND: template::Kind = template::Kind {
+    builtin: BUILTIN_TEMPLATE,
+    builtin_name: "<built-in worker.sbatch>",
+    extension: "sbatch",
+    starts_several: "as job steps",
+};
+
 /// What the sbatch backend submits for a group of workers of one task
 /// (consecutive ids), and where it keeps it.
 pub fn job_script(group: &[WorkerRequest]) -> Result<JobScript, LaunchError> {
-    let (first, last) = (&group[0], &group[group.len() - 1]);
-    Ok(JobScript {
-        path: script_path(&first.log_dir, first.worker_id, last.worker_id),
-        text: script_for(group)?,
-    })
-}
-
-/// The script for a group of workers of one task (consecutive ids, the
-/// first one's options and command), from its template.
-pub fn script_for(group: &[WorkerRequest]) -> Result<String, LaunchError> {
-    let custom = group[0].cluster.template.as_deref();
-    let values = values_for(group);
-    let script = template::render_template(custom, BUILTIN_TEMPLATE, BUILTIN_NAME, &values)?;
-    let per_job = arrays::per_job(group);
-    let runs_steps = script.contains("DAISY_WORKER_ID=$id");
-    if per_job > 1 && !runs_steps {
-        return Err(LaunchError::TemplateLacks {
-            template: custom.map_or_else(|| BUILTIN_NAME.into(), Path::to_path_buf),
-            name: "run_workers",
-            because: format!("workers_per_job = {per_job} starts its workers as job steps"),
-        });
-    }
-    Ok(script)
+    KIND.job_script(group, &values_for(group))
 }
 
 /// The placeholder values of a group of workers.
@@ -192,12 +173,6 @@ pub(crate) fn srun_options(id: &str, log_dir: &str, cpus: Option<u64>) -> Vec<St
         format!("--error={log_dir}/worker-{id}.err"),
     ]);
     options
-}
-
-/// Where the script of workers `first..=last` is kept before submission:
-/// `<log_dir>/worker-<first>-<last>.sbatch`.
-pub fn script_path(log_dir: &Path, first: u64, last: u64) -> PathBuf {
-    log_dir.join(format!("worker-{first}-{last}.sbatch"))
 }
 
 #[cfg(test)]

@@ -185,16 +185,16 @@ impl SlurmrestdLauncher {
         self.queue.base_env = env;
         self
     }
-
-    /// The slurmrestd requests made so far.
-    pub fn calls(&self) -> SlurmrestdCalls {
-        self.queue.calls
-    }
 }
 
 impl Queue for Slurmrestd {
     type Job = Element;
+    type Calls = SlurmrestdCalls;
     const NAME: &'static str = "slurmrestd";
+
+    fn calls(&self) -> SlurmrestdCalls {
+        self.calls
+    }
 
     /// The sbatch backend's script, kept for the record: slurmrestd does
     /// not read its `#SBATCH` lines, they become job properties.

@@ -671,7 +671,7 @@ fn a_submission_answer_gives_the_job_id() {
 // Requests.
 
 fn rendered(requests: &[WorkerRequest]) -> String {
-    crate::sbatch::script::script_for(requests).unwrap()
+    crate::sbatch::script::job_script(requests).unwrap().text
 }
 
 #[test]

@@ -4,6 +4,11 @@ use super::*;
 use crate::template::assert_bash_syntax;
 use crate::{ClusterOptions, TemplateProblem};
 
+/// The text of `group`'s job script.
+fn script_for(group: &[WorkerRequest]) -> Result<String, LaunchError> {
+    job_script(group).map(|script| script.text)
+}
+
 fn request(worker_id: u64) -> WorkerRequest {
     WorkerRequest {
         task_id: "predict".into(),
@@ -197,7 +202,7 @@ fn the_builtin_template_keeps_its_directive_prefix_out_of_comments() {
 
 #[test]
 fn scripts_are_kept_beside_the_logs() {
-    let path = script_path(Path::new("/logs/predict"), 4, 6);
+    let path = KIND.script_path(Path::new("/logs/predict"), 4, 6);
     assert_eq!(path, Path::new("/logs/predict/worker-4-6.bsub"));
 }
 

@@ -2,7 +2,13 @@ use super::*;
 use crate::template::{assert_bash_syntax, render, shell_quote};
 use crate::{ClusterOptions, TemplateProblem};
 use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
 use std::process::Command;
+
+/// The text of `group`'s job script.
+fn script_for(group: &[WorkerRequest]) -> Result<String, LaunchError> {
+    job_script(group).map(|script| script.text)
+}
 
 const SECRET: &str = "tok-5ecr3t";
 
@@ -222,7 +228,7 @@ fn the_builtin_template_uses_every_placeholder_and_nothing_else() {
         .iter()
         .map(|name| (*name, Some(String::new())))
         .collect();
-    render(BUILTIN_TEMPLATE, Path::new(BUILTIN_NAME), &values).unwrap();
+    render(BUILTIN_TEMPLATE, Path::new(KIND.builtin_name), &values).unwrap();
     for name in PLACEHOLDERS {
         assert!(
             BUILTIN_TEMPLATE.contains(&format!("{{{{{name}}}}}")),
@@ -233,7 +239,7 @@ fn the_builtin_template_uses_every_placeholder_and_nothing_else() {
 
 #[test]
 fn scripts_are_kept_by_worker_range() {
-    let path = script_path(Path::new("/logs"), 3, 52);
+    let path = KIND.script_path(Path::new("/logs"), 3, 52);
     assert_eq!(path, Path::new("/logs/worker-3-52.sbatch"));
 }
 
