@@ -584,4 +584,116 @@ block_command = ["sh", "-c", "sleep {seconds}; echo {{block_id}} $(hostname) >> 
         );
         wait_until_gone(&job_ids(&run_dir));
     }
+
+    /// On the multi-node test cluster (`DAISY_SLURM_NODES=3`): workers of
+    /// one run on several nodes, and a node that dies under them.
+    mod multinode {
+        use super::*;
+
+        /// The cluster's node names; fails the test unless it has three or
+        /// more.
+        fn needs_three_nodes(test: &str) -> Vec<String> {
+            needs_slurm(test);
+            let listing = Command::new("sinfo")
+                .args(["-h", "-N", "-o", "%N"])
+                .output()
+                .unwrap();
+            let nodes: BTreeSet<String> = String::from_utf8_lossy(&listing.stdout)
+                .split_whitespace()
+                .map(String::from)
+                .collect();
+            if nodes.len() < 3 {
+                missing(
+                    test,
+                    &format!("SLURM has {} node(s), not 3", nodes.len()),
+                    "start it with DAISY_SLURM_NODES=3 bash ci/slurm/start-local-slurm.sh",
+                );
+            }
+            nodes.into_iter().collect()
+        }
+
+        /// Brings a killed node back when the test ends, passed or not.
+        struct Revive(String);
+
+        impl Drop for Revive {
+            fn drop(&mut self) {
+                let script = concat!(env!("CARGO_MANIFEST_DIR"), "/../ci/slurm/kill-node.sh");
+                let _ = Command::new("bash")
+                    .args([script, "--revive", &self.0])
+                    .status();
+            }
+        }
+
+        #[test]
+        fn six_workers_two_per_job_run_on_three_nodes_and_a_dead_node_loses_nothing() {
+            needs_three_nodes("multinode");
+            let dir = TestDir::new();
+            // 8 cpus a worker, 16 a node: each job of two takes a node.
+            let pipeline = stepped_pipeline("nodes", 90, 1.0, 6, 2)
+                .replace("cpu = 16", "cpu = 48")
+                .replace("requires = { cpu = 1 }", "requires = { cpu = 8 }");
+            dir.write("p.toml", &pipeline);
+            let driver = ChildGuard::spawn(&mut cluster_driver(&dir, "p.toml"));
+            let run_dir = dir.join("daisy_run/nodes");
+            let connected = || -> Vec<serde_json::Value> {
+                (events(&run_dir).into_iter())
+                    .filter(|e| e["event"] == "worker_connected")
+                    .collect()
+            };
+            wait_until("six workers connect", || connected().len() == 6);
+            let hosts: Vec<String> = connected()
+                .iter()
+                .map(|e| e["host"].as_str().unwrap().to_owned())
+                .collect();
+            let per_host = |host: &str| hosts.iter().filter(|h| *h == host).count();
+            let distinct: BTreeSet<&String> = hosts.iter().collect();
+            assert_eq!(distinct.len(), 3, "three nodes: {hosts:?}");
+            assert!(
+                distinct.iter().all(|host| per_host(host) == 2),
+                "two a node: {hosts:?}"
+            );
+            // A running run's status exits 3 (incomplete); its words matter.
+            let status = dir
+                .driver(&["status", "daisy_run/nodes"])
+                .env("NO_COLOR", "1")
+                .output();
+            let status = String::from_utf8_lossy(&status.unwrap().stdout).into_owned();
+            assert!(
+                distinct.iter().all(|host| status.contains(host.as_str())),
+                "{status}"
+            );
+
+            let dead = hosts[0].clone();
+            let _revive = Revive(dead.clone());
+            let script = concat!(env!("CARGO_MANIFEST_DIR"), "/../ci/slurm/kill-node.sh");
+            let killed = Command::new("bash").args([script, &dead]).status().unwrap();
+            assert!(killed.success());
+            let status = driver.wait_for_exit();
+            assert!(status.success(), "{status:?}");
+
+            let events = events(&run_dir);
+            let done: Vec<u64> = (events.iter())
+                .filter(|e| e["event"] == "block_done")
+                .map(|e| e["block_id"].as_u64().unwrap())
+                .collect();
+            let unique: BTreeSet<u64> = done.iter().copied().collect();
+            assert_eq!(
+                (done.len(), unique.len()),
+                (90, 90),
+                "every block done once"
+            );
+            let ran: BTreeSet<String> = blocks_ran(&dir).into_iter().collect();
+            assert_eq!(ran.len(), 90, "every block ran");
+            let lost_on_dead = (events.iter())
+                .filter(|e| e["event"] == "worker_gone" && e["clean"] == false)
+                .count();
+            assert!(lost_on_dead >= 2, "the dead node's two workers were lost");
+            let jobs: BTreeSet<&str> = (events.iter())
+                .filter(|e| e["event"] == "worker_submitted")
+                .filter_map(|e| e["job"].as_str())
+                .collect();
+            eprintln!("jobs: {jobs:?}, dead node {dead}, {lost_on_dead} workers lost");
+            wait_until_gone(&job_ids(&run_dir));
+        }
+    }
 }
