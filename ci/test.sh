@@ -29,13 +29,14 @@
 #                 (MaxSubmitJobsPerUser=2, account daisy)
 #   SlurmArrays   SLURM's MaxArraySize is at most 14 (a test submits more
 #                 workers than that)
+#   SlurmNodes    SLURM has 3 nodes or more (DAISY_SLURM_NODES=3)
 #   Chromium      DAISY_CHROMIUM, else `chromium` on PATH
 #   daisy2        DAISY2_PYTHON: a Python in which `import daisy` is 2.0.0
 #   netns         root, and `ip netns` (iproute2)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-REQUIREMENTS=(SLURM slurmrestd SlurmQos SlurmArrays Chromium daisy2 netns)
+REQUIREMENTS=(SLURM slurmrestd SlurmQos SlurmArrays SlurmNodes Chromium daisy2 netns)
 # The tests of each requirement, as nextest filtersets (by test binary or
 # module: a new test in one of these modules is covered without a change).
 E2E='binary_id(daisy-driver::e2e)'
@@ -44,6 +45,7 @@ declare -A TESTS=(
   [slurmrestd]="binary_id(launchers::slurmrestd) | ($E2E & test(/^cluster::slurmrestd::/))"
   [SlurmQos]="((binary_id(launchers::slurm) | binary_id(launchers::slurmrestd)) & test(/qos_limit|waiting_worker_cancelled/)) | ($E2E & test(/^cluster::site_limits::a_task_over_its_qos/))"
   [SlurmArrays]="$E2E & test(/^cluster::site_limits::an_array_larger/)"
+  [SlurmNodes]="$E2E & test(/^cluster::workers_per_job::multinode::/)"
   [Chromium]="$E2E & test(/^(report::chromium|browser|dashboard::chromium)::/)"
   [daisy2]="$E2E & test(/^daisy2_compat::/)"
   [netns]="$E2E & test(/^netns::/)"
@@ -53,6 +55,7 @@ declare -A HOW=(
   [slurmrestd]="start SLURM with DAISY_SLURM_RESTD=1 (above), or set SLURMRESTD_URL"
   [SlurmQos]="start SLURM with accounting: DAISY_SLURM_ACCOUNTING=1 DAISY_SLURM_RESTD=1 bash ci/slurm/start-local-slurm.sh"
   [SlurmArrays]="start SLURM with small arrays: DAISY_SLURM_MAX_ARRAY_SIZE=8 (and the variables above) bash ci/slurm/start-local-slurm.sh"
+  [SlurmNodes]="start SLURM with three nodes: DAISY_SLURM_NODES=3 (and the variables above) bash ci/slurm/start-local-slurm.sh"
   [Chromium]="apt-get install chromium, or set DAISY_CHROMIUM"
   [daisy2]="set DAISY2_PYTHON to a Python with daisy==2.0.0 from PyPI installed"
   [netns]="run as root with iproute2 installed"
@@ -78,6 +81,11 @@ have_slurmqos() {
 have_slurmarrays() {
   have_slurm || return 1
   [ "$(scontrol show config 2>/dev/null | awk '$1 == "MaxArraySize" {print $3}')" -le 14 ] 2>/dev/null
+}
+
+have_slurmnodes() {
+  have_slurm || return 1
+  [ "$(sinfo -h -N -o %N 2>/dev/null | sort -u | wc -l)" -ge 3 ]
 }
 
 have_chromium() {

@@ -38,6 +38,11 @@ pub trait Queue: Send {
     /// The backend's name for logs and events ("sbatch").
     const NAME: &'static str;
 
+    /// Whether `cancel` can end one worker of a job of several
+    /// (`workers_per_job`) and leave the others running; if not, such a
+    /// worker's job is left to end with its last worker.
+    const CANCELS_ONE_WORKER_OF_A_JOB: bool = false;
+
     /// What it counts of its calls to the scheduler (tests and curious
     /// users see that N workers cost one submission).
     type Calls: Copy;
@@ -401,10 +406,23 @@ impl<Q: Queue> ClusterLauncher<Q> {
         if cancelled.is_empty() {
             return;
         }
-        let jobs: Vec<Q::Job> = cancelled.iter().map(|(_, job)| job.clone()).collect();
         let staying: Vec<&Q::Job> = self.jobs.values().collect();
-        self.queue
-            .cancel(&jobs, &staying, &self.pacing.retry_delays);
+        // A job of several workers whose others stay is cancelled only by
+        // a queue that can end one worker of it.
+        let alone = |job: &&Q::Job| {
+            Q::CANCELS_ONE_WORKER_OF_A_JOB
+                || !staying.iter().any(|other| other.job_id() == job.job_id())
+        };
+        let jobs: Vec<Q::Job> = cancelled
+            .iter()
+            .map(|(_, job)| job)
+            .filter(alone)
+            .cloned()
+            .collect();
+        if !jobs.is_empty() {
+            self.queue
+                .cancel(&jobs, &staying, &self.pacing.retry_delays);
+        }
         for (worker, job) in cancelled {
             self.task_of.remove(&worker);
             self.ended.push((worker, job.job_id(), JobEnd::Cancelled));

@@ -174,17 +174,10 @@ impl Queue for Bsub {
 
     /// One bkill call for every element, retried while LSF is
     /// unreachable; jobs that already finished are no failure. LSF's
-    /// index lists make arrays cheap to name. An element that another
-    /// worker `staying` shares (a job of several workers) is left: LSF
-    /// cannot end one blaunch task alone, and the job ends with its last.
-    fn cancel(&mut self, jobs: &[Element], staying: &[&Element], delays: &[Duration]) {
-        let alone = |job: &&Element| !staying.contains(job);
-        let elements: BTreeSet<Element> = jobs.iter().filter(alone).copied().collect();
-        if elements.is_empty() {
-            return;
-        }
+    /// index lists make arrays cheap to name, so `staying` does not matter.
+    fn cancel(&mut self, jobs: &[Element], _staying: &[&Element], delays: &[Duration]) {
         let call = Invocation {
-            args: bjobs::job_arguments(&elements),
+            args: bjobs::job_arguments(&jobs.iter().copied().collect()),
             ..Invocation::default()
         };
         let (program, timeout) = (&self.lsf.bkill, self.command_timeout);

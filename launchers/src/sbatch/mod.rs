@@ -166,6 +166,8 @@ impl Queue for Sbatch {
     type Job = Element;
     type Calls = SchedulerCalls;
     const NAME: &'static str = "sbatch";
+    /// By its job step.
+    const CANCELS_ONE_WORKER_OF_A_JOB: bool = true;
     const JOB_SCRIPT: ScriptRenderer = script::job_script;
 
     fn calls(&self) -> SchedulerCalls {
