@@ -11,6 +11,8 @@ from pathlib import Path
 
 
 def digest(data: bytes) -> str:
+    """The name part that tells ``data`` from other contents: 16 hex
+    digits of its SHA-256."""
     return hashlib.sha256(data).hexdigest()[:16]
 
 

@@ -18,8 +18,10 @@ from daisy_rs.task import seconds
 
 
 class PipelineError(ValueError):
-    """The pipeline breaks rules; ``problems`` lists every one, each as
-    ``daisy-driver`` prints it."""
+    """The pipeline breaks rules; ``problems`` lists every one: a task's
+    own options named as the `Task` argument they came from, and what
+    needs other tasks or files (upstream, ``skip_mask``, ``writes``),
+    checked once those pass, as ``daisy-driver`` prints it."""
 
     def __init__(self, problems):
         self.problems = list(problems)
@@ -52,7 +54,7 @@ def pipeline_file(pipeline, name, top, run_dir, in_process):
     tables = [_complete_table(task, pipeline, run_dir, in_process, payloads) for task in pipeline.tasks]
     spec = {"name": name, "task": tables}
     if top["resources"]:
-        spec["resources"] = {key: whole(value) for key, value in top["resources"].items()}
+        spec["resources"] = {key: _whole(value) for key, value in top["resources"].items()}
     if top["launcher"]:
         spec["launcher"] = dict(top["launcher"])
     if top["resource_tracking"]:
@@ -83,7 +85,7 @@ def _complete_table(task, pipeline, run_dir, in_process, payloads):
         payloads[path] = data
         table[kind] = {"pickle": str(path)}
     if task.skip_mask is not None:
-        table["skip_mask"], files = _skip_mask.table_and_files(task, run_dir)
+        table["skip_mask"], files = _skip_mask.path_and_files(task, run_dir)
         payloads.update(files)
     return table
 
@@ -103,6 +105,8 @@ def _problems(task, table, spec):
 
 
 def _task_table(task, pipeline):
+    """``task``'s ``[[task]]`` table (the fields `schema.rs` declares) but
+    its function and skip mask, which `_complete_table` adds."""
     table = {
         "id": task.task_id,
         "total_roi": _roi(task.total_roi),
@@ -132,8 +136,8 @@ def _task_table(task, pipeline):
             table[field] = getattr(task, field)
     for field in ("max_workers", "max_retries", "max_worker_restarts", "batch_size", "prefetch"):
         if field in table:
-            table[field] = whole(table[field])
-    table["requires"] = {key: whole(value) for key, value in table["requires"].items()}
+            table[field] = _whole(table[field])
+    table["requires"] = {key: _whole(value) for key, value in table["requires"].items()}
     if task.launcher:
         table["launcher"] = task.launcher
     if task.resource_tracking:
@@ -147,12 +151,12 @@ def _task_table(task, pipeline):
     return table
 
 
-def whole(value):
+def _whole(value):
     """An integer-like value (a numpy integer, say) as the `int` JSON
     takes, also in a list of ids (``{"gpu": [0, 2]}``); anything else as
     it is, for the driver to judge."""
     if isinstance(value, (list, tuple)):
-        return [whole(item) for item in value]
+        return [_whole(item) for item in value]
     try:
         return operator.index(value)
     except TypeError:

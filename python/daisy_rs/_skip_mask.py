@@ -13,7 +13,7 @@ from daisy_rs._files import digest
 MASK_SUFFIX = ".mask.zarr"
 
 
-def table_and_files(task, run_dir):
+def path_and_files(task, run_dir):
     """``skip_mask`` as the driver reads it: a Zarr array's path, or an
     array-like (one byte per block of the task's grid, nonzero to skip)
     written as a Zarr v3 array of one raw chunk under ``<run_dir>/python/``,

@@ -16,6 +16,12 @@ files are never overwritten. Then:
 - ``multiprocessing=False``: the driver's serial run inside this
   interpreter, calling the original functions (no pickling), one block
   at a time: for pdb, and closures over live objects.
+
+This module runs the driver; each other concern has its own: the
+pipeline file and its check in Python's words (`_pipeline_spec`), the
+content-named files (`_files`), skip masks given as arrays
+(`_skip_mask`), the functions' pickles (`_pickling`), the run
+directory's lock (`_lock`) and the states read back (`_states`).
 """
 
 from __future__ import annotations

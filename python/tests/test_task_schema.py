@@ -4,6 +4,7 @@ a `Task` argument or is filled by `run_blockwise`, and a value the
 driver's rules refuse is named as the `Task` argument it came from."""
 
 import inspect
+import json
 
 import pytest
 
@@ -32,7 +33,7 @@ def test_every_task_field_of_the_pipeline_file_has_a_python_counterpart():
     )
     assert "max_workers" in _native.TASK_FIELDS and "id" in _native.TASK_FIELDS
     stale = set(_pipeline_spec.FILLED_BY_PYTHON) | set(_pipeline_spec.NOT_FOR_PYTHON)
-    assert stale <= set(_native.TASK_FIELDS) - arguments, "a mapped field the driver no longer declares, or a Task argument"
+    assert stale <= set(_native.TASK_FIELDS) - arguments, "mapped: a field the driver dropped, or a Task argument"
 
 
 def line_task(task_id, **options):
@@ -47,7 +48,10 @@ def line_task(task_id, **options):
 
 
 def test_a_refused_task_argument_is_named_as_python_gave_it(workdir):
-    tasks = [line_task("predict", max_retries=-1, prefetch=500), line_task("other", retry_backoff=60, retry_backoff_max=1)]
+    tasks = [
+        line_task("predict", max_retries=-1, prefetch=500),
+        line_task("other", retry_backoff=60, retry_backoff_max=1),
+    ]
     with pytest.raises(ValueError) as refused:
         daisy.run_blockwise(tasks, run_dir="run")
     assert isinstance(refused.value, daisy.PipelineError)
@@ -63,3 +67,6 @@ def test_a_refused_task_argument_is_named_as_python_gave_it(workdir):
 def test_retry_backoff_max_reaches_the_driver(workdir):
     task = line_task("capped", retry_backoff=0.5, retry_backoff_max=2)
     assert daisy.run_blockwise([task], run_dir="run")
+    [written] = (workdir / "run" / "python").glob("pipeline-*.json")
+    [table] = json.loads(written.read_text())["task"]
+    assert (table["retry_backoff"], table["retry_backoff_max"]) == ("500ms", "2000ms")

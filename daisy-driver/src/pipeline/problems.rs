@@ -126,8 +126,8 @@ impl TaskProblem {
     /// `problem`, found in `table`, with its `field = value` lead (the
     /// reader's and the rules' wording) made `field`.
     pub(super) fn of(problem: &Problem, table: &Value) -> Self {
-        let path = problem.field.split('.');
-        let value = path.fold(Some(table), |value, key| value?.get(key));
+        let mut path = problem.field.split('.');
+        let value = path.try_fold(table, |value, key| value.get(key));
         let lead = value.map(|value| format!("{} = {} ", problem.field, show(value)));
         let rest = lead.and_then(|lead| problem.message.strip_prefix(&lead));
         let what = match rest {
