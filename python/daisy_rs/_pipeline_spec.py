@@ -12,6 +12,8 @@ import site
 import sys
 import sysconfig
 
+from funlib.geometry import Roi
+
 from daisy_rs import _code, _native, _skip_mask
 from daisy_rs._files import digest
 from daisy_rs.task import seconds
@@ -104,51 +106,53 @@ def _problems(task, table, spec):
     return worded
 
 
+#: The table's fields `_complete_table` adds: the function, and the skip
+#: mask (written as a Zarr array first when it is one in Python).
+_ADDED_LATER = ("process_function", "worker_function", "skip_mask")
+
+#: `Task` arguments in seconds (or a `datetime.timedelta`) that the table
+#: holds as durations.
+_DURATIONS = ("timeout", "retry_backoff", "retry_backoff_max", "idle_timeout")
+
+#: Flags the table holds only when on: off, the pipeline's value stands.
+_ONLY_WHEN_ON = ("resource_tracking",)
+
+
 def _task_table(task, pipeline):
-    """``task``'s ``[[task]]`` table (the fields `schema.rs` declares) but
-    its function and skip mask, which `_complete_table` adds."""
+    """``task``'s ``[[task]]`` table but what `_complete_table` adds: each
+    field the driver declares (`_native.TASK_FIELDS`) from the `Task`
+    attribute of its name, unless None, or from `FILLED_BY_PYTHON`'s
+    sources. A new task option thus needs a `Task` argument and nothing
+    here, unless it is a duration or a flag that defers to the pipeline."""
     table = {
         "id": task.task_id,
-        "total_roi": _roi(task.total_roi),
-        "read_roi": _roi(task.read_roi),
-        "write_roi": _roi(task.write_roi),
-        "fit": task.fit,
-        "read_write_conflict": task.read_write_conflict,
-        "max_workers": task.max_workers,
-        "max_retries": task.max_retries,
-        "max_worker_restarts": task.max_worker_restarts,
-        "requires": task.requires,
         "upstream": [u.task_id for u in pipeline.upstream_of(task)],
-        "worker_program": task.worker_program or [sys.executable, "-m", "daisy_rs.worker"],
         "python_path": _search_path(),
+        "worker_program": task.worker_program or [sys.executable, "-m", "daisy_rs.worker"],
     }
-    optional = {
-        "timeout": task.timeout,
-        "retry_backoff": task.retry_backoff,
-        "retry_backoff_max": task.retry_backoff_max,
-        "idle_timeout": task.idle_timeout,
-    }
-    for field, value in optional.items():
-        if value is not None:
-            table[field] = f"{round(seconds(value, f'task {task.task_id!r}: {field}') * 1000)}ms"
-    for field in ("batch_size", "prefetch"):
-        if getattr(task, field) is not None:
-            table[field] = getattr(task, field)
-    for field in ("max_workers", "max_retries", "max_worker_restarts", "batch_size", "prefetch"):
-        if field in table:
-            table[field] = _whole(table[field])
-    table["requires"] = {key: _whole(value) for key, value in table["requires"].items()}
-    if task.launcher:
-        table["launcher"] = task.launcher
-    if task.resource_tracking:
-        table["resource_tracking"] = True
-    if task.pin:
-        table["pin"] = True
-    if task.writes:
-        table["writes"] = task.writes
-    if task.share_chunks:
-        table["share_chunks"] = True
+    own = [field for field in _native.TASK_FIELDS if field not in (*table, *_ADDED_LATER, *NOT_FOR_PYTHON)]
+    for field in own:
+        value = getattr(task, field)
+        if value is None or (field in _ONLY_WHEN_ON and not value):
+            continue
+        if field in _DURATIONS:
+            value = f"{round(seconds(value, f'task {task.task_id!r}: {field}') * 1000)}ms"
+        table[field] = _as_written(value)
     return table
+
+
+def _as_written(value):
+    """A `Task` attribute as JSON holds it: a ROI as its offset and shape,
+    integer-likes as ints (also in dicts and lists), anything else (a
+    bool, which is an integer-like too, included) as it is, for the
+    driver to judge."""
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, Roi):
+        return {"offset": [int(x) for x in value.offset], "shape": [int(x) for x in value.shape]}
+    if isinstance(value, dict):
+        return {key: _whole(item) for key, item in value.items()}
+    return _whole(value)
 
 
 def _whole(value):
@@ -161,10 +165,6 @@ def _whole(value):
         return operator.index(value)
     except TypeError:
         return value
-
-
-def _roi(roi):
-    return {"offset": [int(x) for x in roi.offset], "shape": [int(x) for x in roi.shape]}
 
 
 def _search_path():
