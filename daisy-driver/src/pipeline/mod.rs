@@ -287,7 +287,7 @@ pub fn task_fields() -> &'static [&'static str] {
 }
 
 /// The problems of one `[[task]]` table, given as a value, read with the
-/// file's own types and rules (see [`resolve::lone_task`] for which),
+/// file's own types and rules (`resolve::lone_task` says which),
 /// its `requires` against `resources` (a `[resources]` table; an
 /// unreadable one, whose problems the whole file's check reports, counts
 /// as empty). Worded without the values the table holds, for the
