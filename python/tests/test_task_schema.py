@@ -28,8 +28,8 @@ def test_every_task_field_of_the_pipeline_file_has_a_python_counterpart():
     forgotten = [field for field in _native.TASK_FIELDS if field not in accounted]
     assert not forgotten, (
         f"the driver's [[task]] fields {forgotten} have no Task argument: add one to "
-        "Task._configure and _pipeline_spec._task_table, or list them in FILLED_BY_PYTHON "
-        "or NOT_FOR_PYTHON"
+        "Task._configure, kept as the attribute of its name (_pipeline_spec._task_table "
+        "writes it from there), or list them in FILLED_BY_PYTHON or NOT_FOR_PYTHON"
     )
     assert "max_workers" in _native.TASK_FIELDS and "id" in _native.TASK_FIELDS
     stale = set(_pipeline_spec.FILLED_BY_PYTHON) | set(_pipeline_spec.NOT_FOR_PYTHON)
