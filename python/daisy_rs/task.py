@@ -79,8 +79,9 @@ class Task:
     fit, timeout, upstream_tasks``): a bool in the seventh place is 2.0's
     ``read_write_conflict``, anything else 1.x's ``init_callback_fn``.
     Every argument of both also works by keyword, and so do this engine's
-    own (``batch_size``, ``prefetch``, ``retry_backoff``, ``idle_timeout``,
-    ``launcher``, ``worker_function``, ``worker_program``, ``pin``).
+    own (``batch_size``, ``prefetch``, ``retry_backoff``, ``retry_backoff_max``,
+    ``idle_timeout``, ``launcher``, ``worker_function``, ``worker_program``,
+    ``pin``).
 
     ``process_function`` takes a block, or nothing: a function without
     positional parameters (daisy's rule) is a *worker function* that loops
@@ -151,6 +152,7 @@ class Task:
         batch_size=None,
         prefetch=None,
         retry_backoff=None,
+        retry_backoff_max=None,
         idle_timeout=None,
         launcher=None,
         worker_program=None,
@@ -202,6 +204,8 @@ class Task:
         self.batch_size = batch_size
         self.prefetch = prefetch
         self.retry_backoff = retry_backoff
+        #: The longest ``retry_backoff`` grows to, doubling per retry.
+        self.retry_backoff_max = retry_backoff_max
         self.idle_timeout = idle_timeout
         self.launcher = dict(launcher or {})
         self.worker_program = worker_program

@@ -24,6 +24,8 @@
 //! - `hand_client`: `daisy.Client()` in a process started by hand with
 //!   a context naming the driver (daisy 1.x's `init_callback_fn`).
 //! - `process_function`: a function called once per block.
+//! - `task_schema`: the pipeline file's task fields and rules, which the
+//!   Python `Task` is checked against.
 //! - `worker_function`: a function that loops over its own `Client`,
 //!   fed blocks through a [`worker_function::Feed`].
 
@@ -37,6 +39,7 @@ mod process_function;
 mod reserved;
 mod scheduler;
 mod signals;
+mod task_schema;
 mod worker_function;
 
 use pyo3::prelude::*;
@@ -53,6 +56,8 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(entry::worker_main, m)?)?;
     m.add_function(wrap_pyfunction!(entry::pipeline_problems, m)?)?;
     m.add_function(wrap_pyfunction!(entry::status_json, m)?)?;
+    task_schema::add_task_fields(m)?;
+    m.add_function(wrap_pyfunction!(task_schema::task_problems, m)?)?;
     m.add_function(wrap_pyfunction!(graphs::no_block_reason, m)?)?;
     m.add_class::<worker_function::Feed>()?;
     m.add_class::<graphs::Graph>()?;

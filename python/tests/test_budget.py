@@ -60,7 +60,7 @@ def test_disjoint_resources_run_in_parallel(workdir):
 def test_requires_exceeds_budget_hard_errors(workdir):
     with pytest.raises(daisy.PipelineError) as refused:
         daisy.run_blockwise([task("predict", 4, 1, {"gpu": 8})], resources={"gpu": 1}, run_dir="run")
-    expected = 'task "predict" requires {gpu: 8} but the global budget only has {gpu: 1}'
+    expected = "Task('predict', requires={'gpu': 8}): requires {gpu: 8} but the global budget only has {gpu: 1}"
     assert any(expected in problem for problem in refused.value.problems), refused.value.problems
     assert not (workdir / "run" / "events.jsonl").exists(), "nothing started"
 

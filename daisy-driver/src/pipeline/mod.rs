@@ -46,7 +46,7 @@ pub(super) mod tests;
 mod validate;
 mod writes;
 
-pub use problems::{PipelineError, Problem};
+pub use problems::{PipelineError, Problem, TaskProblem};
 
 use daisy_core::protocol::{CodeKind, FunctionCode, TaskCode};
 use daisy_core::{DependencyGraph, TaskSpec};
@@ -278,4 +278,25 @@ impl Pipeline {
         let task = self.tasks.get(block.id.task.index());
         task.is_some_and(|task| task.is_masked(block))
     }
+}
+
+/// Every field a `[[task]]` table declares, in the schema's order; the
+/// Python `Task` has a counterpart for each.
+pub fn task_fields() -> &'static [&'static str] {
+    schema::declared_fields::<schema::TaskTable>()
+}
+
+/// The problems of one `[[task]]` table, given as a value, read with the
+/// file's own types and rules (`resolve::lone_task` says which),
+/// its `requires` against `resources` (a `[resources]` table; an
+/// unreadable one, whose problems the whole file's check reports, counts
+/// as empty). Worded without the values the table holds, for the
+/// Python side to name its own.
+pub fn task_problems(table: &serde_json::Value, resources: &serde_json::Value) -> Vec<TaskProblem> {
+    let pools = BTreeMap::<String, schema::Pool>::deserialize(resources);
+    let budget = budget::amounts(&pools.unwrap_or_default());
+    let problems = resolve::lone_task(table, &budget);
+    (problems.iter())
+        .map(|problem| TaskProblem::of(problem, table))
+        .collect()
 }

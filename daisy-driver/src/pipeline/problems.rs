@@ -107,6 +107,40 @@ impl fmt::Display for Problem {
     }
 }
 
+/// A problem of one task table checked alone
+/// ([`task_problems`](super::task_problems)), worded for a caller that
+/// shows the value as its user wrote it: Python's
+/// `Task('predict', max_workers=-1): max_workers is not ..`, where the
+/// table holds what Python made of it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TaskProblem {
+    /// The field at fault, as a path: `max_workers`, `requires.gpu`.
+    pub field: String,
+    /// What is wrong, naming the field but not its value as the table
+    /// holds it: `max_workers is not a whole number from 0 to 4294967295`,
+    /// `requires {gpu: 2} but the global budget only has {gpu: 1}`.
+    pub what: String,
+}
+
+impl TaskProblem {
+    /// `problem`, found in `table`, with its `field = value` lead (the
+    /// reader's and the rules' wording) made `field`.
+    pub(super) fn of(problem: &Problem, table: &Value) -> Self {
+        let mut path = problem.field.split('.');
+        let value = path.try_fold(table, |value, key| value.get(key));
+        let lead = value.map(|value| format!("{} = {} ", problem.field, show(value)));
+        let rest = lead.and_then(|lead| problem.message.strip_prefix(&lead));
+        let what = match rest {
+            Some(rest) => format!("{} {rest}", problem.field),
+            None => problem.message.clone(),
+        };
+        Self {
+            field: problem.field.clone(),
+            what,
+        }
+    }
+}
+
 /// Whom the problems found in a table concern.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(super) enum Subject {

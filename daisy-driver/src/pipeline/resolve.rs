@@ -176,22 +176,16 @@ fn beside(pipeline_path: &Path, path: &Path) -> PathBuf {
 /// The `n`-th `[[task]]` table (from 1), at its place in the file, its
 /// `requires` checked against the global budget.
 fn task(n: usize, at: (&Value, &Lines), run: &Run, problems: &mut Vec<Problem>) -> TaskDraft {
-    let (table, lines) = at;
-    let (raw, found) = read_table::<TaskTable>(table, lines, "");
-    let mut draft = TaskDraft::new(n, raw.as_ref(), lines);
-    draft.claim(found, problems);
-    let Some(raw) = raw else {
+    let (mut draft, own) = own_fields(n, at, run, problems);
+    let Some(OwnFields {
+        raw,
+        spec,
+        command,
+        launcher,
+    }) = own
+    else {
         return draft;
     };
-    let spec = task_spec(&raw, &draft, problems);
-    draft.dims = spec.as_ref().map(|spec| spec.total_roi.dims());
-    for message in validate::budget_problems(&raw.requires, run.budget) {
-        problems.push(draft.problem("requires", message));
-    }
-    let command = user_command(&raw, table, &draft, problems);
-    let own_launcher = raw.launcher.as_ref();
-    let (launcher, found) = launcher(own_launcher, run.launcher, lines.key("launcher"), run.path);
-    draft.claim(found, problems);
     if let (Some(id), Some(spec), Some(command)) = (draft.id.clone(), spec, command) {
         let mut spec = TaskSpec { id, ..spec };
         let written = writes::write_grids(&raw.writes, raw.share_chunks, &spec, |path| {
@@ -215,6 +209,66 @@ fn task(n: usize, at: (&Value, &Lines), run: &Run, problems: &mut Vec<Problem>) 
         draft.config = Some(task_config(raw, resolved, run));
     }
     draft
+}
+
+/// One `[[task]]` table alone, without a file around it: every problem
+/// `task` finds in its own fields (types, rules, geometry, the code
+/// fields, its launcher, `requires` against `budget`), none of those that
+/// need other tasks (upstream ids) or files beside the pipeline
+/// (`skip_mask`, `writes`). The Python side checks each `Task` with it.
+pub(super) fn lone_task(table: &Value, budget: &Amounts) -> Vec<Problem> {
+    let run = Run {
+        budget,
+        launcher: None,
+        resource_tracking: false,
+        path: Path::new(""),
+        python: "",
+    };
+    let mut problems = Vec::new();
+    own_fields(1, (table, &Lines::default()), &run, &mut problems);
+    problems
+}
+
+/// A task table's fields read and checked as far as they need only the
+/// table (and the run's budget and `[launcher]`).
+struct OwnFields {
+    raw: TaskTable,
+    spec: Option<TaskSpec>,
+    command: Option<UserCommand>,
+    launcher: LauncherConfig,
+}
+
+/// The draft of the `n`-th task and its [`OwnFields`], their problems
+/// pushed onto `problems`; no fields if the table could not be read.
+fn own_fields(
+    n: usize,
+    at: (&Value, &Lines),
+    run: &Run,
+    problems: &mut Vec<Problem>,
+) -> (TaskDraft, Option<OwnFields>) {
+    let (table, lines) = at;
+    let (raw, found) = read_table::<TaskTable>(table, lines, "");
+    let mut draft = TaskDraft::new(n, raw.as_ref(), lines);
+    draft.claim(found, problems);
+    let Some(raw) = raw else {
+        return (draft, None);
+    };
+    let spec = task_spec(&raw, &draft, problems);
+    draft.dims = spec.as_ref().map(|spec| spec.total_roi.dims());
+    for message in validate::budget_problems(&raw.requires, run.budget) {
+        problems.push(draft.problem("requires", message));
+    }
+    let command = user_command(&raw, table, &draft, problems);
+    let own_launcher = raw.launcher.as_ref();
+    let (launcher, found) = launcher(own_launcher, run.launcher, lines.key("launcher"), run.path);
+    draft.claim(found, problems);
+    let own = OwnFields {
+        raw,
+        spec,
+        command,
+        launcher,
+    };
+    (draft, Some(own))
 }
 
 /// What a task's config holds beyond its fields as written: each made of

@@ -19,6 +19,7 @@ use super::rules::with;
 use super::{LauncherKind, DEFAULT_MAX_WORKERS, DEFAULT_MAX_WORKER_RESTARTS};
 use daisy_core::protocol::FunctionSource;
 use daisy_core::{Fit, Roi};
+use serde::de::{self, DeserializeOwned, Deserializer, Visitor};
 use serde::Deserialize;
 use serde_json::{Map, Value};
 use std::collections::BTreeMap;
@@ -201,4 +202,45 @@ pub(super) struct TaskTable {
 /// named with, `constant::<DEFAULT_MAX_WORKERS>`.
 fn constant<const N: u32>() -> u32 {
     N
+}
+
+/// The fields `T`'s serde derive declares, in order, as the derive hands
+/// them to `deserialize_struct`: read from the derive itself, so a list
+/// of them cannot drift from the struct. Empty if `T` is no struct.
+pub(super) fn declared_fields<T: DeserializeOwned>() -> &'static [&'static str] {
+    let mut fields = None;
+    let _refused = T::deserialize(FieldRecorder {
+        fields: &mut fields,
+    });
+    fields.unwrap_or_default()
+}
+
+/// A deserializer with no data: it only writes down the fields a struct
+/// asks it for, then refuses.
+struct FieldRecorder<'a> {
+    fields: &'a mut Option<&'static [&'static str]>,
+}
+
+impl<'de> Deserializer<'de> for FieldRecorder<'_> {
+    type Error = de::value::Error;
+
+    fn deserialize_any<V: Visitor<'de>>(self, _visitor: V) -> Result<V::Value, Self::Error> {
+        Err(de::Error::custom("a field recorder holds no value"))
+    }
+
+    fn deserialize_struct<V: Visitor<'de>>(
+        self,
+        _name: &'static str,
+        fields: &'static [&'static str],
+        _visitor: V,
+    ) -> Result<V::Value, Self::Error> {
+        *self.fields = Some(fields);
+        Err(de::Error::custom("the fields are recorded"))
+    }
+
+    serde::forward_to_deserialize_any! {
+        bool i8 i16 i32 i64 i128 u8 u16 u32 u64 u128 f32 f64 char str string bytes
+        byte_buf option unit unit_struct newtype_struct seq tuple tuple_struct map
+        enum identifier ignored_any
+    }
 }

@@ -629,3 +629,57 @@ fn a_budget_key_may_list_its_ids_and_bad_lists_are_named() {
         ["resources.gpu = [0,1.5] has 1.5, which is not an id (a number or a name without commas)"]
     );
 }
+
+#[test]
+fn task_fields_are_the_schemas_own() {
+    let fields = task_fields();
+    assert_eq!(fields.first(), Some(&"id"));
+    for field in [
+        "max_workers",
+        "timeout",
+        "upstream",
+        "python_path",
+        "share_chunks",
+    ] {
+        assert!(fields.contains(&field), "{field} in {fields:?}");
+    }
+}
+
+#[test]
+fn a_lone_task_table_is_checked_by_the_files_rules_without_its_values() {
+    let table = serde_json::json!({
+        "id": "predict",
+        "total_roi": {"offset": [0], "shape": [100]},
+        "read_roi": {"offset": [0], "shape": [10]},
+        "write_roi": {"offset": [0], "shape": [10]},
+        "process_function": "blocks:touch",
+        "upstream": ["elsewhere"],
+        "max_retries": -1,
+        "timeout": "0s",
+        "requires": {"gpu": 2},
+    });
+    let found = task_problems(&table, &serde_json::json!({"gpu": 1}));
+    let found: Vec<(&str, &str)> = (found.iter())
+        .map(|problem| (problem.field.as_str(), problem.what.as_str()))
+        .collect();
+    assert_eq!(
+        found,
+        [
+            (
+                "max_retries",
+                "max_retries is not a whole number from 0 to 4294967295"
+            ),
+            ("timeout", "timeout must be longer than zero"),
+            (
+                "requires",
+                "requires {gpu: 2} but the global budget only has {gpu: 1}"
+            ),
+        ]
+    );
+    let fixed = serde_json::json!({"max_retries": 1, "timeout": "1s"});
+    let mut good = table;
+    good.as_object_mut()
+        .unwrap()
+        .extend(fixed.as_object().unwrap().clone());
+    assert_eq!(task_problems(&good, &serde_json::json!({"gpu": 2})), []);
+}
