@@ -74,8 +74,12 @@ have_slurmrestd() {
 
 have_slurmqos() {
   have_slurm || return 1
+  # Read whole, then matched: `scontrol | grep -q` fails under pipefail
+  # whenever grep quits before scontrol has written everything (SIGPIPE).
+  local config
+  config=$(scontrol show config 2>/dev/null) || return 1
   [ "$(sacctmgr -n -P show qos daisy-two-jobs format=maxsubmitjobsperuser 2>/dev/null)" = 2 ] &&
-    scontrol show config 2>/dev/null | grep -q '^AccountingStorageEnforce *=.*limits'
+    grep -q '^AccountingStorageEnforce *=.*limits' <<<"$config"
 }
 
 have_slurmarrays() {
