@@ -185,13 +185,35 @@ def _relay_of_this_process():
 
 def _host_name():
     """How processes on other hosts reach this one: its name, where the
-    name resolves (as on cluster nodes), else the loopback address."""
+    name resolves to an address they can reach (as on cluster nodes); else
+    the address it sends from on its default route (a name in /etc/hosts
+    as 127.0.x.x, usual on workstations and containers, would send a job on
+    another node to that node itself); else the loopback address."""
     name = socket.gethostname()
     try:
-        socket.getaddrinfo(name, None)
+        resolved = {info[4][0] for info in socket.getaddrinfo(name, None, socket.AF_INET)}
     except OSError:
-        return "127.0.0.1"
-    return name
+        resolved = set()
+    if any(not address.startswith("127.") for address in resolved):
+        return name
+    return _default_route_address() or "127.0.0.1"
+
+
+#: An address on no local network (TEST-NET-3, RFC 5737): the way to it is
+#: the default route.
+_BEYOND_ANY_LOCAL_NETWORK = ("203.0.113.1", 9)
+
+
+def _default_route_address():
+    """The address this host sends from on its default route, or None
+    without one. Connecting a UDP socket sends nothing; it only picks the
+    route."""
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
+        try:
+            probe.connect(_BEYOND_ANY_LOCAL_NETWORK)
+        except OSError:
+            return None
+        return probe.getsockname()[0]
 
 
 def _run_worker_function(function, feed):

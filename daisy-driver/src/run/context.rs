@@ -2,9 +2,10 @@
 //! on, the run's secret token, and `<run-dir>/context.json` (mode 0600)
 //! for workers started by hand.
 
-use crate::pipeline::{LauncherKind, Pipeline};
+use crate::pipeline::{LauncherKind, Pipeline, UserCommand};
 use anyhow::Context as _;
 use daisy_core::context::WorkerContext;
+use daisy_core::protocol::CodeKind;
 use daisy_core::protocol::PROTOCOL_VERSION;
 use std::io::{Read, Write};
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
@@ -47,12 +48,20 @@ impl Reserved {
 /// launcher (nothing elsewhere needs to reach the port, so nothing
 /// elsewhere can knock on it); every interface when a task's workers are
 /// cluster jobs or started by hand (`max_workers = 0`), which may run on
-/// any node.
+/// any node, or when a task's code is a `worker_function`: daisy 1.x's
+/// spawn function, which may submit jobs whose `daisy.Client()` connects
+/// from a compute node (volara's SlurmWorker does).
 pub fn default_listen_address(pipeline: &Pipeline) -> SocketAddr {
-    let all_local = pipeline
-        .tasks
-        .iter()
-        .all(|task| task.launcher.kind == LauncherKind::Local && task.max_workers > 0);
+    let all_local = pipeline.tasks.iter().all(|task| {
+        let spawns = matches!(
+            task.command,
+            UserCommand::Function {
+                kind: CodeKind::WorkerFunction,
+                ..
+            }
+        );
+        task.launcher.kind == LauncherKind::Local && task.max_workers > 0 && !spawns
+    });
     let ip = match all_local {
         true => Ipv4Addr::LOCALHOST,
         false => Ipv4Addr::UNSPECIFIED,
