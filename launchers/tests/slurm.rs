@@ -350,18 +350,8 @@ fn a_worker_that_left_a_running_job_is_replaced_inside_it_and_one_cancelled_alon
 fn a_submission_over_the_qos_limit_waits_and_is_submitted_once_a_job_leaves() {
     needs_two_jobs_qos("a_submission_over_the_qos_limit...");
     let (run, mut cleanup, mut launcher) = (Run::new("qos"), JobCleanup::scancel(), launcher());
-    let cluster = ClusterOptions {
-        account: Some("daisy".into()),
-        qos: Some("daisy-two-jobs".into()),
-        ..held()
-    };
-    let requests = run.requests(3, "true", cluster);
-    let results = launcher.start_many(&requests);
-    let submitted: Vec<JobId> = results
-        .iter()
-        .filter_map(|r| r.as_ref().ok().cloned())
-        .collect();
-    submitted.iter().for_each(|job| cleanup.add(job));
+    let (requests, results, submitted) =
+        start_three_under_the_two_jobs_qos(&mut launcher, &run, &mut cleanup);
     assert_eq!(submitted.len(), 2, "two fit under the limit: {results:?}");
     match &results[2] {
         Err(LaunchError::Waiting { limit, message }) => {
@@ -374,22 +364,7 @@ fn a_submission_over_the_qos_limit_waits_and_is_submitted_once_a_job_leaves() {
         other => panic!("the third waits for the limit: {other:?}"),
     }
     assert!(launcher.poll_started().is_empty(), "nothing tried yet");
-    launcher.cancel(&[requests[0].worker_id]);
-    let third = requests[2].worker_id;
-    let mut started = Vec::new();
-    wait_for("the waiting worker to be submitted", || {
-        launcher.poll_ended();
-        started.extend(launcher.poll_started());
-        started
-            .iter()
-            .any(|(worker, result)| *worker == third && result.is_ok())
-    });
-    for (_, result) in &started {
-        if let Ok(job) = result {
-            cleanup.add(job);
-        }
-    }
-    launcher.cancel_all();
+    a_place_frees_and_the_third_is_submitted(&mut launcher, &requests, &mut cleanup);
 }
 
 #[test]

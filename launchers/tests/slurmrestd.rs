@@ -345,18 +345,8 @@ fn a_submission_over_the_qos_limit_waits_and_is_submitted_once_a_job_leaves() {
     needs_slurmrestd("slurmrestd qos limit");
     needs_two_jobs_qos("slurmrestd qos limit");
     let (run, mut cleanup, mut launcher) = (Run::new("qos"), JobCleanup::scancel(), launcher());
-    let cluster = ClusterOptions {
-        account: Some("daisy".into()),
-        qos: Some("daisy-two-jobs".into()),
-        ..held()
-    };
-    let requests = run.requests(3, "true", cluster);
-    let results = launcher.start_many(&requests);
-    let submitted: Vec<JobId> = results
-        .iter()
-        .filter_map(|r| r.as_ref().ok().cloned())
-        .collect();
-    submitted.iter().for_each(|job| cleanup.add(job));
+    let (requests, results, submitted) =
+        start_three_under_the_two_jobs_qos(&mut launcher, &run, &mut cleanup);
     assert_eq!(submitted.len(), 2, "two fit under the limit: {results:?}");
     match &results[2] {
         // slurmrestd gives no reason, only error 2050 and its words.
@@ -368,20 +358,5 @@ fn a_submission_over_the_qos_limit_waits_and_is_submitted_once_a_job_leaves() {
         }
         other => panic!("the third waits for the limit: {other:?}"),
     }
-    launcher.cancel(&[requests[0].worker_id]);
-    let third = requests[2].worker_id;
-    let mut started = Vec::new();
-    wait_for("the waiting worker to be submitted", || {
-        launcher.poll_ended();
-        started.extend(launcher.poll_started());
-        started
-            .iter()
-            .any(|(worker, result)| *worker == third && result.is_ok())
-    });
-    for (_, result) in &started {
-        if let Ok(job) = result {
-            cleanup.add(job);
-        }
-    }
-    launcher.cancel_all();
+    a_place_frees_and_the_third_is_submitted(&mut launcher, &requests, &mut cleanup);
 }

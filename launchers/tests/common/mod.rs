@@ -5,7 +5,7 @@
 //! Each test binary uses part of this module.
 #![allow(dead_code)]
 
-use launchers::{ClusterOptions, JobEnd, JobId, Launcher, WorkerRequest};
+use launchers::{ClusterOptions, JobEnd, JobId, LaunchError, Launcher, WorkerRequest};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -242,4 +242,58 @@ pub fn needs_two_jobs_qos(test: &str) {
             "start SLURM with DAISY_SLURM_ACCOUNTING=1 bash ci/slurm/start-local-slurm.sh",
         );
     }
+}
+
+/// Asks `launcher` for 3 held workers under the QOS `daisy-two-jobs`
+/// (account `daisy`): the requests, each result, and the jobs it
+/// submitted (registered for cleanup).
+#[allow(dead_code)] // not every test binary uses it
+pub fn start_three_under_the_two_jobs_qos(
+    launcher: &mut impl Launcher,
+    run: &Run,
+    cleanup: &mut JobCleanup,
+) -> (
+    Vec<WorkerRequest>,
+    Vec<Result<JobId, LaunchError>>,
+    Vec<JobId>,
+) {
+    let cluster = ClusterOptions {
+        account: Some("daisy".into()),
+        qos: Some("daisy-two-jobs".into()),
+        ..held()
+    };
+    let requests = run.requests(3, "true", cluster);
+    let results = launcher.start_many(&requests);
+    let submitted: Vec<JobId> = results
+        .iter()
+        .filter_map(|r| r.as_ref().ok().cloned())
+        .collect();
+    submitted.iter().for_each(|job| cleanup.add(job));
+    (requests, results, submitted)
+}
+
+/// Cancels the first of `requests` and waits until the third, which
+/// waited for the QOS limit, is submitted; cancels everything after.
+#[allow(dead_code)] // not every test binary uses it
+pub fn a_place_frees_and_the_third_is_submitted(
+    launcher: &mut impl Launcher,
+    requests: &[WorkerRequest],
+    cleanup: &mut JobCleanup,
+) {
+    launcher.cancel(&[requests[0].worker_id]);
+    let third = requests[2].worker_id;
+    let mut started = Vec::new();
+    wait_for("the waiting worker to be submitted", || {
+        launcher.poll_ended();
+        started.extend(launcher.poll_started());
+        started
+            .iter()
+            .any(|(worker, result)| *worker == third && result.is_ok())
+    });
+    for (_, result) in &started {
+        if let Ok(job) = result {
+            cleanup.add(job);
+        }
+    }
+    launcher.cancel_all();
 }
