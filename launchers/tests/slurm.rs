@@ -372,16 +372,8 @@ fn a_waiting_worker_cancelled_is_reported_once_and_never_submitted() {
     needs_two_jobs_qos("a_waiting_worker_cancelled...");
     let (run, mut cleanup, mut launcher) =
         (Run::new("qos-cancel"), JobCleanup::scancel(), launcher());
-    let cluster = ClusterOptions {
-        account: Some("daisy".into()),
-        qos: Some("daisy-two-jobs".into()),
-        ..held()
-    };
-    let requests = run.requests(3, "true", cluster);
-    let results = launcher.start_many(&requests);
-    for job in results.iter().filter_map(|r| r.as_ref().ok()) {
-        cleanup.add(job);
-    }
+    let (requests, results, _) =
+        start_three_under_the_two_jobs_qos(&mut launcher, &run, &mut cleanup);
     let third = requests[2].worker_id;
     assert!(
         matches!(results[2], Err(LaunchError::Waiting { .. })),
