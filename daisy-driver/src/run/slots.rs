@@ -298,6 +298,16 @@ impl Slots {
     pub fn all(&self) -> impl Iterator<Item = &Slot> {
         self.slots.values()
     }
+
+    /// The launched workers of `task` whose jobs are submitted (or wait
+    /// to be) and never connected.
+    pub fn queued(&self, task: TaskIdx) -> Vec<SlotId> {
+        (self.slots.iter())
+            .filter(|(_, slot)| slot.task == task && slot.launched)
+            .filter(|(_, slot)| slot.state == SlotState::Submitted && slot.connected.is_none())
+            .map(|(id, _)| *id)
+            .collect()
+    }
 }
 
 #[cfg(test)]

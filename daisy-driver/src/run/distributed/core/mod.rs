@@ -406,6 +406,7 @@ impl Core {
                     task: id.into(),
                     counters,
                 });
+                self.withdraw_queued_workers(task);
             }
         }
     }

@@ -168,6 +168,31 @@ impl Core {
         }
     }
 
+    /// A task that is done or abandoned wants no more workers: its jobs
+    /// still queued (or waiting for a site limit) are cancelled, so that
+    /// none starts for nothing, nor holds a place under the site's job
+    /// limit that another task's jobs wait for.
+    pub(super) fn withdraw_queued_workers(&mut self, task: TaskIdx) {
+        let queued = self.slots.queued(task);
+        if queued.is_empty() {
+            return;
+        }
+        let why = match self.scheduler.is_abandoned(task) {
+            true => "its task was abandoned before it connected; its job is cancelled",
+            false => "its task was done before it connected; its job is cancelled",
+        };
+        for &slot in &queued {
+            self.slots.end(slot, Gone::Clean);
+            self.record(Event::WorkerGone {
+                task: self.task_id(task).to_string().into(),
+                worker_id: slot.0,
+                clean: true,
+                why: why.into(),
+            });
+        }
+        self.commands.push(Command::CancelJobs(queued));
+    }
+
     /// Why no more workers are started for `task`, if none are.
     fn why_no_workers(&self, task: TaskIdx) -> Option<String> {
         if let Some(reason) = &self.tasks[task.index()].unservable {
@@ -186,6 +211,7 @@ impl Core {
     /// Gives up on a task and its downstream tasks, saying why.
     fn abandon(&mut self, task: TaskIdx, why: &str, done_before: DoneBefore) {
         for abandoned in self.scheduler.abandon(task) {
+            self.withdraw_queued_workers(abandoned);
             let id = self.task_id(abandoned).to_string();
             tracing::error!(task = id, "abandoned: {why}");
             self.tasks[abandoned.index()].abandoned = Some(why.to_string());

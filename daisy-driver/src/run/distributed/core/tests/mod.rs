@@ -624,3 +624,36 @@ fn a_worker_that_cannot_serve_stops_further_starts_for_its_task() {
     });
     assert!(why.unwrap().contains("no module named foo"));
 }
+
+#[test]
+fn a_done_task_cancels_its_jobs_still_queued() {
+    let mut run = Run::new("", &[task("t", 2, "max_workers = 2")]);
+    let [a, b] = run.start_workers()[..] else {
+        panic!("two workers for two blocks");
+    };
+    run.hello(1, "t", Some(a)).unwrap();
+    let mut commands = Vec::new();
+    for _ in 0..2 {
+        let block = blocks_to(&run.acquire(1, 1), 1)[0];
+        commands.extend(run.release(1, block, true));
+    }
+    assert_eq!(
+        cancelled(&commands),
+        [b],
+        "b's job never started: cancelled"
+    );
+    let gone: Vec<_> = (events(&commands).into_iter())
+        .filter(
+            |e| matches!(e, Event::WorkerGone { worker_id, clean: true, .. } if *worker_id == b.0),
+        )
+        .collect();
+    assert_eq!(gone.len(), 1, "{commands:?}");
+    assert!(
+        !cancelled(&commands).contains(&a),
+        "a connected worker leaves by itself"
+    );
+    assert!(
+        run.job_ended(b, JobEnd::Cancelled).is_empty(),
+        "its end is no failed start"
+    );
+}
