@@ -118,8 +118,9 @@ fn a_held_element_cancelled_by_index_is_reported_once() {
         .success());
     let ended = ends(&mut launcher, 1);
     // scontrol forgets which element the record was (it shows
-    // ArrayTaskId=4294967294), but the jobcomp file (sacct -c) knows the
-    // array id, which is the raw id of an array's only element.
+    // ArrayTaskId=4294967294), but sacct (from slurmdbd, a moment later,
+    // or from the jobcomp file) and scontrol's JobId both give the array
+    // id, which is the raw id of an array's only element.
     assert_eq!(ended, [(0, job, JobEnd::Cancelled)]);
 }
 
@@ -139,8 +140,8 @@ fn an_element_of_a_held_array_cancelled_by_index_ends_as_unknown() {
         .unwrap()
         .success());
     let ended = ends(&mut launcher, 1);
-    // Without accounting SLURM keeps no trace of a pending element
-    // cancelled alone: neither sacct -c nor scontrol know it.
+    // SLURM keeps no trace of a pending element cancelled alone: neither
+    // sacct (slurmdbd or the jobcomp file) nor scontrol know it.
     assert_eq!(ended.len(), 1, "{ended:?}");
     let (worker, job, JobEnd::Failed { reason }) = &ended[0] else {
         panic!("{ended:?}")

@@ -29,9 +29,12 @@
 //! knows only raw job ids, those of elements we saw running) and then of
 //! `scontrol show job` (which remembers finished jobs for `MinJobAge`,
 //! 300 s by default). What no source knows is reported as
-//! `Failed{"... left the queue ..."}`: for instance, without accounting,
-//! one element of a pending array of several cancelled by its index
-//! (`scancel 24_3`), which SLURM forgets at once. States: COMPLETED → `Exited{code}`, CANCELLED →
+//! `Failed{"... left the queue ..."}`: for instance one element of a
+//! pending array of several cancelled by its index (`scancel 24_3`), which
+//! SLURM forgets at once. With accounting that is said only once the
+//! element has stayed unknown for [`accounting_lag::ACCOUNTING_LAG`], as
+//! slurmdbd learns of an end a moment after squeue stops listing the job.
+//! States: COMPLETED → `Exited{code}`, CANCELLED →
 //! `Cancelled`, every other end (FAILED, TIMEOUT, NODE_FAIL,
 //! OUT_OF_MEMORY, BOOT_FAIL, DEADLINE, and PREEMPTED, which only ends a
 //! job when the partition cancels preempted jobs: requeued ones stay in
@@ -46,6 +49,7 @@
 //! the last poll: asking SLURM first would cost a call per cancel). `sbatch` and `scancel` failures that
 //! SLURM calls transient are retried after each of the retry delays.
 
+mod accounting_lag;
 pub(crate) mod commands;
 pub(crate) mod element;
 pub(crate) mod script;
@@ -55,13 +59,14 @@ mod steps;
 use std::collections::{BTreeMap, BTreeSet};
 use std::ffi::OsString;
 use std::path::Path;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use crate::arrays;
 use crate::queue::{ClusterLauncher, Jobs, Queue, QueueJob, ScriptRenderer, TimedCommands};
 use crate::retry::{self, CallError};
 use crate::site_limits;
 use crate::{JobEnd, JobScript, LaunchError, WorkerRequest};
+use accounting_lag::UnknownEnds;
 use commands::{Failure, Invocation, SlurmCommands};
 use element::Element;
 use squeue::Record;
@@ -115,6 +120,8 @@ pub struct Sbatch {
     /// submission (and again after an array was refused for its size):
     /// `Some(None)` when scontrol did not say.
     max_array_size: Option<Option<usize>>,
+    /// Workers that left the queue before slurmdbd knew how they ended.
+    unknown_ends: UnknownEnds,
 }
 
 /// What `sacct` can tell on this cluster.
@@ -144,6 +151,7 @@ impl SbatchLauncher {
             calls: SchedulerCalls::default(),
             steps: StepProcesses::default(),
             max_array_size: None,
+            unknown_ends: UnknownEnds::default(),
         }))
     }
 
@@ -412,9 +420,11 @@ impl Sbatch {
     }
 
     /// How the workers that left the queue ended: sacct first, then
-    /// scontrol, then "unknown". Workers scontrol still shows active, or
-    /// that it could not be asked about, stay for the next poll.
+    /// scontrol, then "unknown". Workers scontrol still shows active, that
+    /// it could not be asked about, or that slurmdbd may not know yet,
+    /// stay for the next poll.
     fn resolve(&mut self, jobs: &Jobs<Element>, mut gone: BTreeSet<u64>) -> Vec<(u64, JobEnd)> {
+        self.unknown_ends.retain(|worker| gone.contains(&worker));
         let mut ends = BTreeMap::new();
         let records = self.ask_sacct(jobs, &gone);
         match_ends(jobs, &records, &mut gone, &mut ends);
@@ -425,7 +435,12 @@ impl Sbatch {
             let active = match_ends(jobs, &records, &mut gone, &mut ends);
             gone.retain(|worker| !active.contains(worker));
         }
+        let now = Instant::now();
+        let lagging = self.accounting == Accounting::Database;
         for worker in gone {
+            if lagging && !self.unknown_ends.given_up(worker, now) {
+                continue;
+            }
             let reason = format!(
                 "job {} left the queue; neither sacct nor scontrol know how it ended",
                 jobs[&worker].job_id()

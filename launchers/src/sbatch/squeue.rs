@@ -63,16 +63,21 @@ pub fn parse_sacct(output: &str) -> Vec<Record> {
     })
 }
 
+/// SLURM's "no value" (`NO_VAL`) where an array task id would be.
+const NO_ARRAY_TASK: &str = "4294967294";
+
 /// `scontrol -o show job` output, one job record per line. Elements
-/// cancelled while pending may show `ArrayTaskId=4294967294` (no value),
-/// which matches no worker.
+/// cancelled while pending may show `ArrayTaskId=4294967294` (no value):
+/// such a record names no index, so it is matched by its raw job id, which
+/// the only element of an array of one is known by.
 pub fn parse_scontrol(output: &str) -> Vec<Record> {
     parse_lines(output, |line| {
         let field = |key: &str| scontrol_field(line, key);
         let raw = field("JobId")?;
         let state = field("JobState")?;
         let exit = field("ExitCode").and_then(parse_exit);
-        let (job, indices) = match (field("ArrayJobId"), field("ArrayTaskId")) {
+        let task = field("ArrayTaskId").filter(|task| *task != NO_ARRAY_TASK);
+        let (job, indices) = match (field("ArrayJobId"), task) {
             (Some(job), Some(tasks)) => (job.to_owned(), expand_indices(tasks)?),
             _ => (raw.to_owned(), Vec::new()),
         };

@@ -458,3 +458,44 @@ fn the_only_element_of_an_array_is_found_in_the_jobcomp_file_by_the_array_id() {
     assert!(fake.calls("sacct")[1].ends_with("--jobs=90"));
     assert!(fake.calls("scontrol").is_empty());
 }
+
+#[test]
+fn the_only_element_cancelled_while_pending_is_found_by_scontrol_by_its_raw_id() {
+    let fake = Fake::new();
+    fake.answer("sbatch", None, "27\n", "", 0);
+    let mut launcher = fake.launcher();
+    launcher.start(&fake.requests(0, 1)[0]).unwrap();
+    fake.answer("squeue", None, "", "", 0);
+    fake.answer("sacct", None, "", "", 0);
+    fake.answer(
+        "scontrol",
+        None,
+        "JobId=27 ArrayJobId=27 ArrayTaskId=4294967294 JobState=CANCELLED ExitCode=0:0\n",
+        "",
+        0,
+    );
+    let ended = launcher.poll_ended();
+    assert_eq!(ended, [(0, JobId("27_0".into()), JobEnd::Cancelled)]);
+}
+
+#[test]
+fn with_accounting_a_job_sacct_does_not_know_yet_is_asked_about_again() {
+    let fake = Fake::new();
+    let mut launcher = started(&fake);
+    fake.answer("squeue", None, "77_1|77|PENDING\n77_2|77|PENDING\n", "", 0);
+    fake.answer("sacct", Some(1), "", "", 0);
+    fake.answer(
+        "scontrol",
+        None,
+        "",
+        "slurm_load_jobs error: Invalid job id specified\n",
+        1,
+    );
+    assert!(launcher.poll_ended().is_empty(), "slurmdbd may lag");
+    fake.answer("sacct", None, "77_0|78|COMPLETED|0:0\n", "", 0);
+    assert_eq!(
+        launcher.poll_ended(),
+        [(10, JobId("77_0".into()), JobEnd::Exited { code: 0 })]
+    );
+    assert!(launcher.poll_ended().is_empty(), "reported once");
+}

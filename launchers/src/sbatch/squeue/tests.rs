@@ -133,7 +133,11 @@ fn scontrol_records_carry_array_indices_state_and_exit_code() {
         })
     );
     assert_eq!(records[3].exit, Some(ExitCode { code: 1, signal: 0 }));
-    assert_eq!(records[4].indices, [4294967294], "matches no worker");
+    assert_eq!(
+        (records[4].job.as_str(), records[4].indices.len()),
+        ("27", 0),
+        "no index: matched by its raw id"
+    );
     assert_eq!(
         (records[5].job.as_str(), records[5].indices.len()),
         ("4", 0)
