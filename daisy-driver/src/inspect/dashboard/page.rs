@@ -161,6 +161,15 @@ fn tasks(html: &mut String, status: &RunStatus) {
     html.push_str("</table>");
 }
 
+/// Why a worker ended, or what its submission waits for.
+fn why(worker: &WorkerStatus) -> String {
+    match (&worker.why, worker.waits_for()) {
+        (Some(why), _) => why.clone(),
+        (None, Some(whose)) => format!("waits for {whose}"),
+        (None, None) => String::new(),
+    }
+}
+
 fn workers(html: &mut String, workers: &[WorkerStatus]) {
     let mut counts: Vec<(WorkerEnd, usize)> = Vec::new();
     for worker in workers {
@@ -203,7 +212,7 @@ fn workers(html: &mut String, workers: &[WorkerStatus]) {
             host = Escaped(w.host.as_deref().unwrap_or("-")),
             pid = w.pid.map_or("-".into(), |pid| pid.to_string()),
             state = w.end.describe(),
-            why = Escaped(w.why.as_deref().unwrap_or("")),
+            why = Escaped(&why(w)),
         );
     }
     html.push_str("</table>");
@@ -213,5 +222,48 @@ fn workers(html: &mut String, workers: &[WorkerStatus]) {
             "<p class=\"hint\">and {} more workers (all of them are in /api/status)</p>",
             workers.len() - WORKER_ROWS
         );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn queued(worker_id: u64, waiting_for: Option<&str>) -> WorkerStatus {
+        WorkerStatus {
+            task: "predict".into(),
+            worker_id,
+            job: None,
+            host: None,
+            pid: None,
+            by_hand: false,
+            end: WorkerEnd::Queued,
+            why: None,
+            waiting_for: waiting_for.map(str::to_owned),
+        }
+    }
+
+    #[test]
+    fn a_worker_whose_submission_waits_says_for_what() {
+        let mut html = String::new();
+        let shown = [
+            queued(0, Some("QOSMaxSubmitJobPerUserLimit")),
+            queued(1, Some(launchers::MAX_JOBS)),
+            queued(2, None),
+        ];
+        workers(&mut html, &shown);
+        let rows: Vec<&str> = html.split("<tr class=").skip(1).collect();
+        assert_eq!(rows.len(), 3, "{html}");
+        assert!(
+            rows[0].contains("<td>waits for a site limit (QOSMaxSubmitJobPerUserLimit)</td>"),
+            "{}",
+            rows[0]
+        );
+        assert!(
+            rows[1].contains("<td>waits for the task&#39;s max_jobs</td>"),
+            "{}",
+            rows[1]
+        );
+        assert!(rows[2].contains("<td></td></tr>"), "{}", rows[2]);
     }
 }

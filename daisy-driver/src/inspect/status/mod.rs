@@ -108,6 +108,17 @@ pub struct WorkerStatus {
     pub waiting_for: Option<String>,
 }
 
+impl WorkerStatus {
+    /// What its submission waits for, in words: `the task's max_jobs` or
+    /// `a site limit (QOSMaxSubmitJobPerUserLimit)`.
+    pub fn waits_for(&self) -> Option<String> {
+        self.waiting_for.as_deref().map(|limit| match limit {
+            launchers::MAX_JOBS => "the task's max_jobs".to_string(),
+            site => format!("a site limit ({site})"),
+        })
+    }
+}
+
 /// What the running driver said.
 #[derive(Debug, Serialize)]
 pub struct LiveStatus {

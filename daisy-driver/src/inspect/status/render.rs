@@ -193,17 +193,13 @@ fn more(out: &mut String, len: usize) {
 /// One line per task and limit whose workers' submissions wait: the run
 /// is not stuck, the launcher submits them when the limit allows.
 fn waiting(out: &mut String, workers: &[WorkerStatus]) {
-    let mut waiting: std::collections::BTreeMap<(&str, &str), usize> = Default::default();
+    let mut waiting: std::collections::BTreeMap<(&str, String), usize> = Default::default();
     for worker in workers {
-        if let Some(limit) = &worker.waiting_for {
-            *waiting.entry((&worker.task, limit)).or_default() += 1;
+        if let Some(whose) = worker.waits_for() {
+            *waiting.entry((&worker.task, whose)).or_default() += 1;
         }
     }
-    for ((task, limit), count) in waiting {
-        let whose = match limit {
-            launchers::MAX_JOBS => "the task's max_jobs".to_string(),
-            site => format!("a site limit ({site})"),
-        };
+    for ((task, whose), count) in waiting {
         let _ = writeln!(
             out,
             "task {task:?}: {count} worker(s) wait for {whose}; they are submitted when it allows"
