@@ -77,6 +77,8 @@ const LSF_LIMITS: &[(&str, &str)] = &[
     ("max_pend_jobs", "MAX_PEND_JOBS"),
     ("max_pend_slots", "MAX_PEND_SLOTS"),
     ("max_job_array_size", "MAX_JOB_ARRAY_SIZE"),
+    // LSBE_BIG_IDX: an index above MAX_JOB_ARRAY_SIZE; smaller arrays pass.
+    ("job array index too large", "MAX_JOB_ARRAY_SIZE"),
 ];
 
 /// The LSF parameter a bsub refusal names when waiting can help.
@@ -202,10 +204,14 @@ mod tests {
     }
 
     #[test]
-    fn lsf_pending_job_thresholds_are_limits() {
+    fn lsf_pending_job_thresholds_and_the_array_size_are_limits() {
         assert_eq!(
             lsf_limit("Pending job threshold reached. Job not submitted.").as_deref(),
             Some("MAX_PEND_JOBS")
+        );
+        assert_eq!(
+            lsf_limit("Job array index too large. Job not submitted.").as_deref(),
+            Some("MAX_JOB_ARRAY_SIZE")
         );
         assert_eq!(lsf_limit("nosuch: No such queue. Job not submitted."), None);
     }

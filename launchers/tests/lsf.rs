@@ -427,6 +427,37 @@ fn fifty_workers_cost_one_submission_and_a_poll_one_status_call() {
 }
 
 #[test]
+fn arrays_over_max_job_array_size_are_split_and_every_worker_runs_once() {
+    needs_lsf_standin("arrays_over_max_job_array_size...");
+    let (run, mut cleanup, mut launcher) = (lsf_run("bigarray"), bkill(), launcher());
+    let mut requests = run.requests(5, "echo $LSB_JOBINDEX", ClusterOptions::default());
+    for request in &mut requests {
+        // The stand-in's lsb.params: indices above 2 are refused.
+        let limit = ("LSF_STANDIN_MAX_JOB_ARRAY_SIZE".into(), "2".into());
+        request.env.push(limit);
+    }
+    let jobs = start(&mut launcher, &requests, &mut cleanup);
+    assert_eq!(jobs.len(), 5, "no worker fails for the limit: {jobs:?}");
+    let mut arrays: Vec<String> = jobs.iter().map(array_of).collect();
+    arrays.dedup();
+    for array in &arrays {
+        let indices: Vec<u32> = bjobs(array).into_iter().map(|(i, _, _)| i).collect();
+        assert!(
+            !indices.is_empty() && indices.iter().all(|i| *i <= 2),
+            "array {array} has elements {indices:?}"
+        );
+    }
+    let ended = ends(&mut launcher, 5);
+    let ended: Vec<_> = ended.into_iter().map(|(w, _, end)| (w, end)).collect();
+    let expected: Vec<_> = (0..5).map(|w| (w, JobEnd::Exited { code: 0 })).collect();
+    assert_eq!(ended, expected, "each worker ran and ended once");
+    println!(
+        "5 workers under MAX_JOB_ARRAY_SIZE=2: arrays {arrays:?}, {:?}",
+        launcher.calls()
+    );
+}
+
+#[test]
 fn four_workers_two_per_job_are_started_by_blaunch_in_two_jobs() {
     needs_lsf_standin("four_workers_two_per_job...");
     let (run, mut cleanup, mut launcher) = (lsf_run("blaunch"), bkill(), launcher());
