@@ -41,6 +41,7 @@ pub use bsub::{
 pub use cluster::{non_empty, ClusterOptions};
 pub use local::{command_line as local_command_line, ForkServer, LocalLauncher, DEFAULT_GRACE};
 pub use pacing::{Paced, Pacing, DEFAULT_POLL_INTERVAL, DEFAULT_RETRY_DELAYS, MAX_BACKOFF};
+pub use queue::{POLL_AFTER_A_LOSS, QUICK_POLLS_AFTER_A_LOSS};
 pub use sbatch::{
     job_script as sbatch_job_script, sbatch_test_only, SbatchLauncher, SchedulerCalls, TestOnly,
     BUILTIN_WORKER_TEMPLATE, DEFAULT_COMMAND_TIMEOUT, PLACEHOLDERS, SLURM_COMMANDS,

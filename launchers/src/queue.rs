@@ -123,6 +123,17 @@ pub type ScriptRenderer = fn(&[WorkerRequest]) -> Result<JobScript, LaunchError>
 /// submitted.
 pub const NOT_SUBMITTED: &str = "not submitted";
 
+/// How often jobs are polled for [`QUICK_POLLS_AFTER_A_LOSS`] after a
+/// worker left uncleanly: its job ends a moment after its process, and
+/// its end (an exit status, `OUT_OF_MEMORY`, a node failure) tells the
+/// driver how the worker's blocks failed.
+pub const POLL_AFTER_A_LOSS: Duration = Duration::from_secs(1);
+
+/// How long jobs are polled every [`POLL_AFTER_A_LOSS`] after a worker
+/// left uncleanly; the driver waits as long for the job's end before its
+/// blocks fail with what the connection said.
+pub const QUICK_POLLS_AFTER_A_LOSS: Duration = Duration::from_secs(10);
+
 /// Submitted workers not yet reported ended: worker id → job.
 pub type Jobs<J> = BTreeMap<u64, J>;
 
@@ -133,6 +144,9 @@ pub struct ClusterLauncher<Q: Queue> {
     /// Tracked workers whose connection ended though their job may run
     /// on: their places in a job of several workers are free.
     left: BTreeSet<u64>,
+    /// Until when jobs are polled every [`POLL_AFTER_A_LOSS`], as a
+    /// worker left uncleanly and its job's end says how it died.
+    quick_polls_until: Option<Instant>,
     /// Ends recorded by `cancel`, handed out by the next `poll_ended`.
     ended: Vec<(u64, JobId, JobEnd)>,
     pacing: Pacing,
@@ -170,6 +184,7 @@ impl<Q: Queue> ClusterLauncher<Q> {
             queue,
             jobs: Jobs::new(),
             left: BTreeSet::new(),
+            quick_polls_until: None,
             ended: Vec::new(),
             pacing: Pacing::default(),
             backoff: Backoff::default(),
@@ -498,13 +513,18 @@ impl<Q: Queue> Launcher for ClusterLauncher<Q> {
         self.start_in_arrays(requests)
     }
 
-    /// The poll interval, or sooner when held requests are due earlier.
+    /// The poll interval; sooner when held requests are due earlier, or
+    /// for a while after a worker left uncleanly.
     fn poll_interval(&self) -> Duration {
-        let until_held =
-            (self.held.next_attempt()).map(|at| at.saturating_duration_since(Instant::now()));
-        until_held.map_or(self.pacing.poll_interval, |until| {
-            until.min(self.pacing.poll_interval)
-        })
+        let now = Instant::now();
+        let until_held = (self.held.next_attempt()).map(|at| at.saturating_duration_since(now));
+        let after_a_loss = (self.quick_polls_until)
+            .filter(|until| *until > now && !self.left.is_empty())
+            .map(|_| POLL_AFTER_A_LOSS);
+        [until_held, after_a_loss]
+            .into_iter()
+            .flatten()
+            .fold(self.pacing.poll_interval, Duration::min)
     }
 
     /// Job states first (ended jobs make room under `max_jobs`), then the
@@ -541,7 +561,13 @@ impl<Q: Queue> Launcher for ClusterLauncher<Q> {
     }
 
     fn left(&mut self, worker_ids: &[u64]) {
-        let tracked = worker_ids.iter().filter(|w| self.jobs.contains_key(w));
+        let tracked: Vec<u64> = (worker_ids.iter())
+            .filter(|w| self.jobs.contains_key(w))
+            .copied()
+            .collect();
+        if !tracked.is_empty() {
+            self.quick_polls_until = Some(Instant::now() + QUICK_POLLS_AFTER_A_LOSS);
+        }
         self.left.extend(tracked);
     }
 

@@ -308,6 +308,37 @@ fn a_worker_job_killed_while_running_loses_no_block() {
     wait_until_gone(&job_ids(&run_dir));
 }
 
+#[test]
+fn a_block_that_kills_its_worker_fails_with_how_slurm_saw_the_job_end() {
+    needs_slurm("a block that kills its worker job");
+    let dir = TestDir::new();
+    let kill = "[ {block_id} != 3 ] || kill -9 $PPID";
+    let pipeline = cluster_pipeline("sbatch", "blame", "")
+        .replace("sleep 0.1;", &format!("sleep 0.1; {kill};"))
+        .replace("max_workers = 3", "max_workers = 3\nmax_retries = 1");
+    dir.write("p.toml", &pipeline);
+    // At the default poll interval (30 s): after a worker's death the
+    // launcher polls every second for a while, so the job's end comes in
+    // while the driver waits for it.
+    let status = dir.driver(&["run", "p.toml"]).status().unwrap();
+    assert_eq!(status.code(), Some(1), "a block failed for good");
+    let run_dir = dir.join("daisy_run/blame");
+    let events = events(&run_dir);
+    let failures: Vec<&str> = (events.iter())
+        .filter(|e| e["event"] == "block_failed" && e["task"] == "blame-a")
+        .filter_map(|e| e["error"].as_str())
+        .collect();
+    assert_eq!(failures.len(), 2, "tried, then retried once: {failures:?}");
+    for error in failures {
+        assert!(
+            error.contains("died while running this block: failed: SLURM job state FAILED")
+                && error.contains("signal 9"),
+            "the job's end, not the connection's: {error}"
+        );
+    }
+    wait_until_gone(&job_ids(&run_dir));
+}
+
 /// Through slurmrestd, which `ci/test.sh` checks for apart from SLURM.
 mod site_limits;
 

@@ -499,3 +499,28 @@ fn with_accounting_a_job_sacct_does_not_know_yet_is_asked_about_again() {
     );
     assert!(launcher.poll_ended().is_empty(), "reported once");
 }
+
+#[test]
+fn after_a_worker_left_uncleanly_jobs_are_polled_every_second_until_its_end_is_known() {
+    let fake = Fake::new();
+    let mut launcher = started(&fake);
+    assert_eq!(launcher.poll_interval(), Duration::from_secs(60));
+    launcher.left(&[99]);
+    assert_eq!(
+        launcher.poll_interval(),
+        Duration::from_secs(60),
+        "an untracked worker changes nothing"
+    );
+    launcher.left(&[11]);
+    assert_eq!(launcher.poll_interval(), crate::POLL_AFTER_A_LOSS);
+    fake.answer("squeue", None, "77_0|77|RUNNING\n77_2|77|RUNNING\n", "", 0);
+    fake.answer("sacct", None, "77_1|79|FAILED|9:0\n", "", 0);
+    let ended = launcher.poll_ended();
+    assert_eq!(ended.len(), 1);
+    assert_eq!(ended[0].0, 11);
+    assert_eq!(
+        launcher.poll_interval(),
+        Duration::from_secs(60),
+        "its end is known"
+    );
+}

@@ -163,6 +163,11 @@ impl Launcher for TaskLaunchers {
 
     fn left(&mut self, worker_ids: &[u64]) {
         self.tell_owners(worker_ids, |launcher, own| launcher.left(own));
+        let now = Instant::now();
+        for backend in &mut self.backends {
+            let due = now + backend.launcher.poll_interval();
+            backend.next_poll = backend.next_poll.min(due);
+        }
     }
 
     /// Ends every backend's jobs; the next poll asks every backend, so

@@ -97,7 +97,11 @@ fn serve(
         match inbox.recv_timeout(wait) {
             Ok(Command::Start(requests)) => start(launcher.as_mut(), &requests, &events),
             Ok(Command::Cancel(slots)) => launcher.cancel(&worker_ids(&slots)),
-            Ok(Command::Left(slots)) => launcher.left(&worker_ids(&slots)),
+            Ok(Command::Left(slots)) => {
+                launcher.left(&worker_ids(&slots));
+                // How the worker died may be known sooner than planned.
+                next_poll = next_poll.min(Instant::now() + launcher.poll_interval());
+            }
             Ok(Command::Finish { leave_jobs: true }) => return,
             Ok(Command::Finish { leave_jobs: false })
             | Err(mpsc::RecvTimeoutError::Disconnected) => break,

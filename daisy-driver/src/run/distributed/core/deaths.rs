@@ -23,9 +23,10 @@ use crate::run_dir::outcome_recorder::Attempt;
 use daisy_core::{Block, BlockId, BlockOutcome, TaskIdx};
 use std::time::{Duration, Instant};
 
-/// How long the blocks of a dead launched worker wait for its job's end
-/// (a local launcher reports it within a poll, a cluster's may not).
-pub(super) const JOB_END_WAIT: Duration = Duration::from_secs(3);
+/// How long the blocks of a dead launched worker wait for its job's end:
+/// a local launcher reports it within a poll; a cluster launcher polls
+/// every second for as long after a worker left uncleanly.
+pub(super) const JOB_END_WAIT: Duration = launchers::QUICK_POLLS_AFTER_A_LOSS;
 
 /// The blocks of a dead worker, waiting for how its job ended.
 #[derive(Debug)]
