@@ -66,9 +66,15 @@ pub trait Queue: Send {
 
     /// One batched status call about every tracked job (by worker id):
     /// the workers whose jobs ended, and how. It may learn more about the
-    /// jobs as it goes. `Err` (the scheduler's message) when it gave no
-    /// usable answer: then nothing ends and the next polls back off.
-    fn ended(&mut self, jobs: &mut Jobs<Self::Job>) -> Result<Vec<(u64, JobEnd)>, String>;
+    /// jobs as it goes. `left` are the workers whose connection ended
+    /// uncleanly (their job may run on, with other workers). `Err` (the
+    /// scheduler's message) when it gave no usable answer: then nothing
+    /// ends and the next polls back off.
+    fn ended(
+        &mut self,
+        jobs: &mut Jobs<Self::Job>,
+        left: &BTreeSet<u64>,
+    ) -> Result<Vec<(u64, JobEnd)>, String>;
 
     /// One status call: those of `jobs` still queued or running, or
     /// `None` when the scheduler gave no usable answer.
@@ -532,7 +538,7 @@ impl<Q: Queue> Launcher for ClusterLauncher<Q> {
     fn poll_ended(&mut self) -> Vec<(u64, JobId, JobEnd)> {
         let mut ended = std::mem::take(&mut self.ended);
         if !self.jobs.is_empty() && !self.backoff.waiting() {
-            match self.queue.ended(&mut self.jobs) {
+            match self.queue.ended(&mut self.jobs, &self.left) {
                 Ok(ends) => {
                     self.backoff = Backoff::default();
                     ended.extend(self.take_ended(ends));

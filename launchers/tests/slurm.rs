@@ -335,9 +335,17 @@ fn a_worker_that_left_a_running_job_is_replaced_inside_it_and_one_cancelled_alon
     assert_eq!(read(&run.path("out-2.txt")), read(&run.path("out-1.txt")));
 
     launcher.cancel(&[1]);
-    let ended = ends(&mut launcher, 3);
+    let mut ended = ends(&mut launcher, 3);
+    let (_, _, first) = ended.remove(0);
+    // Worker 0 ends as its step did (sacct), not as its job did.
+    let JobEnd::Failed { reason } = first else {
+        panic!("worker 0 exited 3: {first:?}")
+    };
+    assert!(
+        reason.starts_with("SLURM job step ") && reason.ends_with(" ended FAILED (exit code 3)"),
+        "{reason}"
+    );
     let expected = vec![
-        (0, jobs[0].clone(), JobEnd::Exited { code: 0 }),
         (1, jobs[0].clone(), JobEnd::Cancelled),
         (2, jobs[0].clone(), JobEnd::Exited { code: 0 }),
     ];

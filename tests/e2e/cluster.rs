@@ -311,32 +311,68 @@ fn a_worker_job_killed_while_running_loses_no_block() {
 #[test]
 fn a_block_that_kills_its_worker_fails_with_how_slurm_saw_the_job_end() {
     needs_slurm("a block that kills its worker job");
-    let dir = TestDir::new();
-    let kill = "[ {block_id} != 3 ] || kill -9 $PPID";
-    let pipeline = cluster_pipeline("sbatch", "blame", "")
-        .replace("sleep 0.1;", &format!("sleep 0.1; {kill};"))
-        .replace("max_workers = 3", "max_workers = 3\nmax_retries = 1");
-    dir.write("p.toml", &pipeline);
-    // At the default poll interval (30 s): after a worker's death the
-    // launcher polls every second for a while, so the job's end comes in
-    // while the driver waits for it.
-    let status = dir.driver(&["run", "p.toml"]).status().unwrap();
-    assert_eq!(status.code(), Some(1), "a block failed for good");
-    let run_dir = dir.join("daisy_run/blame");
-    let events = events(&run_dir);
-    let failures: Vec<&str> = (events.iter())
-        .filter(|e| e["event"] == "block_failed" && e["task"] == "blame-a")
-        .filter_map(|e| e["error"].as_str())
-        .collect();
-    assert_eq!(failures.len(), 2, "tried, then retried once: {failures:?}");
-    for error in failures {
+    for error in errors_of_a_block_that_kills_its_worker("blame", "", 3) {
         assert!(
             error.contains("died while running this block: failed: SLURM job state FAILED")
                 && error.contains("signal 9"),
             "the job's end, not the connection's: {error}"
         );
     }
+}
+
+#[test]
+fn a_block_that_kills_a_worker_of_a_shared_job_fails_with_how_its_step_ended() {
+    needs_slurm("a block that kills a worker of a job of two");
+    // Four workers a task: two full jobs, so no worker has a job of its own.
+    let errors = errors_of_a_block_that_kills_its_worker("blame2", "workers_per_job = 2", 4);
+    // The first worker is a step of the job script; its replacement may be
+    // a step started by srun in the same job, whose exit status says 137.
+    assert!(
+        errors[0].contains("died while running this block: failed: SLURM job step ")
+            && errors[0].contains("ended CANCELLED (exit code 0, signal 9)"),
+        "the step's end, not the connection's or the job's: {}",
+        errors[0]
+    );
+    for error in &errors[1..] {
+        assert!(
+            error.contains("signal 9") || error.contains("exited with code 137"),
+            "{error}"
+        );
+    }
+}
+
+/// Runs a pipeline of two chained sbatch tasks of `workers` workers each
+/// (`launcher` lines added) whose block 3 of the first kills its worker,
+/// with one retry, at the
+/// default poll interval (30 s): after a worker's death the launcher
+/// polls every second for a while, so the end comes in while the driver
+/// waits for it. Returns the errors block 3 failed with, in order.
+fn errors_of_a_block_that_kills_its_worker(
+    prefix: &str,
+    launcher: &str,
+    workers: u32,
+) -> Vec<String> {
+    let dir = TestDir::new();
+    let kill = "[ {block_id} != 3 ] || kill -9 $PPID";
+    let pipeline = cluster_pipeline("sbatch", prefix, "")
+        .replace("sleep 0.1;", &format!("sleep 0.1; {kill};"))
+        .replace(
+            "max_workers = 3",
+            &format!("max_workers = {workers}\nmax_retries = 1"),
+        )
+        .replace("[launcher]\n", &format!("[launcher]\n{launcher}\n"));
+    dir.write("p.toml", &pipeline);
+    let status = dir.driver(&["run", "p.toml"]).status().unwrap();
+    assert_eq!(status.code(), Some(1), "a block failed for good");
+    let run_dir = dir.join(&format!("daisy_run/{prefix}"));
+    let first_task = format!("{prefix}-a");
+    let errors: Vec<String> = (events(&run_dir).iter())
+        .filter(|e| e["event"] == "block_failed" && e["task"] == first_task.as_str())
+        .filter_map(|e| e["error"].as_str().map(String::from))
+        .collect();
+    assert_eq!(errors.len(), 2, "tried, then retried once: {errors:?}");
     wait_until_gone(&job_ids(&run_dir));
+    errors
 }
 
 /// Through slurmrestd, which `ci/test.sh` checks for apart from SLURM.

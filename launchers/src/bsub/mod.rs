@@ -146,7 +146,11 @@ impl Queue for Bsub {
     }
 
     /// One bjobs call about every tracked array.
-    fn ended(&mut self, jobs: &mut Jobs<Element>) -> Result<Vec<(u64, JobEnd)>, String> {
+    fn ended(
+        &mut self,
+        jobs: &mut Jobs<Element>,
+        _left: &BTreeSet<u64>,
+    ) -> Result<Vec<(u64, JobEnd)>, String> {
         let report = self.bjobs(jobs.values())?;
         let states = report
             .elements

@@ -122,6 +122,9 @@ pub struct Sbatch {
     max_array_size: Option<Option<usize>>,
     /// Workers that left the queue before slurmdbd knew how they ended.
     unknown_ends: UnknownEnds,
+    /// Workers that left a job of several which has ended since, before
+    /// slurmdbd knew how their own step ended.
+    unknown_steps: UnknownEnds,
 }
 
 /// What `sacct` can tell on this cluster.
@@ -152,6 +155,7 @@ impl SbatchLauncher {
             steps: StepProcesses::default(),
             max_array_size: None,
             unknown_ends: UnknownEnds::default(),
+            unknown_steps: UnknownEnds::default(),
         }))
     }
 
@@ -197,17 +201,31 @@ impl Queue for Sbatch {
         Ok(Element::of_group(&array, group, only))
     }
 
-    /// Workers started inside running jobs end with their srun.
-    fn ended(&mut self, jobs: &mut Jobs<Element>) -> Result<Vec<(u64, JobEnd)>, String> {
+    /// Workers started inside running jobs end with their srun; workers
+    /// that left a job that runs on end with their job step.
+    fn ended(
+        &mut self,
+        jobs: &mut Jobs<Element>,
+        left: &BTreeSet<u64>,
+    ) -> Result<Vec<(u64, JobEnd)>, String> {
         let mut ended = self.steps.ended();
         let listing = self.squeue(&arrays(jobs.values()))?;
-        let gone = left_queue(jobs, &listing);
+        let left_the_queue = left_queue(jobs, &listing);
+        let mut gone = left_the_queue.clone();
+        let steps_left = self.steps_left(jobs, left);
+        let step_ends = self.step_ends(jobs, &steps_left);
+        self.await_step_ends(&steps_left, &step_ends, &mut gone);
         if !gone.is_empty() {
             let resolved = self.resolve(jobs, gone);
+            let resolved: Vec<(u64, JobEnd)> = (resolved.into_iter())
+                .map(|(worker, end)| (worker, self.own_end(jobs, left, worker, end)))
+                .collect();
             self.steps
                 .forget(resolved.iter().map(|(worker, _)| *worker));
             ended.extend(resolved);
         }
+        ended.extend(step_ends);
+        self.cancel_orphaned(jobs, &ended, &left_the_queue);
         Ok(ended)
     }
 
@@ -358,6 +376,120 @@ impl Sbatch {
         let listed = element::listed(&listing);
         let record = listed.get(&job.key())?;
         (record.state == "RUNNING").then(|| record.raw.clone())
+    }
+
+    /// The workers in `left` whose job of several workers runs on, and
+    /// whose step's end sacct can tell (with accounting; the jobcomp file
+    /// has no steps). Those this launcher started by srun are not among
+    /// them: their srun's exit says how they ended.
+    fn steps_left(&self, jobs: &Jobs<Element>, left: &BTreeSet<u64>) -> BTreeSet<u64> {
+        if self.accounting != Accounting::Database {
+            return BTreeSet::new();
+        }
+        let in_job_of_several =
+            |worker: &&u64| jobs.get(worker).is_some_and(|job| job.steps.is_some());
+        (left.iter())
+            .filter(in_job_of_several)
+            .filter(|worker| !self.steps.started_here(**worker))
+            .copied()
+            .collect()
+    }
+
+    /// Cancels the jobs that run on though every worker tracked in them
+    /// ended now (by their steps or sruns): nothing would cancel them
+    /// later, and a job on a dead node that SLURM requeues would wait in
+    /// the queue for ever.
+    fn cancel_orphaned(
+        &mut self,
+        jobs: &Jobs<Element>,
+        ended: &[(u64, JobEnd)],
+        left_the_queue: &BTreeSet<u64>,
+    ) {
+        let ended: BTreeSet<u64> = ended.iter().map(|(worker, _)| *worker).collect();
+        let orphaned = steps::orphaned_jobs(jobs, &ended, left_the_queue);
+        if orphaned.is_empty() {
+            return;
+        }
+        let ids: Vec<String> = orphaned.iter().map(|job| job.job_id().0).collect();
+        tracing::info!(?ids, "cancelling jobs whose every worker ended");
+        let staying: Vec<&Element> = (jobs.iter())
+            .filter(|(worker, _)| !ended.contains(worker))
+            .map(|(_, job)| job)
+            .collect();
+        self.cancel(&orphaned, &staying, &[]);
+    }
+
+    /// `worker`'s end, given its job's: a worker that left a job of
+    /// several before it ended, whose step's end is not known (no
+    /// accounting, or slurmdbd did not say in time), did not end as the
+    /// job did: that would say "exited with code 0" of a worker killed.
+    fn own_end(
+        &self,
+        jobs: &Jobs<Element>,
+        left: &BTreeSet<u64>,
+        worker: u64,
+        end: JobEnd,
+    ) -> JobEnd {
+        let job = &jobs[&worker];
+        let step_unknown =
+            left.contains(&worker) && job.steps.is_some() && !self.steps.started_here(worker);
+        if !step_unknown {
+            return end;
+        }
+        let reason = format!(
+            "its job step ended before its job {}, which {end}; SLURM kept no record of how the step ended",
+            job.job_id()
+        );
+        JobEnd::Failed { reason }
+    }
+
+    /// The end of a job of several workers is not the end of a worker
+    /// that left it earlier: such a worker, `gone` with its job, waits
+    /// for its step's end (slurmdbd may lag) rather than take the job's,
+    /// for as long as [`accounting_lag::ACCOUNTING_LAG`]. Those whose
+    /// step's end is known leave `gone`.
+    fn await_step_ends(
+        &mut self,
+        steps_left: &BTreeSet<u64>,
+        step_ends: &[(u64, JobEnd)],
+        gone: &mut BTreeSet<u64>,
+    ) {
+        let known: BTreeSet<u64> = step_ends.iter().map(|(worker, _)| *worker).collect();
+        gone.retain(|worker| !known.contains(worker));
+        let awaited: BTreeSet<u64> = gone.intersection(steps_left).copied().collect();
+        self.unknown_steps
+            .retain(|worker| awaited.contains(&worker));
+        let now = Instant::now();
+        for worker in awaited {
+            if !self.unknown_steps.given_up(worker, now) {
+                gone.remove(&worker);
+            }
+        }
+    }
+
+    /// How the steps of `workers` ended, from one sacct call about their
+    /// jobs (by raw id, or as `<array>_<index>` when no poll saw them
+    /// running); a step sacct does not show as ended yet is asked about
+    /// at the next poll.
+    fn step_ends(&mut self, jobs: &Jobs<Element>, workers: &BTreeSet<u64>) -> Vec<(u64, JobEnd)> {
+        let ids: BTreeSet<String> = (workers.iter())
+            .filter_map(|worker| jobs.get(worker))
+            .map(|job| job.raw.clone().unwrap_or_else(|| job.job_id().0))
+            .collect();
+        if ids.is_empty() {
+            return Vec::new();
+        }
+        self.calls.sacct += 1;
+        let ids: Vec<String> = ids.into_iter().collect();
+        let invocation = Invocation::new(&self.slurm.sacct, steps::step_accounting_args(&ids));
+        match commands::run(&invocation, self.command_timeout) {
+            Ok(listing) => steps::step_ends(&listing, workers),
+            Err(failure) => {
+                let message = failure.message();
+                tracing::warn!(%message, "cannot ask sacct how job steps ended; asked again later");
+                Vec::new()
+            }
+        }
     }
 
     /// The step ids of workers cancelled alone, by one squeue call about

@@ -19,6 +19,7 @@ use std::process::{Child, Command, Stdio};
 
 use super::element::{Element, Steps};
 use super::script::srun_options;
+use super::squeue::{job_end, parse_exit, ExitCode};
 use crate::queue::Jobs;
 use crate::{JobEnd, LaunchError, WorkerRequest};
 
@@ -117,6 +118,11 @@ impl StepProcesses {
         ended
     }
 
+    /// Whether `worker` was started here, by srun, and still runs.
+    pub(crate) fn started_here(&self, worker: u64) -> bool {
+        self.running.contains_key(&worker)
+    }
+
     /// Forgets workers whose ends were reported another way (their job
     /// ended), ending their srun if it still runs.
     pub(crate) fn forget(&mut self, workers: impl IntoIterator<Item = u64>) {
@@ -196,15 +202,88 @@ pub(crate) fn step_listing_args(jobs: &[String]) -> Vec<String> {
     ]
 }
 
+/// `sacct` arguments listing the steps of `jobs` (raw ids or array
+/// elements) as `<raw step id>|<name>|<state>|<exit code>`:
+/// `25.1|daisy-w3|CANCELLED|0:9`.
+pub(crate) fn step_accounting_args(jobs: &[String]) -> Vec<String> {
+    vec![
+        "--noheader".into(),
+        "--parsable2".into(),
+        "--format=JobIDRaw,JobName,State,ExitCode".into(),
+        format!("--jobs={}", jobs.join(",")),
+    ]
+}
+
+/// How the steps of `workers` that have ended did, from a sacct listing
+/// ([`step_accounting_args`]). A step that completed gives its exit code;
+/// any other end is a failure naming the step, its state and exit code
+/// (a worker killed by a signal shows as CANCELLED with that signal).
+pub(crate) fn step_ends(listing: &str, workers: &BTreeSet<u64>) -> Vec<(u64, JobEnd)> {
+    let mut ends = BTreeMap::new();
+    for line in listing.lines() {
+        let fields: Vec<&str> = line.trim().split('|').collect();
+        let [step, name, state, exit] = fields[..] else {
+            continue;
+        };
+        let Some(worker) = worker_of_step(name).filter(|w| workers.contains(w)) else {
+            continue;
+        };
+        let state = state.split_whitespace().next().unwrap_or(state);
+        let exit = parse_exit(exit);
+        let end = match job_end(state, exit) {
+            None => continue,
+            Some(JobEnd::Exited { code }) => JobEnd::Exited { code },
+            Some(_) => JobEnd::Failed {
+                reason: step_failure(step, state, exit),
+            },
+        };
+        ends.insert(worker, end);
+    }
+    ends.into_iter().collect()
+}
+
+/// The jobs of several workers that squeue still lists though every
+/// worker tracked in them is in `ended`, one element each.
+pub(crate) fn orphaned_jobs(
+    jobs: &Jobs<Element>,
+    ended: &BTreeSet<u64>,
+    left_the_queue: &BTreeSet<u64>,
+) -> Vec<Element> {
+    let mut orphaned: BTreeMap<(&str, u32), &Element> = BTreeMap::new();
+    for worker in ended.difference(left_the_queue) {
+        if let Some(job) = jobs.get(worker).filter(|job| job.steps.is_some()) {
+            orphaned.insert(job.key(), job);
+        }
+    }
+    for (worker, job) in jobs {
+        if !ended.contains(worker) {
+            orphaned.remove(&job.key());
+        }
+    }
+    orphaned.into_values().cloned().collect()
+}
+
+/// "SLURM job step 25.1 ended CANCELLED (exit code 0, signal 9)".
+fn step_failure(step: &str, state: &str, exit: Option<ExitCode>) -> String {
+    let how = match exit {
+        Some(ExitCode { code, signal: 0 }) => format!(" (exit code {code})"),
+        Some(ExitCode { code, signal }) => format!(" (exit code {code}, signal {signal})"),
+        None => String::new(),
+    };
+    format!("SLURM job step {step} ended {state}{how}")
+}
+
+/// The worker a step named `daisy-w<id>` runs.
+fn worker_of_step(name: &str) -> Option<u64> {
+    name.strip_prefix("daisy-w")?.parse().ok()
+}
+
 /// The step ids (`27.3`) of `workers` in a `squeue --steps` listing.
 pub(crate) fn step_ids(listing: &str, workers: &BTreeSet<u64>) -> Vec<String> {
     listing
         .lines()
         .filter_map(|line| line.trim().split_once('|'))
-        .filter(|(_, name)| {
-            let worker = name.strip_prefix("daisy-w").and_then(|id| id.parse().ok());
-            worker.is_some_and(|worker| workers.contains(&worker))
-        })
+        .filter(|(_, name)| worker_of_step(name).is_some_and(|worker| workers.contains(&worker)))
         .map(|(step, _)| step.to_owned())
         .collect()
 }
@@ -253,6 +332,55 @@ mod tests {
         let (whole, alone) = split_cancelled(&cancelled, &[&b]);
         assert_eq!(whole, [c]);
         assert_eq!(alone, [&a]);
+    }
+
+    #[test]
+    fn a_step_ends_with_its_exit_code_or_fails_naming_its_state() {
+        let listing = "25|daisy-t|RUNNING|0:0\n25.batch|batch|RUNNING|0:0\n\
+                       25.0|daisy-w0|COMPLETED|3:0\n25.1|daisy-w1|OUT_OF_MEMORY|0:125\n\
+                       25.2|daisy-w2|CANCELLED by 0|0:9\n25.3|daisy-w3|RUNNING|0:0\n\
+                       25.4|daisy-w4|FAILED|1:0\n";
+        let ends = step_ends(listing, &[0, 1, 2, 3].into());
+        let failed = |reason: &str| JobEnd::Failed {
+            reason: reason.into(),
+        };
+        assert_eq!(
+            ends,
+            [
+                (0, JobEnd::Exited { code: 3 }),
+                (
+                    1,
+                    failed("SLURM job step 25.1 ended OUT_OF_MEMORY (exit code 0, signal 125)")
+                ),
+                (
+                    2,
+                    failed("SLURM job step 25.2 ended CANCELLED (exit code 0, signal 9)")
+                ),
+            ],
+            "a running step and one not asked about are left out"
+        );
+        assert!(step_ends("garbage\n|||\n", &[0].into()).is_empty());
+    }
+
+    #[test]
+    fn a_listed_job_whose_every_worker_ended_is_orphaned() {
+        let jobs: Jobs<Element> = [
+            (0, worker_of("24", 0, 0, Some("25"))),
+            (1, worker_of("24", 0, 1, Some("25"))),
+            (2, worker_of("24", 1, 2, Some("26"))),
+            (3, worker_of("24", 1, 3, Some("26"))),
+            (4, worker_of("24", 2, 4, Some("27"))),
+            (5, worker_of("24", 2, 5, Some("27"))),
+            (6, Element::new("30", 0)),
+        ]
+        .into();
+        let orphaned = orphaned_jobs(&jobs, &[0, 2, 3, 4, 5, 6].into(), &[4, 5].into());
+        let keys: Vec<(&str, u32)> = orphaned.iter().map(Element::key).collect();
+        assert_eq!(
+            keys,
+            [("24", 1)],
+            "24_0 keeps worker 1; 24_2 left the queue; 30_0 is a job of one"
+        );
     }
 
     #[test]

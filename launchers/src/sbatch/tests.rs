@@ -524,3 +524,184 @@ fn after_a_worker_left_uncleanly_jobs_are_polled_every_second_until_its_end_is_k
         "its end is known"
     );
 }
+
+/// A launcher that submitted workers 10..14 as array 77 of two jobs of
+/// two, not polled yet.
+fn two_per_job_submitted(fake: &Fake) -> SbatchLauncher {
+    fake.answer("sbatch", None, "77\n", "", 0);
+    let mut launcher = fake.launcher();
+    let mut requests = fake.requests(10, 4);
+    for request in &mut requests {
+        request.cluster.workers_per_job = Some(2);
+    }
+    assert_eq!(
+        ids(launcher.start_many(&requests)),
+        ["77_0", "77_0", "77_1", "77_1"]
+    );
+    launcher
+}
+
+/// [`two_per_job_submitted`], both jobs seen running (raw ids 78 and 77).
+fn two_per_job(fake: &Fake) -> SbatchLauncher {
+    let mut launcher = two_per_job_submitted(fake);
+    fake.answer("squeue", None, "77_0|78|RUNNING\n77_1|77|RUNNING\n", "", 0);
+    assert!(launcher.poll_ended().is_empty());
+    assert!(fake.calls("sacct").is_empty(), "nobody left");
+    launcher
+}
+
+#[test]
+fn a_worker_that_left_a_job_of_several_ends_with_its_job_step() {
+    let fake = Fake::new();
+    let mut launcher = two_per_job(&fake);
+    launcher.left(&[11]);
+    fake.answer(
+        "sacct",
+        Some(1),
+        "78.batch|batch|RUNNING|0:0\n78.0|daisy-w10|RUNNING|0:0\n",
+        "",
+        0,
+    );
+    assert!(
+        launcher.poll_ended().is_empty(),
+        "sacct does not know the step's end yet"
+    );
+    fake.answer(
+        "sacct",
+        None,
+        "78.batch|batch|RUNNING|0:0\n78.0|daisy-w10|RUNNING|0:0\n78.1|daisy-w11|CANCELLED|0:9\n",
+        "",
+        0,
+    );
+    let reason = "SLURM job step 78.1 ended CANCELLED (exit code 0, signal 9)".to_string();
+    assert_eq!(
+        launcher.poll_ended(),
+        [(11, JobId("77_0".into()), JobEnd::Failed { reason })]
+    );
+    assert_eq!(
+        fake.calls("sacct"),
+        ["--noheader --parsable2 --format=JobIDRaw,JobName,State,ExitCode --jobs=78"; 2]
+    );
+    assert!(launcher.poll_ended().is_empty());
+    assert_eq!(
+        fake.calls("sacct").len(),
+        2,
+        "reported once, not asked again"
+    );
+}
+
+#[test]
+fn a_worker_that_left_a_job_of_several_that_ended_since_waits_for_its_steps_end() {
+    let fake = Fake::new();
+    let mut launcher = two_per_job(&fake);
+    launcher.left(&[11]);
+    fake.answer("squeue", None, "77_1|77|RUNNING\n", "", 0);
+    fake.answer("sacct", Some(1), "78.batch|batch|COMPLETED|0:0\n", "", 0);
+    fake.answer("sacct", Some(2), "77_0|78|COMPLETED|0:0\n", "", 0);
+    assert_eq!(
+        launcher.poll_ended(),
+        [(10, JobId("77_0".into()), JobEnd::Exited { code: 0 })],
+        "the job's end is its other worker's, not the one that left"
+    );
+    fake.answer(
+        "sacct",
+        Some(3),
+        "78.1|daisy-w11|OUT_OF_MEMORY|0:125\n",
+        "",
+        0,
+    );
+    let reason = "SLURM job step 78.1 ended OUT_OF_MEMORY (exit code 0, signal 125)".to_string();
+    assert_eq!(
+        launcher.poll_ended(),
+        [(11, JobId("77_0".into()), JobEnd::Failed { reason })]
+    );
+}
+
+#[test]
+fn the_step_of_a_job_no_poll_saw_running_is_asked_about_by_its_array_element() {
+    let fake = Fake::new();
+    let mut launcher = two_per_job_submitted(&fake);
+    launcher.left(&[11]);
+    fake.answer("squeue", None, "", "", 0);
+    fake.answer("sacct", Some(1), "78.1|daisy-w11|FAILED|3:0\n", "", 0);
+    fake.answer(
+        "sacct",
+        Some(2),
+        "77_0|78|COMPLETED|0:0\n77_1|77|COMPLETED|0:0\n",
+        "",
+        0,
+    );
+    let ended: Vec<(u64, JobEnd)> = (launcher.poll_ended().into_iter())
+        .map(|(worker, _, end)| (worker, end))
+        .collect();
+    let reason = "SLURM job step 78.1 ended FAILED (exit code 3)".to_string();
+    let done = JobEnd::Exited { code: 0 };
+    assert_eq!(
+        ended,
+        [
+            (10, done.clone()),
+            (12, done.clone()),
+            (13, done),
+            (11, JobEnd::Failed { reason })
+        ]
+    );
+    assert!(fake.calls("sacct")[0].ends_with("--jobs=77_0"));
+}
+
+#[test]
+fn without_accounting_a_worker_that_left_a_job_of_several_does_not_take_the_jobs_end() {
+    let fake = Fake::new();
+    let mut launcher = two_per_job(&fake);
+    launcher.left(&[11]);
+    fake.answer("squeue", None, "", "", 0);
+    let disabled = "Slurm accounting storage is disabled\n";
+    fake.answer("sacct", Some(1), "", disabled, 1);
+    fake.answer("sacct", Some(2), "", disabled, 1);
+    fake.answer(
+        "sacct",
+        None,
+        "78|78|COMPLETED|0:0\n77|77|COMPLETED|0:0\n",
+        "",
+        0,
+    );
+    let first: Vec<u64> = (launcher.poll_ended().into_iter())
+        .map(|(worker, _, _)| worker)
+        .collect();
+    assert_eq!(first, [10, 12, 13]);
+    let reason = "its job step ended before its job 77_0, which exited with code 0; \
+                  SLURM kept no record of how the step ended"
+        .to_string();
+    assert_eq!(
+        launcher.poll_ended(),
+        [(11, JobId("77_0".into()), JobEnd::Failed { reason })]
+    );
+    assert!(
+        (fake.calls("sacct").iter())
+            .all(|call| !call.contains("JobName") || call.ends_with("--jobs=78")),
+        "no step is asked about once sacct said it has no accounting"
+    );
+    assert_eq!(fake.calls("sacct").len(), 4);
+}
+
+#[test]
+fn a_job_that_runs_on_after_every_worker_in_it_ended_is_cancelled() {
+    let fake = Fake::new();
+    let mut launcher = two_per_job(&fake);
+    launcher.left(&[10, 11]);
+    fake.answer(
+        "sacct",
+        None,
+        "78.0|daisy-w10|CANCELLED|0:9\n78.1|daisy-w11|CANCELLED|0:9\n",
+        "",
+        0,
+    );
+    let ended: Vec<u64> = (launcher.poll_ended().into_iter())
+        .map(|(worker, _, _)| worker)
+        .collect();
+    assert_eq!(ended, [10, 11]);
+    assert_eq!(
+        fake.calls("scancel"),
+        ["77_0"],
+        "its node died: SLURM would requeue it, and nothing would cancel it later"
+    );
+}

@@ -69,6 +69,7 @@ mod api;
 mod client;
 mod job;
 
+use std::collections::BTreeSet;
 use std::time::Duration;
 
 use crate::queue::{ClusterLauncher, Jobs, Queue, QueueJob, ScriptRenderer};
@@ -218,7 +219,11 @@ impl Queue for Slurmrestd {
     }
 
     /// One `GET /jobs`; a tracked job it does not list ended unseen.
-    fn ended(&mut self, jobs: &mut Jobs<Element>) -> Result<Vec<(u64, JobEnd)>, String> {
+    fn ended(
+        &mut self,
+        jobs: &mut Jobs<Element>,
+        _left: &BTreeSet<u64>,
+    ) -> Result<Vec<(u64, JobEnd)>, String> {
         let records = self.list_jobs()?;
         let listed = element::listed(&records);
         let end = |element: &Element| match listed.get(&(element.array.as_str(), element.index)) {
