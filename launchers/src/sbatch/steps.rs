@@ -149,7 +149,9 @@ impl Drop for StepProcesses {
 }
 
 /// The first job of `task` whose workers, not counting those that
-/// `left`, are fewer than its places (one whose raw id is known first).
+/// `left`, are fewer than its places but not none (one whose raw id is
+/// known first). A job every worker left is not reused: its node may
+/// have died under them, and an srun into it would hang.
 pub(crate) fn job_with_room<'a>(
     task: &str,
     jobs: &'a Jobs<Element>,
@@ -169,7 +171,7 @@ pub(crate) fn job_with_room<'a>(
     let has_room = |(count, job): &(usize, &Element)| {
         job.steps
             .as_ref()
-            .is_some_and(|steps| *count < steps.places)
+            .is_some_and(|steps| *count > 0 && *count < steps.places)
     };
     let mut with_room: Vec<&Element> = (workers.into_values())
         .filter(has_room)
@@ -319,6 +321,9 @@ mod tests {
         assert!(job_with_room("other", &jobs, &[1].into()).is_none());
         let not_seen_running = job_with_room("t", &jobs, &[1, 2].into()).unwrap();
         assert_eq!(not_seen_running.index, 0, "one seen running comes first");
+        let deserted = job_with_room("t", &jobs, &[0, 1, 2].into()).unwrap();
+        assert_eq!(deserted.index, 1, "a job every worker left is not reused");
+        assert!(job_with_room("t", &jobs, &[0, 1, 2, 3].into()).is_none());
     }
 
     #[test]
