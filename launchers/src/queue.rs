@@ -103,7 +103,8 @@ pub trait Queue: Send {
 
     /// The most elements one array may have (SLURM: `MaxArraySize`, as
     /// indices must be below it), or `None` when the queue sets none.
-    fn max_array_size(&mut self) -> Option<usize> {
+    fn max_array_size(&mut self, first: &WorkerRequest) -> Option<usize> {
+        let _ = first;
         None
     }
 
@@ -263,7 +264,7 @@ impl<Q: Queue> ClusterLauncher<Q> {
                 self.hold_all(rest, &limit, &message, &mut outcomes);
                 break;
             }
-            let max_array = self.queue.max_array_size();
+            let max_array = self.queue.max_array_size(&rest[0]);
             // Arrays, rooms and windows count jobs, each of `per_job`
             // workers (the group is whole jobs, see `arrays::group_len`).
             let per_job = arrays::per_job(rest);
@@ -281,7 +282,7 @@ impl<Q: Queue> ClusterLauncher<Q> {
                     rest = &rest[len..];
                 }
                 Err(LaunchError::Waiting { limit, message }) => {
-                    if limit == site_limits::MAX_ARRAY_SIZE {
+                    if site_limits::is_array_size(&limit) {
                         self.queue.array_size_refused();
                     }
                     if jobs > 1 {

@@ -66,6 +66,24 @@ pub(crate) fn slurm_limit(message: &str) -> Option<String> {
     None
 }
 
+/// LSF's parameter for the largest job array (lsb.params).
+pub(crate) const LSF_MAX_ARRAY_SIZE: &str = "MAX_JOB_ARRAY_SIZE";
+
+/// Whether `limit` is an array size limit (SLURM's or LSF's): the queue's
+/// array size is to be asked again.
+pub(crate) fn is_array_size(limit: &str) -> bool {
+    limit == MAX_ARRAY_SIZE || limit == LSF_MAX_ARRAY_SIZE
+}
+
+/// The number a `NAME = N` line of a scheduler's configuration listing
+/// gives (`scontrol show config`, `bparams -a`).
+pub(crate) fn configured_number(listing: &str, name: &str) -> Option<usize> {
+    listing.lines().find_map(|line| {
+        let (key, value) = line.split_once('=')?;
+        (key.trim() == name).then(|| value.trim().parse().ok())?
+    })
+}
+
 /// LSF's words for a refusal that waiting can help, and the parameter
 /// each means (lsb.params, lsb.users). bsub itself retries these unless
 /// `LSB_NTRIES` is set, so the bsub backend sets it to 1: the launcher
@@ -76,9 +94,9 @@ const LSF_LIMITS: &[(&str, &str)] = &[
     ("pending job slot threshold", "MAX_PEND_SLOTS"),
     ("max_pend_jobs", "MAX_PEND_JOBS"),
     ("max_pend_slots", "MAX_PEND_SLOTS"),
-    ("max_job_array_size", "MAX_JOB_ARRAY_SIZE"),
+    ("max_job_array_size", LSF_MAX_ARRAY_SIZE),
     // LSBE_BIG_IDX: an index above MAX_JOB_ARRAY_SIZE; smaller arrays pass.
-    ("job array index too large", "MAX_JOB_ARRAY_SIZE"),
+    ("job array index too large", LSF_MAX_ARRAY_SIZE),
 ];
 
 /// The LSF parameter a bsub refusal names when waiting can help.
@@ -201,6 +219,19 @@ mod tests {
         ] {
             assert_eq!(slurm_limit(stderr), None, "{stderr}");
         }
+    }
+
+    #[test]
+    fn configured_numbers_are_read_from_name_value_lines() {
+        let bparams = "lsb.params configuration at Sat Dec 05 21:13:30 2026\n\
+                       \x20   DEFAULT_QUEUE = normal\n\
+                       \x20   MAX_JOB_ARRAY_SIZE = 2000\n";
+        assert_eq!(configured_number(bparams, LSF_MAX_ARRAY_SIZE), Some(2000));
+        assert_eq!(configured_number(bparams, "MAX_PEND_JOBS"), None);
+        assert_eq!(
+            configured_number("MAX_JOB_ARRAY_SIZE = lots", LSF_MAX_ARRAY_SIZE),
+            None
+        );
     }
 
     #[test]

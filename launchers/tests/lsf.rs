@@ -438,6 +438,11 @@ fn arrays_over_max_job_array_size_are_split_and_every_worker_runs_once() {
     }
     let jobs = start(&mut launcher, &requests, &mut cleanup);
     assert_eq!(jobs.len(), 5, "no worker fails for the limit: {jobs:?}");
+    assert_eq!(
+        launcher.calls().submissions,
+        3,
+        "bparams told the limit: arrays of 2, 2 and 1, none refused"
+    );
     let mut arrays: Vec<String> = jobs.iter().map(array_of).collect();
     arrays.dedup();
     for array in &arrays {

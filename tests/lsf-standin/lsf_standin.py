@@ -45,6 +45,12 @@ _SLURM_DOWN = (
 LSF_DOWN_MESSAGE = "batch system daemon not responding ... still trying"
 
 
+def max_job_array_size():
+    """lsb.params' MAX_JOB_ARRAY_SIZE (LSF's default 1000), here from the
+    environment variable LSF_STANDIN_MAX_JOB_ARRAY_SIZE."""
+    return int(os.environ.get("LSF_STANDIN_MAX_JOB_ARRAY_SIZE") or 1000)
+
+
 class LsfDown(Exception):
     """SLURM (our mbatchd) did not answer; callers print LSF_DOWN_MESSAGE."""
 

@@ -30,6 +30,9 @@ pub(crate) struct LsfCommands {
     pub bsub: PathBuf,
     pub bjobs: PathBuf,
     pub bkill: PathBuf,
+    /// Asked for `MAX_JOB_ARRAY_SIZE` when it is there; without it, bsub
+    /// refuses too large an array and the array is halved.
+    pub bparams: Option<PathBuf>,
 }
 
 impl LsfCommands {
@@ -41,7 +44,12 @@ impl LsfCommands {
         let find = |name: &str| which::which_in(name, path.as_ref(), &cwd).ok();
         let [bsub, bjobs, bkill] = COMMANDS.map(find);
         match (bsub, bjobs, bkill) {
-            (Some(bsub), Some(bjobs), Some(bkill)) => Ok(Self { bsub, bjobs, bkill }),
+            (Some(bsub), Some(bjobs), Some(bkill)) => Ok(Self {
+                bsub,
+                bjobs,
+                bkill,
+                bparams: find("bparams"),
+            }),
             found => {
                 let found = [found.0.is_some(), found.1.is_some(), found.2.is_some()];
                 let missing = COMMANDS.iter().zip(found).filter(|(_, found)| !found);

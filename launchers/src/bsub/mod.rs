@@ -81,6 +81,10 @@ pub struct Bsub {
     lsf: LsfCommands,
     command_timeout: Duration,
     calls: LsfCalls,
+    /// `MAX_JOB_ARRAY_SIZE` from `bparams -a`, read at the first
+    /// submission (and again after an array was refused for its size):
+    /// `Some(None)` when bparams did not say.
+    max_array_size: Option<Option<usize>>,
 }
 
 /// Why bsub will not submit, whatever the retries.
@@ -107,6 +111,7 @@ impl BsubLauncher {
             lsf: LsfCommands::find(path)?,
             command_timeout: crate::DEFAULT_COMMAND_TIMEOUT,
             calls: LsfCalls::default(),
+            max_array_size: None,
         }))
     }
 }
@@ -143,6 +148,21 @@ impl Queue for Bsub {
             index: (place / per_job) as u32 + 1,
         };
         Ok((0..group.len()).map(element).collect())
+    }
+
+    /// `MAX_JOB_ARRAY_SIZE` from one `bparams -a`, read once, in the
+    /// submission's environment (which names the cluster, `LSF_ENVDIR`).
+    fn max_array_size(&mut self, first: &WorkerRequest) -> Option<usize> {
+        if self.max_array_size.is_none() {
+            let size = self.read_max_array_size(first);
+            tracing::info!(?size, "LSF's MAX_JOB_ARRAY_SIZE");
+            self.max_array_size = Some(size);
+        }
+        self.max_array_size.flatten()
+    }
+
+    fn array_size_refused(&mut self) {
+        self.max_array_size = None;
     }
 
     /// One bjobs call about every tracked array.
@@ -251,6 +271,31 @@ impl Bsub {
         match commands::run(&self.lsf.bjobs, &call, self.command_timeout) {
             Ok(output) => usable_report(&output),
             Err(error) => Err(format!("cannot run bjobs: {error}")),
+        }
+    }
+
+    /// `MAX_JOB_ARRAY_SIZE` as `bparams -a` says it, or `None` without
+    /// bparams or an answer.
+    fn read_max_array_size(&self, first: &WorkerRequest) -> Option<usize> {
+        let bparams = self.lsf.bparams.as_ref()?;
+        let call = Invocation {
+            args: vec!["-a".into()],
+            env: &first.env,
+            ..Invocation::default()
+        };
+        match commands::run(bparams, &call, self.command_timeout) {
+            Ok(output) if output.succeeded() => {
+                site_limits::configured_number(&output.stdout, site_limits::LSF_MAX_ARRAY_SIZE)
+            }
+            Ok(output) => {
+                let message = output.message();
+                tracing::warn!(%message, "bparams -a failed; MAX_JOB_ARRAY_SIZE unknown");
+                None
+            }
+            Err(error) => {
+                tracing::warn!(%error, "cannot run bparams; MAX_JOB_ARRAY_SIZE unknown");
+                None
+            }
         }
     }
 }

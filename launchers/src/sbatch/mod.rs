@@ -274,7 +274,7 @@ impl Queue for Sbatch {
     }
 
     /// `MaxArraySize` from one `scontrol show config`, read once.
-    fn max_array_size(&mut self) -> Option<usize> {
+    fn max_array_size(&mut self, _first: &WorkerRequest) -> Option<usize> {
         if self.max_array_size.is_none() {
             let size = read_max_array_size(&self.slurm.scontrol, self.command_timeout);
             tracing::info!(?size, "SLURM's MaxArraySize");
@@ -362,10 +362,7 @@ pub(crate) fn read_max_array_size(scontrol: &Path, timeout: Duration) -> Option<
 
 /// The `MaxArraySize = N` line of `scontrol show config`.
 pub(crate) fn parse_max_array_size(config: &str) -> Option<usize> {
-    config.lines().find_map(|line| {
-        let (name, value) = line.split_once('=')?;
-        (name.trim() == "MaxArraySize").then(|| value.trim().parse().ok())?
-    })
+    site_limits::configured_number(config, site_limits::MAX_ARRAY_SIZE)
 }
 
 impl Sbatch {

@@ -251,7 +251,7 @@ impl Queue for Slurmrestd {
 
     /// From scontrol, if it is on PATH; else unknown, and an array too
     /// large is refused, held as a limit and halved.
-    fn max_array_size(&mut self) -> Option<usize> {
+    fn max_array_size(&mut self, _first: &WorkerRequest) -> Option<usize> {
         *self.max_array_size.get_or_insert_with(|| {
             let scontrol = which::which("scontrol").ok()?;
             crate::sbatch::read_max_array_size(&scontrol, crate::DEFAULT_COMMAND_TIMEOUT)
